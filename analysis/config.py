@@ -1,0 +1,103 @@
+"""Frozen, self-validating configs: the same objects drive the UI, the CLI and the cache keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+POOLINGS = ("mean", "first")
+SAMPLE_SCHEMES = ("random", "balanced", "share")
+PARTS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which encoder: a registry name (``minilm``), a local folder, or a hub id.
+
+    ``trust_remote_code`` stays off unless the user turns it on for this model explicitly.
+    """
+
+    name: str = "minilm"
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError("Model name is empty: give a built-in name, a local folder or a hub id.")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Which labelled text data: a registry name (``movie-snippets``, ``trec6``, ``glue/sst2``)
+    or a local CSV / TSV / JSONL / Parquet file with user-chosen columns.
+
+    ``split_seed`` fixes the train / dev / test parts of data that has no splits of its own.
+    """
+
+    name: str = "movie-snippets"
+    text_col: str | None = None
+    text_pair_col: str | None = None
+    label_col: str | None = None
+    split_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError("Dataset name is empty: give a built-in name or a file path.")
+        if self.text_pair_col is not None and self.text_pair_col == self.text_col:
+            raise ValueError("The second-text column must differ from the text column.")
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """Which examples of one part: ``n`` of them, drawn with ``seed``.
+
+    scheme: ``random`` (uniform), ``balanced`` (equal count per class, as far as the data allows)
+    or ``share`` (a share ``share`` of the first class, the rest split evenly over the others).
+    """
+
+    n: int = 1000
+    seed: int = 0
+    part: str = "train"
+    scheme: str = "random"
+    share: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 2:
+            raise ValueError(f"N must be a whole number of at least 2 examples (got {self.n!r}).")
+        if self.part not in PARTS:
+            raise ValueError(f"Unknown part {self.part!r}: choose one of {', '.join(PARTS)}.")
+        if self.scheme not in SAMPLE_SCHEMES:
+            raise ValueError(
+                f"Unknown sampling scheme {self.scheme!r}: choose one of {', '.join(SAMPLE_SCHEMES)}."
+            )
+        if self.scheme == "share":
+            if self.share is None or not (0.0 < self.share < 1.0) or math.isnan(self.share):
+                raise ValueError(f"The class share p must lie strictly between 0 and 1 (got {self.share!r}).")
+        elif self.share is not None:
+            raise ValueError("A class share is only used with scheme='share'.")
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """One extraction: pooled hidden states of every layer for a sample of a dataset."""
+
+    model: ModelSpec = ModelSpec()
+    data: DataSpec = DataSpec()
+    sample: SampleSpec = SampleSpec()
+    pooling: str = "mean"
+    max_length: int = 128
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"Unknown pooling {self.pooling!r}: choose one of {', '.join(POOLINGS)}.")
+        if not isinstance(self.max_length, int) or not 8 <= self.max_length <= 4096:
+            raise ValueError(f"Max length must be between 8 and 4096 tokens (got {self.max_length!r}).")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"Batch size must be a positive whole number (got {self.batch_size!r}).")
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A plain, JSON-ready dict of a (nested) config dataclass."""
+    return dataclasses.asdict(config)
