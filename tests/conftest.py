@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tiny import make_tiny_model_dir  # noqa: E402
+
+FAMILIES = ("bert", "roberta", "distilbert", "mpnet", "electra", "deberta-v2")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    """Every test writes its cache (and runs database) into its own temporary folder."""
+    monkeypatch.setenv("TUNESCOPE_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tiny-models")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tiny_root) -> Path:
+    return make_tiny_model_dir("bert", tiny_root)
+
+
+@pytest.fixture(scope="session", params=FAMILIES)
+def tiny_family_dir(request, tiny_root) -> tuple[str, Path]:
+    return request.param, make_tiny_model_dir(request.param, tiny_root)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _few_threads():
+    import torch
+
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
