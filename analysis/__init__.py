@@ -1,0 +1,43 @@
+"""tunescope's analysis library: pure functions over encoders, data and tensors.
+
+The public API is imported lazily, so ``python -m analysis --help`` does not pay for torch::
+
+    from analysis import nu, cca_score, rank_metric      # per-layer metrics, (N, d) states, (N,) labels
+    from analysis import layer_metrics                   # every metric for every layer
+    from analysis import load_model, load_data, extract_states
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ModelSpec": "analysis.config",
+    "DataSpec": "analysis.config",
+    "SampleSpec": "analysis.config",
+    "ExtractConfig": "analysis.config",
+    "load_model": "analysis.models",
+    "ModelError": "analysis.models",
+    "load_data": "analysis.data",
+    "sample": "analysis.data",
+    "DataError": "analysis.data",
+    "task_score": "analysis.scores",
+    "extract_states": "analysis.extract",
+    "LayerStates": "analysis.extract",
+    "DiskCache": "analysis.cache",
+    "nu": "analysis.layer_metrics",
+    "cca_score": "analysis.layer_metrics",
+    "rank_metric": "analysis.layer_metrics",
+    "probe_score": "analysis.layer_metrics",
+    "zeta": "analysis.layer_metrics",
+    "layer_metrics": "analysis.layer_metrics",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'analysis' has no attribute {name!r}")

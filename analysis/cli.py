@@ -1,0 +1,50 @@
+"""``python -m analysis <subcommand>``: the headless face of tunescope.
+
+Subcommands are discovered from ``analysis/commands/``: every module there (not starting with an
+underscore) defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+A ValueError (bad input, unknown model, malformed file…) prints one clear line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+import analysis.commands
+from analysis.progress import Cancelled
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description="tunescope: which layers and heads of an encoder should you tune for your task?",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for info in sorted(pkgutil.iter_modules(analysis.commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"analysis.commands.{info.name}")
+        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(command)
+        command.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except Cancelled as exc:
+        print(f"cancelled: {exc}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("cancelled by the user", file=sys.stderr)
+        return 130
+    except ValueError as exc:  # DataError, ModelError, config validation: the user's input
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory — try a smaller N, batch size or max length", file=sys.stderr)
+        return 3

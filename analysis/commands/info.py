@@ -1,0 +1,49 @@
+"""``info``: the built-in models and datasets, and what the cache holds."""
+
+from __future__ import annotations
+
+import argparse
+
+from analysis.commands._common import apply_cache, write_json
+
+NAME = "info"
+HELP = "list built-in models and datasets, and the cache's contents"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache", default=None, help="cache folder (default: ./cache)")
+    parser.add_argument("--json", default=None, help="also write it as JSON to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.cache import DiskCache
+    from analysis.data import BUILTIN_DATA
+    from analysis.models import BUILTIN_MODELS, FAMILIES
+
+    apply_cache(args)
+    cache = DiskCache()
+    entries = list(cache.entries())
+    print("Built-in models (work offline):")
+    for name, text in BUILTIN_MODELS.items():
+        print(f"  {name:<16} {text}")
+    print(f"  (also: any local folder or hub id of the families {', '.join(FAMILIES)})")
+    print("Built-in datasets:")
+    for name, text in BUILTIN_DATA.items():
+        print(f"  {name:<16} {text}")
+    print("  (also: a local .csv / .tsv / .jsonl / .parquet file)")
+    print(f"Cache: {cache.root} — {len(entries)} entries")
+    for e in entries:
+        recipe = e["recipe"]
+        model = recipe.get("model", {}).get("name", "?") if isinstance(recipe, dict) else "?"
+        data = recipe.get("data", {}).get("name", "?") if isinstance(recipe, dict) else "?"
+        print(f"  {e['kind']:<10} {e['key']}  {e['bytes'] / 1e6:8.2f} MB  {model} / {data}")
+    write_json(
+        args.json,
+        {
+            "models": BUILTIN_MODELS,
+            "families": list(FAMILIES),
+            "datasets": BUILTIN_DATA,
+            "cache": {"root": str(cache.root), "entries": entries},
+        },
+    )
+    return 0
