@@ -1,0 +1,162 @@
+"""The runs database: schema, WAL, state machine, and "a result only for a completed run"."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from analysis.runs.db import MIGRATIONS, SCHEMA_VERSION, RunNotFound, RunsDB, migrate
+
+
+def config(method="layers", layers=(1, 2, 2), seed=0, model="tiny", data="toy"):
+    return {
+        "model": {"name": model, "trust_remote_code": False},
+        "data": {"name": data},
+        "method": method,
+        "layers": list(layers) if layers else None,
+        "seed": seed,
+        "steps": 5,
+    }
+
+
+@pytest.fixture
+def db(tmp_path):
+    return RunsDB(tmp_path / "runs.sqlite")
+
+
+def test_default_path_is_under_the_cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNESCOPE_CACHE", str(tmp_path / "c"))
+    assert RunsDB().path == tmp_path / "c" / "runs.sqlite"
+
+
+def test_schema_is_versioned_and_in_wal_mode(db):
+    assert db.pragma("journal_mode") == "wal"
+    assert db.pragma("user_version") == SCHEMA_VERSION
+    with sqlite3.connect(db.path) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
+        tables = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+    assert {"runs", "steps", "schema_version"} <= tables
+    # Reopening is a no-op.
+    RunsDB(db.path)
+    assert db.pragma("user_version") == SCHEMA_VERSION
+
+
+def test_migration_upgrades_an_old_file_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrate(conn, MIGRATIONS) == SCHEMA_VERSION
+    conn.execute(
+        "INSERT INTO runs (id, created, status, model, data, method, label, seed, config_json)"
+        " VALUES ('r1', 0, 'queued', 'm', 'd', 'full', 'full', 0, '{}')"
+    )
+    upgrade = [*MIGRATIONS, ["ALTER TABLE runs ADD COLUMN note TEXT"]]
+    assert migrate(conn, upgrade) == SCHEMA_VERSION + 1
+    assert conn.execute("SELECT id, note FROM runs").fetchall() == [("r1", None)]
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    conn.close()
+    with pytest.raises(RuntimeError, match="newer"):
+        RunsDB(path)
+
+
+def test_enqueue_claim_finish(db):
+    first = db.enqueue(config(seed=0), sweep_id="s1", strategy="ℓ*-down")
+    second = db.enqueue(config(seed=1))
+    assert first != second and len(first.split("-")) == 3
+    run = db.claim_next(worker_pid=123, device="cpu")
+    assert run["id"] == first and run["status"] == "running" and run["worker_pid"] == 123
+    assert json.loads(run["config_json"])["seed"] == 0
+    assert db.claim_next(worker_pid=124)["id"] == second
+    assert db.claim_next(worker_pid=125) is None
+    db.log_step(first, 1, {"loss": 0.7, "lr": 1e-3})
+    db.log_step(first, 2, {"loss": 0.5, "lr": 1e-3})
+    db.log_step(first, 2, {"dev": 0.8}, kind="dev")
+    assert db.finish(first, {"score": 0.75, "metric": "accuracy", "n_trainable": 10})
+    run = db.get_run(first)
+    assert run["status"] == "done" and run["result"]["score"] == 0.75
+    assert run["label"] == "(1, 2, 2)" and run["strategy"] == "ℓ*-down"
+    steps = db.steps(first)
+    assert len(steps) == 5 and steps[steps.kind == "dev"].value.tolist() == [0.8]
+    table = db.list_runs()
+    assert table.loc[table.id == first, "score"].item() == 0.75
+    assert table.loc[table.id == second, "score"].isna().item()
+    assert db.list_runs(status="done")["id"].tolist() == [first]
+    last = db.latest_steps([first])
+    assert last.step.item() == 2 and last.loss.item() == 0.5
+
+
+def test_filters(db):
+    a = db.enqueue(config(method="lora", layers=None, model="m1"))
+    b = db.enqueue(config(method="full", layers=None, model="m2", data="d2"))
+    assert db.list_runs(model="m1")["id"].tolist() == [a]
+    assert db.list_runs(data="d2", method=["full", "lora"])["id"].tolist() == [b]
+    assert db.list_runs(method="bitfit").empty
+
+
+def test_cancel_queued_is_immediate_and_running_is_a_flag(db):
+    queued = db.enqueue(config())
+    assert db.request_cancel(queued) == "cancelled"
+    assert db.claim_next(1) is None  # a cancelled run is never claimed
+    running = db.enqueue(config())
+    db.claim_next(1)
+    assert not db.cancel_requested(running)
+    assert db.request_cancel(running) == "running"
+    assert db.cancel_requested(running)
+    assert db.mark_cancelled(running)
+    run = db.get_run(running)
+    assert run["status"] == "cancelled" and run["result"] is None
+    # Once ended, a late finish cannot turn it into a result.
+    assert not db.finish(running, {"score": 1.0})
+    assert db.get_run(running)["result"] is None
+
+
+def test_failed_or_cancelled_run_can_never_hold_a_result(db):
+    run_id = db.enqueue(config())
+    db.claim_next(1)
+    assert db.fail(run_id, "boom")
+    run = db.get_run(run_id)
+    assert run["status"] == "failed" and run["error"] == "boom" and run["result"] is None
+    with sqlite3.connect(db.path) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE runs SET result_json = '{}' WHERE id = ?", (run_id,))
+
+
+def test_reap_dead_fails_running_runs_of_dead_processes(db):
+    alive = db.enqueue(config())
+    dead = db.enqueue(config())
+    db.claim_next(111)
+    db.claim_next(222)
+    assert db.reap_dead(alive=lambda pid: pid == 111) == [dead]
+    assert db.get_run(dead)["status"] == "failed"
+    assert "worker died" in db.get_run(dead)["error"]
+    assert db.get_run(alive)["status"] == "running"
+
+
+def test_foreground_run_starts_running(db):
+    run_id = db.enqueue(config(), running_pid=999)
+    assert db.get_run(run_id)["status"] == "running"
+    assert db.claim_next(1) is None
+
+
+def test_unknown_or_prefix_ids(db):
+    run_id = db.enqueue(config())
+    assert db.resolve_id(run_id[-6:]) == run_id
+    with pytest.raises(RunNotFound, match="no run"):
+        db.get_run("nope")
+
+
+def test_exports(db, tmp_path):
+    run_id = db.enqueue(config())
+    db.claim_next(1)
+    db.log_step(run_id, 1, {"loss": 0.3})
+    db.finish(run_id, {"score": 0.5, "metric": "accuracy"})
+    db.enqueue(config(seed=3))
+    assert db.export_csv(tmp_path / "runs.csv") == 2
+    text = (tmp_path / "runs.csv").read_text()
+    assert "score" in text.splitlines()[0] and "0.5" in text
+    assert db.export_json(tmp_path / "runs.json") == 2
+    records = json.loads((tmp_path / "runs.json").read_text())
+    done = next(r for r in records if r["id"] == run_id)
+    assert done["result"]["score"] == 0.5 and done["steps"][0]["value"] == 0.3
+    assert done["config"]["layers"] == [1, 2, 2]
