@@ -1,0 +1,126 @@
+"""The model a run trains: the encoder cut at ℓ_head, then a fresh classifier (SPEC "Strategies").
+
+``EncoderClassifier(encoder, family, n_outputs, head_layer, pooling)``:
+
+- ``encoder``: the HF base encoder with the layers above ℓ_head deleted from its ModuleList (and
+  ``num_hidden_layers`` / ``n_layers`` of its config updated), so they cost neither time nor
+  memory. Its ``last_hidden_state`` is therefore hidden_states[ℓ_head]. The pooler, if any, is
+  dropped: the fresh classifier replaces it.
+- ``classifier``: dropout → dense (d_model → d_model) → tanh → dropout → linear (d_model → C), on
+  the pooled representation (SPEC "Sequence representation": the mean over real, non-special
+  tokens, or the first token). Regression tasks have C = 1.
+
+Frozen layers below the lowest trainable one build no autograd graph: their parameters do not
+require grad and neither does their input, so autograd records nothing for them (no saved
+activations, no backward work) — the same effect as running them under ``torch.no_grad``.
+The tests check this with a hook (``requires_grad`` of the frozen layers' outputs is False).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from analysis.extract import model_inputs, pool
+from analysis.models import encoder_layers
+
+
+def truncate_encoder(encoder: nn.Module, head_layer: int) -> None:
+    """Delete the layers above ``head_layer`` (1-based) in place and update the config."""
+    layers = encoder_layers(encoder)
+    if not 1 <= head_layer <= len(layers):
+        raise ValueError(f"ℓ_head must be within 1..{len(layers)} (got {head_layer}).")
+    del layers[head_layer:]
+    config = encoder.config
+    for key in ("num_hidden_layers", "n_layers"):
+        if hasattr(config, key):
+            setattr(config, key, head_layer)
+
+
+def use_fast_attention(encoder: nn.Module) -> str:
+    """Switch the (copied) encoder to PyTorch SDPA attention where the family supports it.
+
+    The analyses load models with eager attention (they need attention weights); training does not,
+    and SDPA is faster and lighter. Returns the implementation in use.
+    """
+    with contextlib.suppress(ValueError, ImportError, AttributeError, NotImplementedError):
+        encoder.set_attn_implementation("sdpa")
+    return getattr(encoder.config, "_attn_implementation", None) or "eager"
+
+
+class ClassifierHead(nn.Module):
+    """dropout → dense → tanh → dropout → linear, as in RoBERTa's classification head."""
+
+    def __init__(self, d_model: int, n_outputs: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.dense = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, n_outputs)
+        for linear in (self.dense, self.out):
+            nn.init.normal_(linear.weight, std=0.02)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C)
+        hidden = torch.tanh(self.dense(self.dropout(pooled)))
+        return self.out(self.dropout(hidden))
+
+
+class EncoderClassifier(nn.Module):
+    """A truncated encoder and a fresh classifier (module docstring)."""
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        family: str,
+        n_outputs: int,
+        head_layer: int | None = None,
+        pooling: str = "mean",
+    ) -> None:
+        super().__init__()
+        if pooling not in ("mean", "first"):
+            raise ValueError(f"Unknown pooling {pooling!r}: choose mean or first.")
+        if n_outputs < 1:
+            raise ValueError(f"A classifier needs at least one output (got {n_outputs}).")
+        n_layers = len(encoder_layers(encoder))
+        truncate_encoder(encoder, head_layer or n_layers)
+        if getattr(encoder, "pooler", None) is not None:
+            encoder.pooler = None  # unused: the fresh classifier reads the pooled states
+        config = encoder.config
+        d_model = getattr(config, "hidden_size", None) or config.dim
+        dropout = getattr(config, "hidden_dropout_prob", None)
+        if dropout is None:
+            dropout = getattr(config, "dropout", 0.1)
+        self.encoder = encoder
+        self.family = family
+        self.pooling = pooling
+        self.n_layers_total = n_layers
+        self.n_outputs = n_outputs
+        self.classifier = ClassifierHead(d_model, n_outputs, float(dropout))
+
+    @property
+    def n_layers_kept(self) -> int:
+        return len(encoder_layers(self.encoder))
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The kept transformer blocks, bottom to top (layer ℓ is ``layers[ℓ - 1]``)."""
+        return encoder_layers(self.encoder)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, S)
+        attention_mask: torch.Tensor,  # (B, S) 1 = real token
+        token_type_ids: torch.Tensor | None = None,
+        special_tokens_mask: torch.Tensor | None = None,  # (B, S) 1 = special token
+    ) -> torch.Tensor:  # (B, C) logits, or (B, 1) for regression
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        hidden = self.encoder(**model_inputs(self.encoder, inputs)).last_hidden_state  # (B, S, d)
+        real = attention_mask.bool()
+        if special_tokens_mask is not None:
+            real = real & ~special_tokens_mask.bool()
+        pooled = pool(hidden, real, attention_mask, self.pooling)  # (B, d)
+        return self.classifier(pooled)
