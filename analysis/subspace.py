@@ -61,9 +61,9 @@ from analysis.progress import Progress, no_progress
 
 FORMAT = "tunescope-trajectory"
 FORMAT_VERSION = 1
-DTYPES = {"float32": torch.float32, "float16": torch.float16}
-# Unit round-off of the stored deltas, used by the singular-value cut-off.
-_STORE_EPS = {"float32": 2.0**-24, "float16": 2.0**-11}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Unit round-off per dtype, used by the singular-value cut-off of `trajectory_svd`.
+_EPS = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 N_SIGMA = 3.0
 TOP_K = 10
 
@@ -194,6 +194,8 @@ class TrajectoryRecorder:
         self.every = every
         self.dtype = dtype
         self._slots = [layer_slots(layer) for layer in self.layers]
+        first_param = next(self.layers[0].parameters())
+        self.param_dtype = str(first_param.dtype).removeprefix("torch.")
         names = [s.name for s in self._slots[0]]
         self.family = family or infer_family(names)
         if prefixes is None:
@@ -266,6 +268,7 @@ class TrajectoryRecorder:
             "version": FORMAT_VERSION,
             "id": self._id,
             "dtype": self.dtype,
+            "param_dtype": self.param_dtype,
             "every": self.every,
             "family": self.family,
             "stored": "snapshot 0 holds theta_0 (float32); snapshot j >= 1 holds theta_j - theta_0",
@@ -307,7 +310,8 @@ class Trajectory:
 
     folder: Path
     id: str
-    dtype: str
+    dtype: str  # of the stored differences
+    param_dtype: str  # of the model's parameters when recorded
     every: int
     family: str | None
     steps: tuple[int, ...]
@@ -408,6 +412,7 @@ def open_trajectory(folder: Path | str) -> Trajectory:
         folder=folder,
         id=index["id"],
         dtype=index["dtype"],
+        param_dtype=index.get("param_dtype") if index.get("param_dtype") in _EPS else "float32",
         every=int(index["every"]),
         family=index.get("family"),
         steps=tuple(int(s["step"]) for s in snaps),
@@ -451,11 +456,14 @@ def trajectory_svd(
     over the t rows instead, i.e. principal directions of the trajectory).
     G = W Wᵀ (t × t, float64) = U Λ Uᵀ (eigh), s = √Λ, V = Wᵀ U S⁻¹ (D × r).
 
-    Cut-off: s_i counts as zero when s_i ≤ 4 √t · ε · s_max, with ε the unit round-off of the
-    stored dtype (2⁻²⁴ float32, 2⁻¹¹ float16): the rounding of the stored snapshots perturbs W by
-    at most about √t · ε · s_max in spectral norm, so smaller values are storage noise, and
-    dividing by them would only amplify it. (The float64 Gram route is accurate to √(t · 2⁻⁵³)
-    · s_max, well below this.)
+    Cut-off (what counts as a zero singular value): s_i ≤ τ with
+    τ = 2 (ε_s ‖W‖_F + ε_p √t ‖θ_0‖ + √(t ε_64) s_max), where ε_s is the unit round-off of the
+    stored dtype (2⁻²⁴ float32, 2⁻¹¹ float16, 2⁻⁸ bfloat16), ε_p that of the parameters
+    (float32: 2⁻²⁴) and ε_64 = 2⁻⁵³. The three terms bound, in spectral norm, the perturbation of W
+    by rounding the stored differences, by the rounding of each θ_j to the parameters' dtype
+    (‖E‖ ≤ ‖E‖_F ≤ √t ε_p ‖θ‖), and the error of eigh on the float64 Gram matrix. Below τ a
+    direction cannot be told from rounding noise, and dividing by it would only amplify the noise;
+    so such s_i are set to 0 and their directions dropped from V.
 
     Streaming: two passes over column blocks of W read with ``safe_open(...).get_slice`` from the
     t snapshot files (block ≈ ``block_bytes`` of float64). Pass 1 accumulates G, pass 2 fills V.
@@ -470,22 +478,30 @@ def trajectory_svd(
     with contextlib.ExitStack() as stack:
         handles = [
             stack.enter_context(safe_open(traj.path(j), framework="pt")).get_slice(key)
-            for j in range(1, t + 1)
+            for j in range(t + 1)
         ]
+        theta0, handles = handles[0], handles[1:]
 
         def read_block(start: int, stop: int) -> torch.Tensor:  # (t, stop - start) float64
             rows = torch.stack([h[start:stop] for h in handles]).double()
             return rows - rows.mean(dim=0, keepdim=True) if centre else rows
 
         gram = torch.zeros(t, t, dtype=torch.float64)
+        theta0_sq = 0.0  # ‖θ_0‖², for the cut-off
         for start in range(0, dim, block):
-            w = read_block(start, min(start + block, dim))
+            stop = min(start + block, dim)
+            w = read_block(start, stop)
             gram += w @ w.T
+            theta0_sq += float((theta0[start:stop].double() ** 2).sum())
         eigvals, eigvecs = torch.linalg.eigh(gram)  # ascending
         eigvals, eigvecs = eigvals.flip(0), eigvecs.flip(1)
         s = eigvals.clamp_min(0).sqrt()
         s_max = float(s[0]) if t else 0.0
-        tol = 4.0 * math.sqrt(t) * _STORE_EPS[traj.dtype] * s_max
+        tol = 2.0 * (
+            _EPS[traj.dtype] * math.sqrt(float(gram.trace().clamp_min(0)))
+            + _EPS[traj.param_dtype] * math.sqrt(t * theta0_sq)
+            + math.sqrt(t * _EPS["float64"]) * s_max
+        )
         keep = s > tol if s_max > 0 else torch.zeros(t, dtype=torch.bool)
         s = torch.where(keep, s, torch.zeros_like(s))
         r = int(keep.sum())
