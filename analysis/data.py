@@ -93,12 +93,15 @@ _TITLES = {
     "trec6": "TREC questions (6 coarse classes)",
 }
 
+# The built-ins that work offline (name -> one line for ``python -m analysis info``).
 BUILTIN_DATA: dict[str, str] = {
-    "movie-snippets": "10,568 movie-review snippets, negative / positive sentiment (offline, default)",
-    "trec6": "5,452 TREC questions, 6 coarse answer types ABBR DESC ENTY HUM LOC NUM (offline)",
-    **{
-        f"glue/{task}": f"{glue.title} (needs the dataset hub)" for task, glue in GLUE_TASKS.items()
-    },
+    "movie-snippets": "10,568 movie-review snippets, negative / positive sentiment (default)",
+    "trec6": "5,452 TREC questions, 6 coarse answer types ABBR DESC ENTY HUM LOC NUM",
+}
+
+# GLUE tasks, which need the dataset hub.
+GLUE_DATA: dict[str, str] = {
+    f"glue/{task}": f"{glue.title} (needs the dataset hub)" for task, glue in GLUE_TASKS.items()
 }
 
 
@@ -139,6 +142,7 @@ class TaskData:
 
     @property
     def n_rows(self) -> int:
+        """Examples in all three parts together."""
         return sum(len(part) for part in self.parts.values())
 
     def __eq__(self, other: object) -> bool:
@@ -150,8 +154,9 @@ class TaskData:
 
 def describe_builtin() -> str:
     """One line per built-in data set, for ``python -m analysis info``."""
-    width = max(len(name) for name in BUILTIN_DATA)
-    lines = [f"{name:<{width}}  {text}" for name, text in BUILTIN_DATA.items()]
+    every = {**BUILTIN_DATA, **GLUE_DATA}
+    width = max(len(name) for name in every)
+    lines = [f"{name:<{width}}  {text}" for name, text in every.items()]
     lines.append(
         f"{'<file>':<{width}}  a local {' / '.join(SUPPORTED_EXTENSIONS)} file "
         "(choose the text, second-text and label columns)"
@@ -201,7 +206,7 @@ def load_data(spec: DataSpec) -> TaskData:
     """
     name = spec.name.strip()
     key = name.lower()
-    if key in BUILTIN_DATA and not key.startswith("glue/"):
+    if key in BUILTIN_DATA:
         return _load_builtin(spec)
     if key.startswith("glue/"):
         task = key.split("/", 1)[1]
@@ -297,8 +302,17 @@ def _quotas(spec: SampleSpec, n: int, n_classes: int) -> np.ndarray:
 
 
 def _largest_feasible_n(spec: SampleSpec, counts: np.ndarray) -> int:
-    """The largest N ≤ spec.n whose quotas fit ``counts``; 0 if none does."""
-    for n in range(spec.n - 1, 1, -1):
+    """The largest N < spec.n whose quotas fit ``counts``; 0 if none does."""
+    n_classes = len(counts)
+    if spec.scheme == "balanced":
+        bound = n_classes * (int(counts.min()) + 1)
+    else:
+        assert spec.share is not None
+        # Past these, round(p·n) outgrows class 0 or the others' even split outgrows the smallest.
+        first_limit = (counts[0] + 1) / spec.share
+        others_limit = ((n_classes - 1) * (int(counts[1:].min()) + 1) + 1) / (1 - spec.share)
+        bound = int(min(first_limit, others_limit)) + 1
+    for n in range(min(spec.n - 1, bound), 1, -1):
         try:
             quotas = _quotas(spec, n, len(counts))
         except DataError:
@@ -348,10 +362,8 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
     """Columns text, [text_pair,] label in that order, string texts, index 0..n-1."""
     columns = [c for c in ("text", "text_pair", "label") if c in frame.columns]
     out = frame[columns].reset_index(drop=True)
-    for column in ("text", "text_pair"):
-        if column in out.columns:
-            out[column] = out[column].astype(str)
-    return out
+    texts = {c: out[c].astype(str) for c in ("text", "text_pair") if c in out.columns}
+    return out.assign(**texts)
 
 
 # --- built-ins ----------------------------------------------------------------------------------
@@ -468,6 +480,8 @@ def _load_glue(spec: DataSpec) -> TaskData:
     if glue.text_pair_col:
         columns[glue.text_pair_col] = "text_pair"
     notes: list[str] = []
+    if spec.text_col or spec.text_pair_col or spec.label_col:
+        notes.append(f"Column choices are ignored for the GLUE task {task!r}.")
 
     def table(split: str) -> pd.DataFrame:
         frame = dataset[split].to_pandas()[list(columns)].rename(columns=columns)
@@ -477,9 +491,9 @@ def _load_glue(spec: DataSpec) -> TaskData:
             if unlabelled.any():
                 notes.append(f"Dropped {int(unlabelled.sum())} unlabelled rows of GLUE {split}.")
             frame = frame[~unlabelled]
-            frame["label"] = frame["label"].astype(np.int64)
+            frame = frame.assign(label=frame["label"].astype(np.int64))
         else:
-            frame["label"] = frame["label"].astype(np.float64)
+            frame = frame.assign(label=frame["label"].astype(np.float64))
         if dropped:
             notes.append(f"Dropped {dropped} rows of GLUE {split} with an empty text.")
         return frame.reset_index(drop=True)
@@ -522,8 +536,9 @@ def _resolve_file(name: str) -> Path:
                 f"{name} has no file extension: name it .csv, .tsv, .jsonl, .json or .parquet."
             )
         raise DataError(
-            f"Unknown data set {name!r}: choose a built-in ({', '.join(BUILTIN_DATA)}) or the "
-            f"path of a {' / '.join(SUPPORTED_EXTENSIONS)} file."
+            f"Unknown data set {name!r}: choose a built-in ({', '.join(BUILTIN_DATA)}), a GLUE "
+            f"task ({', '.join(GLUE_DATA)}) or the path of a "
+            f"{' / '.join(SUPPORTED_EXTENSIONS)} file."
         )
     if suffix not in SUPPORTED_EXTENSIONS:
         raise DataError(
@@ -616,7 +631,7 @@ def _as_text(series: pd.Series, column: str) -> pd.Series:
             f"Column {column!r} holds nested values (lists or structs, e.g. {str(example)[:60]}), "
             "not text: choose a column of plain strings."
         )
-    return values.map(lambda v: v if isinstance(v, str) or v is None or v != v else str(v))
+    return values.map(lambda v: v if isinstance(v, str) else (None if pd.isna(v) else str(v)))
 
 
 def _clean_texts(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -714,9 +729,8 @@ def _load_file(spec: DataSpec, resolved: str, mtime_ns: int, size: int) -> TaskD
             f"{path.name} has only {len(frame)} usable rows (of {total}; rows with an empty text "
             f"or label are dropped): at least {MIN_ROWS} are needed."
         )
-    frame = frame.reset_index(drop=True)
-    labels, label_names, task_type = _labels(frame["label"], label_col)
-    frame["label"] = labels
+    labels, label_names, task_type = _labels(frame["label"].reset_index(drop=True), label_col)
+    frame = frame.reset_index(drop=True).assign(label=labels)
     if task_type == "classification":
         counts = np.bincount(labels, minlength=len(label_names))
         if len(label_names) < 2:
