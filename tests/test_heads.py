@@ -518,3 +518,103 @@ def test_selection_check_fits_heads():
     selection.check_fits(n_layers=2, n_heads=6)
     with pytest.raises(SelectionError, match=r"heads run 0\.\.3"):
         selection.check_fits(n_layers=2, n_heads=4)
+
+
+# ---------------------------------------------------------------------------- models
+
+
+TEXTS = [
+    "the film was great",
+    "a bad movie",
+    "i loved the acting and the music very much",
+    "boring",
+    "the plot is slow but the ending is beautiful",
+]
+
+
+def sharpen_attention(loaded, scale: float = 40.0) -> None:
+    """Random tiny models attend almost uniformly (every head output then has rank 1); larger
+    query weights make attention peaky, so I_h varies and padding mistakes would show."""
+    from analysis.models import encoder_layers, layer_modules
+
+    with torch.no_grad():
+        for block in encoder_layers(loaded.model):
+            layer_modules(block, loaded.family)["query"].weight.mul_(scale)
+
+
+def test_captured_head_outputs_are_attention_times_values(tiny_bert_dir):
+    """The hooked input of attn_out, split into heads, is softmax(QKᵀ)·V of each head."""
+    from analysis.config import ModelSpec
+    from analysis.extract import iter_encoded_batches, model_inputs
+    from analysis.heads_collect import collect_head_stats
+    from analysis.models import encoder_layers, layer_modules, load_model
+
+    loaded = load_model(ModelSpec(str(tiny_bert_dir)), device="cpu")
+    sharpen_attention(loaded)
+    block = encoder_layers(loaded.model)[1]
+    parts = layer_modules(block, loaded.family)
+    seen = {}
+    handles = [
+        parts["attn_out"].register_forward_pre_hook(lambda m, a: seen.__setitem__("ctx", a[0])),
+        block.register_forward_pre_hook(lambda m, a: seen.__setitem__("x", a[0])),
+    ]
+    batch = next(iter_encoded_batches(loaded.tokenizer, TEXTS, None, 32, len(TEXTS)))
+    with torch.inference_mode():
+        out = loaded.model(**model_inputs(loaded.model, batch.inputs), output_attentions=True)
+    for handle in handles:
+        handle.remove()
+    b, s = batch.inputs["input_ids"].shape
+    h, dh = loaded.n_heads, loaded.d_head
+    values = parts["value"](seen["x"]).view(b, s, h, dh).transpose(1, 2)  # (B, H, S, dh)
+    expected = (out.attentions[1] @ values).transpose(1, 2)  # (B, S, H, dh)
+    torch.testing.assert_close(seen["ctx"].view(b, s, h, dh), expected, atol=1e-5, rtol=1e-4)
+
+    manual = HeadStatsAccumulator(1, h, dh)  # layer 2 alone
+    manual.update(1, seen["ctx"].view(b, s, h, dh), batch.inputs["attention_mask"])
+    stats = collect_head_stats(loaded, TEXTS, batch_size=2)
+    np.testing.assert_allclose(stats.richness[1], manual.result().richness[0])
+    np.testing.assert_allclose(stats.correlation[1], manual.result().correlation[0], rtol=1e-4)
+    assert stats.richness.max() > 1  # sharpened: not every head output has rank 1
+
+
+def test_every_family_gives_padding_free_statistics(tiny_family_dir):
+    from analysis.config import ModelSpec
+    from analysis.heads_collect import collect_head_stats
+    from analysis.models import load_model
+
+    family, folder = tiny_family_dir
+    loaded = load_model(ModelSpec(str(folder)), device="cpu")
+    sharpen_attention(loaded)
+    pairs = ["what", "who is it", "the end", "a b c d e f", "no"]
+    one_by_one = collect_head_stats(loaded, TEXTS, pairs, batch_size=1)
+    padded = collect_head_stats(loaded, TEXTS, pairs, batch_size=5)
+    assert one_by_one.richness.shape == (loaded.n_layers, loaded.n_heads)
+    assert one_by_one.correlation.shape == (loaded.n_layers, loaded.n_heads, loaded.n_heads)
+    assert one_by_one.n == len(TEXTS)
+    np.testing.assert_allclose(padded.richness, one_by_one.richness, err_msg=family)
+    np.testing.assert_allclose(
+        padded.correlation, one_by_one.correlation, rtol=1e-4, err_msg=family
+    )
+    assert np.all(np.diagonal(padded.correlation, axis1=1, axis2=2) == 0)
+
+
+def test_head_stats_are_cached_and_keyed_by_xi(tiny_bert_dir):
+    from analysis.cache import DiskCache
+    from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
+    from analysis.heads_collect import HeadStatsConfig, head_stats
+    from analysis.models import load_model
+
+    extract = ExtractConfig(
+        ModelSpec(str(tiny_bert_dir)), DataSpec("movie-snippets"), SampleSpec(n=6)
+    )
+    loaded = load_model(extract.model, device="cpu")
+    first, meta = head_stats(HeadStatsConfig(extract), loaded=loaded)
+    again, meta_again = head_stats(HeadStatsConfig(extract), loaded=loaded)
+    assert (meta["cache_hit"], meta_again["cache_hit"]) == (False, True)
+    np.testing.assert_array_equal(first.correlation, again.correlation)
+    assert again.n == 6 and meta_again["d_head"] == loaded.d_head
+    other, meta_other = head_stats(HeadStatsConfig(extract, xi=0.5), loaded=loaded)
+    assert not meta_other["cache_hit"] and other.xi == 0.5
+    assert len(list(DiskCache().entries())) == 2
+    with pytest.raises(ValueError, match="ξ"):
+        HeadStatsConfig(extract, xi=0.0)
