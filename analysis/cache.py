@@ -109,7 +109,9 @@ class DiskCache:
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name[:12]}-", dir=folder.parent))
         try:
             data_path = tmp / "data.safetensors"
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(data_path))
+            save_file(
+                {k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(data_path)
+            )
             record = {
                 "kind": kind,
                 "recipe": recipe,

@@ -24,7 +24,9 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError("Model name is empty: give a built-in name, a local folder or a hub id.")
+            raise ValueError(
+                "Model name is empty: give a built-in name, a local folder or a hub id."
+            )
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,9 @@ class SampleSpec:
             )
         if self.scheme == "share":
             if self.share is None or not (0.0 < self.share < 1.0) or math.isnan(self.share):
-                raise ValueError(f"The class share p must lie strictly between 0 and 1 (got {self.share!r}).")
+                raise ValueError(
+                    f"The class share p must lie strictly between 0 and 1 (got {self.share!r})."
+                )
         elif self.share is not None:
             raise ValueError("A class share is only used with scheme='share'.")
 
@@ -91,11 +95,17 @@ class ExtractConfig:
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:
-            raise ValueError(f"Unknown pooling {self.pooling!r}: choose one of {', '.join(POOLINGS)}.")
+            raise ValueError(
+                f"Unknown pooling {self.pooling!r}: choose one of {', '.join(POOLINGS)}."
+            )
         if not isinstance(self.max_length, int) or not 8 <= self.max_length <= 4096:
-            raise ValueError(f"Max length must be between 8 and 4096 tokens (got {self.max_length!r}).")
+            raise ValueError(
+                f"Max length must be between 8 and 4096 tokens (got {self.max_length!r})."
+            )
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"Batch size must be a positive whole number (got {self.batch_size!r}).")
+            raise ValueError(
+                f"Batch size must be a positive whole number (got {self.batch_size!r})."
+            )
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -224,7 +224,7 @@ def extract_states(
         tensors = {
             "states": states,
             "labels": labels,
-            "rows": torch.as_tensor(rows["row"].to_numpy(), dtype=torch.long),
+            "rows": torch.tensor(rows["row"].to_numpy(), dtype=torch.long),
         }
         return tensors, {"seconds": time.perf_counter() - start, "device": str(loaded.device)}
 
@@ -251,5 +251,14 @@ def extract_states(
 
 def _labels_tensor(rows: pd.DataFrame, task_type: str) -> torch.Tensor:
     if task_type == "regression":
-        return torch.as_tensor(rows["label"].to_numpy(dtype=np.float32))
-    return torch.as_tensor(rows["label"].to_numpy(dtype=np.int64))
+        return torch.tensor(rows["label"].to_numpy(dtype=np.float32))
+    return torch.tensor(rows["label"].to_numpy(dtype=np.int64))
+
+
+def token_lengths(tokenizer, rows: pd.DataFrame) -> np.ndarray:
+    """Untruncated token count of each example (text, or text pair), specials included. (N,) int."""
+    texts = rows["text"].tolist()
+    pairs = rows["text_pair"].tolist() if "text_pair" in rows else None
+    args = (texts, pairs) if pairs is not None else (texts,)
+    enc = tokenizer(*args, truncation=False, padding=False, verbose=False)
+    return np.array([len(ids) for ids in enc["input_ids"]])

@@ -170,6 +170,9 @@ def check_family(config) -> str:
 def load_model(spec: ModelSpec, device: torch.device | str | None = None) -> LoadedModel:
     """Load a supported encoder by registry name, local folder or hub id (see module docstring)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     source, kind = resolve_source(spec.name)
     remote = {"trust_remote_code": spec.trust_remote_code}
@@ -196,7 +199,7 @@ def load_model(spec: ModelSpec, device: torch.device | str | None = None) -> Loa
         model, info = AutoModel.from_pretrained(
             source, attn_implementation="eager", output_loading_info=True, **remote
         )
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+    except Exception as exc:  # safetensors, torch and OS errors all mean "unusable weights"
         raise ModelError(
             f"Cannot load the weights of model '{spec.name}' (missing or corrupt weight file?): "
             f"{_first_line(exc)}"

@@ -86,18 +86,22 @@ class TqdmProgress:
     """A progress callback that drives one tqdm bar on stderr."""
 
     def __init__(self, description: str) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=1000, desc=description, file=sys.stderr, leave=False)
+        self.description = description
+        self.bar = None  # created on the first report, so an early error prints alone
 
     def __call__(self, fraction: float, message: str = "") -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=1000, desc=self.description, file=sys.stderr, leave=False)
         self.bar.n = int(1000 * min(max(fraction, 0.0), 1.0))
         if message:
             self.bar.set_postfix_str(message, refresh=False)
         self.bar.refresh()
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def write_json(path: str | None, payload: dict[str, Any]) -> None:

@@ -1,0 +1,21 @@
+"""tunescope — which layers and heads of a pretrained encoder should you tune for your task?
+
+Run with ``streamlit run app.py``. This file only sets up navigation and the shared sidebar;
+each page lives in views/ (not pages/: a folder of that name beside the main script switches
+Streamlit into its legacy multipage mode, which fights st.navigation).
+"""
+
+import streamlit as st
+
+from ui.state import render_sidebar
+
+st.set_page_config(page_title="tunescope", page_icon="🔭", layout="wide")
+
+PAGES = [
+    st.Page("views/home.py", title="Home", icon="🏠", default=True),
+    st.Page("views/data.py", title="Data", icon="📄"),
+]
+
+navigation = st.navigation(PAGES)
+render_sidebar()
+navigation.run()

@@ -1,0 +1,33 @@
+"""How page tests start the app: on a tiny in-process model, a small N, an isolated cache.
+
+at = make_app(tiny_bert_dir, monkeypatch)        # fixture values from tests/conftest.py
+open_page(at, "views/layers.py")
+assert not at.exception
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_app(model_dir: Path, monkeypatch, n: int = 40, data: str | None = None) -> AppTest:
+    monkeypatch.setenv("TUNESCOPE_MODEL", str(model_dir))
+    monkeypatch.setenv("TUNESCOPE_N", str(n))
+    if data is not None:
+        monkeypatch.setenv("TUNESCOPE_DATA", data)
+    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+
+
+def open_page(at: AppTest, page: str) -> AppTest:
+    """Run the app once (navigation must exist), then switch to `page` and run it."""
+    at.run()
+    at.switch_page(page)
+    return at.run()
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error] + [str(e.value) for e in at.exception]

@@ -1,0 +1,58 @@
+import pandas as pd
+import pytest
+from apptest_utils import errors, make_app, open_page
+
+
+def test_home_renders(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    assert not at.exception
+    assert "which layers and heads" in " ".join(m.value for m in at.markdown).lower()
+    assert at.sidebar.number_input(key="cfg_n").value == 40
+
+
+def test_data_page_shows_counts_lengths_and_rows(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/data.py")
+    assert not errors(at)
+    assert len(at.get("plotly_chart")) == 2  # class counts, length histogram
+    assert [m.label for m in at.metric][:3] == ["train", "dev", "test"]
+    assert len(at.dataframe[0].value) == 40
+
+
+def test_settings_survive_page_switches(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.sidebar.number_input(key="cfg_n").set_value(60).run()
+    at.switch_page("views/data.py").run()
+    assert at.sidebar.number_input(key="cfg_n").value == 60
+    assert len(at.dataframe[0].value) == 60
+
+
+def test_bad_file_is_a_clear_message_and_the_app_keeps_serving(
+    tiny_bert_dir, monkeypatch, tmp_path
+):
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"text": [f"text {i}" for i in range(12)], "label": [1] * 12}).to_csv(
+        bad, index=False
+    )
+    monkeypatch.setenv("TUNESCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = open_page(make_app(tiny_bert_dir, monkeypatch, data=str(bad)), "views/data.py")
+    assert not at.exception
+    assert any("class" in e.lower() for e in errors(at))
+    at.switch_page("views/home.py").run()
+    assert not at.exception
+
+
+def test_paths_outside_allowed_roots_are_refused(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.sidebar.selectbox(key="cfg_data_choice").set_value("file path…").run()
+    at.sidebar.text_input(key="cfg_data_path").set_value("/etc/passwd.csv").run()
+    at.switch_page("views/data.py").run()
+    assert any("outside the folders" in e for e in errors(at))
+
+
+@pytest.mark.parametrize("page", ["views/home.py", "views/data.py"])
+def test_every_foundation_page_renders(tiny_bert_dir, monkeypatch, page):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), page)
+    assert not at.exception

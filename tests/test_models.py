@@ -1,0 +1,122 @@
+import json
+
+import pytest
+import torch
+import transformers as tf
+
+from analysis.config import ModelSpec
+from analysis.models import (
+    LAYER_PARTS,
+    ModelError,
+    check_family,
+    encoder_layers,
+    layer_modules,
+    load_model,
+    trainable_copy,
+)
+
+
+def test_every_family_loads_with_its_parts(tiny_family_dir):
+    family, folder = tiny_family_dir
+    loaded = load_model(ModelSpec(str(folder)), device="cpu")
+    assert loaded.family == family
+    assert (loaded.n_layers, loaded.n_heads, loaded.d_model, loaded.d_head) == (2, 4, 32, 8)
+    layers = encoder_layers(loaded.model)
+    assert len(layers) == 2
+    parts = layer_modules(layers[0], family)
+    assert set(parts) == set(LAYER_PARTS[family])
+    assert parts["attn_out"].in_features == loaded.n_heads * loaded.d_head
+    assert all(not p.requires_grad for p in loaded.model.parameters())
+    assert not loaded.model.training
+
+
+def test_fingerprint_is_stable_and_weight_sensitive(tiny_bert_dir):
+    a = load_model(ModelSpec(str(tiny_bert_dir)), device="cpu")
+    b = load_model(ModelSpec(str(tiny_bert_dir)), device="cpu")
+    assert a.fingerprint == b.fingerprint
+    copy = trainable_copy(a)
+    with torch.no_grad():
+        encoder_layers(copy)[0].attention.self.query.weight.add_(1.0)
+    from analysis.models import weights_fingerprint
+
+    assert weights_fingerprint(copy) != a.fingerprint
+
+
+def test_trainable_copy_leaves_shared_model_untouched(tiny_bert_dir):
+    loaded = load_model(ModelSpec(str(tiny_bert_dir)), device="cpu")
+    before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    copy = trainable_copy(loaded)
+    assert copy.training and all(p.requires_grad for p in copy.parameters())
+    with torch.no_grad():
+        for p in copy.parameters():
+            p.add_(1.0)
+    for k, v in loaded.model.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_builtin_minilm_loads_offline():
+    loaded = load_model(ModelSpec("minilm"), device="cpu")
+    assert (loaded.family, loaded.n_layers, loaded.n_heads, loaded.d_model) == ("bert", 6, 12, 384)
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(ModelError, match="does not exist"):
+        load_model(ModelSpec(str(tmp_path / "nope")))
+
+
+def test_folder_without_weights(tmp_path, tiny_bert_dir):
+    folder = tmp_path / "noweights"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        if (tiny_bert_dir / name).exists():
+            (folder / name).write_bytes((tiny_bert_dir / name).read_bytes())
+    with pytest.raises(ModelError, match="weights"):
+        load_model(ModelSpec(str(folder)))
+
+
+def test_corrupt_safetensors(tmp_path, tiny_bert_dir):
+    folder = tmp_path / "corrupt"
+    folder.mkdir()
+    for f in tiny_bert_dir.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    (folder / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(ModelError, match="weights"):
+        load_model(ModelSpec(str(folder)))
+
+
+def test_decoder_only_model_is_refused(tmp_path, tiny_bert_dir):
+    folder = tmp_path / "gpt2"
+    tf.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=100).save_pretrained(folder)
+    with pytest.raises(ModelError, match="not an encoder"):
+        load_model(ModelSpec(str(folder)))
+
+
+def test_decoder_configured_bert_is_refused():
+    with pytest.raises(ModelError, match="decoder"):
+        check_family(tf.BertConfig(is_decoder=True))
+
+
+def test_unknown_family_is_refused():
+    with pytest.raises(ModelError, match="not a supported encoder family"):
+        check_family(tf.ViTConfig())
+
+
+def test_tokenizer_model_mismatch(tmp_path, tiny_bert_dir):
+    folder = tmp_path / "mismatch"
+    folder.mkdir()
+    for f in tiny_bert_dir.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    config["vocab_size"] = 10
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError):
+        load_model(ModelSpec(str(folder)))
+
+
+def test_unreachable_hub_id_names_the_model(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(
+        ModelError,
+        match=r"no-such-org/no-such-model.*neither as a local folder nor on the model hub",
+    ):
+        load_model(ModelSpec("no-such-org/no-such-model"))

@@ -1,0 +1,1 @@
+"""Streamlit-side helpers: shared sidebar state, cached loaders, figures."""

@@ -1,0 +1,1 @@
+"""Figure builders: data in, plotly Figure out (one module per page)."""

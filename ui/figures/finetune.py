@@ -1,0 +1,177 @@
+"""Figures of the fine-tune page: live loss curves and the paper's comparisons against baselines.
+
+Every function takes tables (see analysis.runs.results) and returns a plotly Figure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.runs.results import pareto_front
+
+# Blue ℓ*-down, green ℓ*-up, red baselines: the colours of the first paper's Figure 4.
+FAMILY_COLOURS = {
+    "ℓ*-down": "#1f77b4",
+    "ℓ*-up": "#2ca02c",
+    "baseline": "#d62728",
+    "middle": "#9467bd",
+    "other": "#7f7f7f",
+}
+
+
+def _colour(family: str) -> str:
+    return FAMILY_COLOURS.get(family, FAMILY_COLOURS["other"])
+
+
+def loss_curve(steps: pd.DataFrame, title: str = "") -> go.Figure:
+    """Train loss per step (left axis) and the dev score at each evaluation (right axis).
+
+    steps: long format (step, kind, key, value) as `RunsDB.steps` returns it.
+    """
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    train = steps[(steps["kind"] == "train") & (steps["key"] == "loss")]
+    fig.add_trace(
+        go.Scatter(x=train["step"], y=train["value"], mode="lines", name="train loss"),
+        secondary_y=False,
+    )
+    dev = steps[steps["kind"] == "dev"]
+    for key, part in dev.groupby("key", sort=False):
+        fig.add_trace(
+            go.Scatter(x=part["step"], y=part["value"], mode="lines+markers", name=f"{key} score"),
+            secondary_y=True,
+        )
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="loss", secondary_y=False)
+    fig.update_yaxes(title_text="dev score", secondary_y=True)
+    fig.update_layout(title=title, height=280, margin=dict(t=40, b=30, l=10, r=10))
+    return fig
+
+
+def score_vs_layers(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
+    """The first paper's Figure 4: test score vs number of tuned layers, one colour per family,
+    mean ± standard error over seeds (error bars)."""
+    fig = go.Figure()
+    points = summary.dropna(subset=["n_tuned_layers", "score"])
+    for family, part in points.groupby("family", sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=part["n_tuned_layers"],
+                y=part["score"],
+                error_y=dict(type="data", array=part["score_sem"].fillna(0.0), visible=True),
+                mode="markers",
+                marker=dict(size=10, color=_colour(family)),
+                name=str(family),
+                text=part["label"],
+                customdata=part["n_seeds"],
+                hovertemplate="%{text}<br>layers tuned %{x}<br>score %{y:.4f}"
+                "<br>seeds %{customdata}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        xaxis_title="number of tuned layers",
+        yaxis_title=f"test {metric} (mean ± s.e. over seeds)",
+        legend_title="family",
+        height=420,
+    )
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def score_vs_params(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
+    """Test score vs trainable parameters (log x) for every method, with the Pareto frontier:
+    the runs that no other run beats with as few or fewer trainable parameters."""
+    fig = go.Figure()
+    points = summary.dropna(subset=["n_trainable", "score"]).reset_index(drop=True)
+    for family, part in points.groupby("family", sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=part["n_trainable"],
+                y=part["score"],
+                error_y=dict(type="data", array=part["score_sem"].fillna(0.0), visible=True),
+                mode="markers",
+                marker=dict(size=10, color=_colour(family)),
+                name=str(family),
+                text=part["label"],
+                hovertemplate="%{text}<br>n_trainable %{x:,}<br>score %{y:.4f}<extra></extra>",
+            )
+        )
+    front = points[pareto_front(points["n_trainable"], points["score"])].sort_values("n_trainable")
+    if not front.empty:
+        fig.add_trace(
+            go.Scatter(
+                x=front["n_trainable"],
+                y=front["score"],
+                mode="lines",
+                line=dict(shape="hv", dash="dot", color="black"),
+                name="Pareto frontier",
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        xaxis_title="trainable parameters (n_trainable, log scale)",
+        yaxis_title=f"test {metric}",
+        height=420,
+    )
+    fig.update_xaxes(type="log")
+    return fig
+
+
+def costs(summary: pd.DataFrame) -> go.Figure:
+    """Wall-clock per run and peak memory per strategy, side by side, sorted by wall-clock."""
+    data = summary.sort_values("wall_s", na_position="last")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("wall-clock (s)", "peak memory (MB)"))
+    colours = [_colour(f) for f in data["family"]]
+    fig.add_trace(
+        go.Bar(x=data["label"], y=data["wall_s"], marker_color=colours, name="wall-clock"),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(x=data["label"], y=data["peak_mem_mb"], marker_color=colours, name="peak memory"),
+        row=1,
+        col=2,
+    )
+    fig.update_layout(showlegend=False, height=360)
+    return fig
+
+
+def compute_saved(saved: pd.DataFrame) -> go.Figure:
+    """For every cut model (ℓ_head < L): the share of step time saved against full fine-tuning
+    (bars) and its test score (markers, right axis)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(
+        go.Bar(
+            x=saved["label"],
+            y=100 * saved["step_time_saved"],
+            name="step time saved (%)",
+            marker_color="#1f77b4",
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=saved["label"],
+            y=100 * saved["layers_saved"],
+            name="layers removed (%)",
+            marker_color="#aec7e8",
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=saved["label"],
+            y=saved["score"],
+            error_y=dict(type="data", array=np.nan_to_num(saved["score_sem"].to_numpy(float))),
+            mode="markers",
+            marker=dict(size=11, color="black"),
+            name="test score",
+        ),
+        secondary_y=True,
+    )
+    fig.update_yaxes(title_text="saved vs full fine-tuning (%)", secondary_y=False)
+    fig.update_yaxes(title_text="test score", secondary_y=True)
+    fig.update_layout(barmode="group", height=360)
+    return fig

@@ -1,0 +1,80 @@
+"""Data page: the chosen dataset, its parts, and what an extraction will compute and cache."""
+
+import pandas as pd
+import streamlit as st
+
+from analysis.data import sample
+from analysis.extract import token_lengths
+from ui.figures import data as figures
+from ui.state import get_data, get_model, settings, show_error
+
+st.title("Data")
+st.markdown(
+    "The dataset chosen in the sidebar, split into **train / dev / test** parts. The analyses use a "
+    "sample of N examples of the train part; fine-tuning trains on train, selects on dev and "
+    "reports the score on test."
+)
+try:
+    cfg = settings()
+    data = get_data(cfg.data)
+except ValueError as exc:
+    show_error(exc)
+    st.stop()
+
+st.subheader(data.title)
+for note in data.notes:
+    st.info(note)
+sizes = {part: len(frame) for part, frame in data.parts.items()}
+cols = st.columns(4)
+cols[0].metric("train", f"{sizes['train']:,}")
+cols[1].metric("dev", f"{sizes['dev']:,}")
+cols[2].metric("test", f"{sizes['test']:,}")
+cols[3].metric("task metric", data.metric)
+
+if data.task_type == "classification":
+    counts = pd.concat(
+        [
+            frame["label"].map(dict(enumerate(data.label_names))).value_counts().rename_axis("label")
+            .reset_index(name="count").assign(part=part)
+            for part, frame in data.parts.items()
+        ]
+    )  # fmt: skip
+    st.plotly_chart(figures.class_counts(counts), width="stretch")
+else:
+    labels = pd.concat([frame[["label"]].assign(part=part) for part, frame in data.parts.items()])
+    st.plotly_chart(figures.label_histogram(labels), width="stretch")
+
+try:
+    rows = sample(data, cfg.sample)
+except ValueError as exc:
+    show_error(exc)
+    st.stop()
+
+st.subheader(f"The sample: N = {len(rows):,} examples of the train part (seed {cfg.sample.seed})")
+try:
+    loaded = get_model(cfg.model)
+except ValueError as exc:
+    show_error(exc)
+    st.stop()
+lengths = token_lengths(loaded.tokenizer, rows)
+shown = rows.assign(tokens=lengths)
+if data.task_type == "classification":
+    shown["label"] = shown["label"].map(dict(enumerate(data.label_names)))
+st.plotly_chart(figures.length_histogram(shown, cfg.max_length), width="stretch")
+truncated = int((lengths > cfg.max_length).sum())
+st.caption(
+    f"{truncated} of {len(rows)} examples are longer than {cfg.max_length} tokens and will be truncated."
+)
+st.dataframe(shown.head(200), width="stretch", hide_index=True)
+st.download_button("Download the sample (CSV)", shown.to_csv(index=False), "sample.csv", "text/csv")
+
+st.subheader("What will be cached")
+st.markdown(
+    f"One forward pass of **{loaded.name}** ({loaded.family}, {loaded.n_layers} layers, "
+    f"{loaded.n_heads} heads, d_model {loaded.d_model}) over these {len(rows):,} examples gives the "
+    f"**{cfg.pooling}**-pooled state of every layer 0..{loaded.n_layers}: a tensor of "
+    f"{loaded.n_layers + 1} × {len(rows):,} × {loaded.d_model} floats "
+    f"({(loaded.n_layers + 1) * len(rows) * loaded.d_model * 4 / 1e6:.1f} MB), stored under the cache "
+    "folder as safetensors + JSON, keyed by the model's weights, the data, the sample, the pooling "
+    "and the max length."
+)
