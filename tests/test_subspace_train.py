@@ -1,0 +1,140 @@
+"""Fine-tuning inside a subspace: exact chain rule, only θ_j and the classifier train."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import functional_call
+from transformers import AutoModel
+
+from analysis import subspace as S
+from analysis.config import ModelSpec
+from analysis.finetune import EncoderClassifier, FinetuneConfig
+from analysis.subspace_train import (
+    H_VECTORS,
+    prepare_subspace,
+    prepare_subspace_random,
+    random_orthonormal,
+)
+
+
+def classifier_model(model_dir) -> EncoderClassifier:
+    torch.manual_seed(0)
+    return EncoderClassifier(AutoModel.from_pretrained(model_dir), "bert", 2).eval()
+
+
+@pytest.fixture
+def trajectory(tmp_path, tiny_bert_dir):
+    """A 5-snapshot trajectory of random moves of a tiny BERT's layers."""
+    model = classifier_model(tiny_bert_dir)
+    rec = S.TrajectoryRecorder(tmp_path / "traj", model.layers, every=1)
+    rec.maybe_record(0)
+    g = torch.Generator().manual_seed(0)
+    for step in range(1, 6):
+        with torch.no_grad():
+            for p in model.encoder.parameters():
+                p.add_(1e-2 * torch.randn(p.shape, generator=g))
+        rec.maybe_record(step)
+    rec.close()
+    return tmp_path / "traj"
+
+
+def config(model_dir, method="subspace", source=None, seed=0) -> FinetuneConfig:
+    return FinetuneConfig(
+        model=ModelSpec(str(model_dir)), method=method, subspace_from=source, seed=seed
+    )
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 5, (4, 7), generator=g)  # the tiny tokenizer's vocabulary
+    return ids, torch.ones(4, 7, dtype=torch.long), torch.tensor([0, 1, 0, 1])
+
+
+def test_hook_gradient_equals_autograd_through_the_reparameterisation(tiny_bert_dir, trajectory):
+    model = classifier_model(tiny_bert_dir)
+    prepared = prepare_subspace(model, config(tiny_bert_dir, source=str(trajectory)))
+    ids, mask, y = batch()
+    torch.nn.functional.cross_entropy(model(ids, mask), y).backward()
+    hook_grads = [sub.coords.grad.clone() for sub in model.subspace]
+    assert all(p.grad is None for layer in model.layers for p in layer.parameters())
+
+    # the same loss as an explicit function of the θ_j: θ_layer = θ_0 + V · mean_j θ_j
+    coords = [sub.coords.detach().clone().requires_grad_(True) for sub in model.subspace]
+    override = {}
+    for number, (layer, sub, c) in enumerate(
+        zip(model.layers, model.subspace, coords, strict=True), start=1
+    ):
+        flat = sub.theta0 + sub.V @ c.mean(dim=0)
+        prefix = f"encoder.encoder.layer.{number - 1}."
+        for slot in S.layer_slots(layer):
+            override[prefix + slot.name] = flat[slot.offset : slot.offset + slot.numel].view(
+                slot.shape
+            )
+    logits = functional_call(model, override, (ids, mask))
+    torch.nn.functional.cross_entropy(logits, y).backward()
+    for got, want in zip(hook_grads, [c.grad for c in coords], strict=True):
+        assert got.shape == (H_VECTORS, 5)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-9)
+    assert prepared.n_trainable == 2 * H_VECTORS * 5 + sum(
+        p.numel() for p in model.classifier.parameters()
+    )
+
+
+def test_only_theta_j_and_classifier_train(tiny_bert_dir, trajectory):
+    model = classifier_model(tiny_bert_dir)
+    prepared = prepare_subspace(model, config(tiny_bert_dir, source=str(trajectory)))
+    frozen_before = {
+        n: p.detach().clone() for n, p in model.named_parameters() if "embeddings" in n
+    }
+    coords_before = [sub.coords.detach().clone() for sub in model.subspace]
+    theta0 = [sub.theta0.clone() for sub in model.subspace]
+    head_before = model.classifier.out.weight.detach().clone()
+    optimizer = torch.optim.AdamW(prepared.param_groups(0.01), lr=1e-2)
+    trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    encoder_ids = {id(p) for p in model.encoder.parameters()}
+    assert not trained & encoder_ids  # no encoder tensor is in the optimizer
+    ids, mask, y = batch()
+    for _ in range(3):
+        torch.nn.functional.cross_entropy(model(ids, mask), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        prepared.after_step()
+    for name, before in frozen_before.items():
+        assert torch.equal(dict(model.named_parameters())[name], before), name
+    assert not torch.equal(model.classifier.out.weight, head_before)
+    for layer, sub, c0, t0 in zip(model.layers, model.subspace, coords_before, theta0, strict=True):
+        assert not torch.equal(sub.coords, c0)  # the θ_j moved
+        assert torch.equal(sub.theta0, t0)  # θ_0 is kept as it was
+        moved = S.flatten_layer(layer) - t0  # effective weights moved, inside span(V)
+        assert moved.norm() > 1e-4
+        torch.testing.assert_close(moved, sub.V @ sub.coords.detach().mean(0), atol=1e-6, rtol=0)
+    # a saved state restores the θ_j with the weights (and carries no copy of V)
+    state = model.state_dict()
+    assert "subspace.0.coords" in state and not any(k.endswith(".V") for k in state)
+
+
+def test_random_subspace_has_the_intrinsic_shape_and_is_orthonormal(tiny_bert_dir, trajectory):
+    basis = random_orthonormal(5000, 12, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(basis.T @ basis, torch.eye(12), atol=1e-5, rtol=0)
+    again = random_orthonormal(5000, 12, torch.Generator().manual_seed(0))
+    assert torch.equal(basis, again)
+    model = classifier_model(tiny_bert_dir)
+    prepare_subspace_random(model, config(tiny_bert_dir, "subspace-random", str(trajectory)))
+    intrinsic = classifier_model(tiny_bert_dir)
+    prepare_subspace(intrinsic, config(tiny_bert_dir, source=str(trajectory)))
+    for rand, real in zip(model.subspace, intrinsic.subspace, strict=True):
+        assert rand.V.shape == real.V.shape
+        assert (rand.V.T @ real.V).abs().max() < 0.2  # unrelated directions
+    fallback = classifier_model(tiny_bert_dir)
+    prepare_subspace_random(fallback, config(tiny_bert_dir, "subspace-random"))
+    assert fallback.subspace[0].V.shape[1] == 32
+
+
+def test_subspace_from_another_model_is_refused(tmp_path, trajectory):
+    from tiny import make_tiny_model_dir
+
+    other = make_tiny_model_dir("bert", tmp_path, d_model=16)
+    model = EncoderClassifier(AutoModel.from_pretrained(other), "bert", 2)
+    with pytest.raises(ValueError, match="different model"):
+        prepare_subspace(model, config(other, source=str(trajectory)))
