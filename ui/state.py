@@ -34,21 +34,11 @@ def default_n() -> int:
 
 
 OTHER = "other (folder or hub id)…"
-GLUE = [
-    "glue/sst2",
-    "glue/cola",
-    "glue/mrpc",
-    "glue/qqp",
-    "glue/stsb",
-    "glue/mnli",
-    "glue/qnli",
-    "glue/rte",
-]
 UPLOAD = "upload a file…"
 
 
 def _defaults() -> None:
-    from analysis.data import BUILTIN_DATA
+    from analysis.data import BUILTIN_DATA, GLUE_DATA
     from analysis.models import BUILTIN_MODELS
 
     state = st.session_state
@@ -56,7 +46,7 @@ def _defaults() -> None:
     state.setdefault("cfg_model_choice", model if model in BUILTIN_MODELS else OTHER)
     state.setdefault("cfg_model_other", "" if model in BUILTIN_MODELS else model)
     state.setdefault("cfg_trust_remote", False)
-    known = [*BUILTIN_DATA, *GLUE]
+    known = [*BUILTIN_DATA, *GLUE_DATA]
     state.setdefault("cfg_data_choice", data if data in known else "file path…")
     state.setdefault("cfg_data_path", "" if data in known else data)
     for key, value in {
@@ -68,7 +58,7 @@ def _defaults() -> None:
 
 def render_sidebar() -> None:
     """Draw the shared settings; called by app.py before every page."""
-    from analysis.data import BUILTIN_DATA
+    from analysis.data import BUILTIN_DATA, GLUE_DATA
     from analysis.models import BUILTIN_MODELS
 
     _defaults()
@@ -85,7 +75,7 @@ def render_sidebar() -> None:
         )  # fmt: skip
         if st.session_state.cfg_trust_remote:
             side.warning("trust_remote_code is on: the model's own code will run.")
-    side.selectbox("Dataset", [*BUILTIN_DATA, *GLUE, "file path…", UPLOAD], key="cfg_data_choice")
+    side.selectbox("Dataset", [*BUILTIN_DATA, *GLUE_DATA, "file path…", UPLOAD], key="cfg_data_choice")
     choice = st.session_state.cfg_data_choice
     if choice == UPLOAD:
         upload = side.file_uploader(
