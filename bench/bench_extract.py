@@ -24,17 +24,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.cache import DiskCache  # noqa: E402
-from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec  # noqa: E402
-from analysis.data import load_data, sample  # noqa: E402
-from analysis.extract import (  # noqa: E402
+from analysis.cache import DiskCache
+from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
+from analysis.data import load_data, sample
+from analysis.extract import (
     extract_states,
     forward_all_layers,
     iter_encoded_batches,
     model_inputs,
     pool,
 )
-from analysis.models import load_model  # noqa: E402
+from analysis.models import load_model
 
 
 def naive(loaded, texts, batch_size=8, width=128):
