@@ -882,3 +882,118 @@ def apply_zero_weights(model: nn.Module, positions: dict[str, list[list[int]]] |
 def count_by_kind(outliers: Sequence[LayerOutliers]) -> Counter:
     """How often each kind appears among the top outliers (for the table's summary)."""
     return Counter(entry["kind"] for lo in outliers for entry in lo.top)
+
+
+# ----------------------------------------------------------------------------------------------
+# Everything about one trajectory, for the CLI and the page
+
+
+@dataclass
+class SubspaceReport:
+    """Spectrum and outliers of every layer of one trajectory (see `analyse_trajectory`)."""
+
+    trajectory: Trajectory
+    centre: bool
+    spectra: list[LayerSpectrum]
+    outliers: list[LayerOutliers]
+    profiles: dict[int, np.ndarray]  # layer -> (n_bins,) max |u| per run of coordinates
+    recurring: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``layers`` (layer, n_params, singular_values, explained_variance_ratio,
+        rank, n_directions_90, n_outliers, mean, std, threshold, outliers[param, name, kind, row,
+        col, hidden_dim, value, index]) and ``recurring`` (hidden_dim, n_layers, layers)."""
+        traj = self.trajectory
+        layers = []
+        for sp, lo in zip(self.spectra, self.outliers, strict=True):
+            layers.append(
+                {
+                    "layer": sp.layer,
+                    "n_params": sp.n_params,
+                    "singular_values": sp.singular_values,
+                    "explained_variance_ratio": sp.explained_variance_ratio,
+                    "rank": sp.rank,
+                    "n_directions_90": sp.n_directions(0.9),
+                    "n_outliers": lo.n_outliers,
+                    "mean": lo.mean,
+                    "std": lo.std,
+                    "threshold": lo.threshold,
+                    "outliers": [
+                        {
+                            k: e[k]
+                            for k in (
+                                "param",
+                                "name",
+                                "kind",
+                                "row",
+                                "col",
+                                "hidden_dim",
+                                "value",
+                                "index",
+                            )
+                        }
+                        for e in lo.top
+                    ],
+                }
+            )
+        return {
+            "trajectory_dir": str(traj.folder),
+            "t": traj.t,
+            "steps": list(traj.steps),
+            "dtype": traj.dtype,
+            "bytes_per_snapshot": traj.bytes_per_snapshot,
+            "centre": self.centre,
+            "update": "final update theta_t - theta_0 projected on the trajectory subspace",
+            "n_sigma": N_SIGMA,
+            "layers": layers,
+            "recurring": self.recurring,
+        }
+
+    def outlier_table(self) -> list[dict[str, Any]]:
+        """One row per top outlier, every layer (for a table or a CSV)."""
+        return [
+            {k: e[k] for k in ("layer", "kind", "param", "row", "col", "hidden_dim", "value")}
+            for lo in self.outliers
+            for e in lo.top
+        ]
+
+
+def analyse_trajectory(
+    source: Trajectory | Path | str,
+    centre: bool = False,
+    n_sigma: float = N_SIGMA,
+    top_k: int = TOP_K,
+    n_bins: int = 512,
+    cache: DiskCache | None = None,
+    progress: Progress | None = None,
+) -> SubspaceReport:
+    """Spectrum, learned update u and its outliers for every layer, one layer in memory at a time.
+
+    u is `final_update` (the last snapshot's θ_t − θ_0 projected on the trajectory's subspace).
+    For a run trained with method ``subspace`` this is V(θ̄_t − θ̄_0), the paper's V θ̄ up to its
+    tiny starting point; for full fine-tuning it is the full update.
+    """
+    traj = _as_trajectory(source)
+    report = progress or no_progress
+    spectra, outliers, profiles = [], [], {}
+    n = len(traj.layers)
+    for k, layer in enumerate(traj.layers):
+        report(k / n, f"layer {layer}: SVD of the trajectory")
+        svd, _ = load_layer_svd(traj, layer, centre=centre, cache=cache)
+        spectra.append(
+            LayerSpectrum(
+                layer=layer,
+                n_params=traj.n_params(layer),
+                singular_values=svd.singular_values.tolist(),
+                explained_variance_ratio=svd.explained_variance_ratio.tolist(),
+                rank=int(svd.V.shape[1]),
+            )
+        )
+        report((k + 0.7) / n, f"layer {layer}: outliers of the update")
+        u = final_update(traj, layer, svd.V)
+        del svd
+        outliers.append(find_outliers(u, traj, layer, n_sigma=n_sigma, top_k=top_k))
+        profiles[layer] = abs_profile(u, n_bins)
+        del u
+    report(1.0, "done")
+    return SubspaceReport(traj, centre, spectra, outliers, profiles, recurring_dims(outliers))
