@@ -19,10 +19,12 @@ table); `migrate` upgrades an older file in place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -189,17 +191,24 @@ def _config_fields(cfg: Any) -> dict[str, Any]:
 
 
 def run_label(config: dict[str, Any]) -> str:
-    """A short human name for what a run trains: ``(1, 3, 3)``, ``heads ×6``, ``adapter 3,4``…"""
-    method = config.get("method", "?")
+    """A short human name for what a run trains: ``(1, 3, 3)``, ``heads ×6``, ``lora 3,4``…"""
+    method = str(config.get("method", "?"))
     layers = config.get("layers")
-    if layers:
+    if method == "layers" and layers:
         return "(" + ", ".join(str(int(x)) for x in layers) + ")"
     if method == "heads":
-        heads = config.get("heads") or ()
-        return f"heads ×{len(heads)}"
-    if method == "adapter" and config.get("adapter_layers"):
-        return "adapter " + ",".join(str(x) for x in config["adapter_layers"])
-    return str(method)
+        heads = config.get("heads") or {}
+        chosen = heads.values() if isinstance(heads, dict) else [h for _, h in heads]
+        label = f"heads ×{sum(len(h) for h in chosen)}"
+    elif method in ("adapter", "lora") and config.get(f"{method}_layers"):
+        label = f"{method} " + ",".join(str(x) for x in config[f"{method}_layers"])
+    elif method in ("adapter", "lora") and layers:
+        label = f"{method} {layers[0]}–{layers[1]}"
+    else:
+        label = method
+    if layers and method != "layers":
+        label += f" @{layers[2]}"  # the classifier reads layer ℓ_head
+    return label
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -223,28 +232,45 @@ def pid_alive(pid: int | None) -> bool:
 class RunsDB:
     """The runs database at ``path`` (default: ``<cache root>/runs.sqlite``).
 
-    Cheap to create; each call opens its own short-lived connection, so one object can be
-    shared across threads (Streamlit) and survives forks.
+    Holds one connection, shared by the threads of a process under a lock (Streamlit runs
+    scripts in threads). Keeping it open matters: closing the last connection to a WAL file
+    checkpoints and fsyncs, which would make every small write cost tens of milliseconds.
     """
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else db_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._conn: sqlite3.Connection | None = None
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode = WAL")
             migrate(conn)
 
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
     # ---- connections -------------------------------------------------------------------------
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        try:
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            yield conn
-        finally:
-            conn.close()
+        with self._lock:
+            if self._conn is None or self._pid != os.getpid():
+                # (A forked child never reuses its parent's connection.)
+                conn = sqlite3.connect(
+                    self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+                )
+                conn.execute("PRAGMA busy_timeout = 30000")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute("PRAGMA foreign_keys = ON")
+                self._conn, self._pid = conn, os.getpid()
+            yield self._conn
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
