@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 import threading
-import uuid
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,7 @@ class DiskCache:
             if file_sha256(data_path) != meta.get("data_sha256"):
                 raise CacheMiss("content hash mismatch")
             tensors = load_file(str(data_path))
-        except (OSError, ValueError, KeyError, CacheMiss, json.JSONDecodeError, Exception):
+        except Exception:  # OSError, JSON, safetensors header errors, CacheMiss: all mean unusable
             # Corrupt, partial or foreign: never use it; remove it so it is recomputed.
             shutil.rmtree(folder, ignore_errors=True)
             return None
@@ -175,14 +175,17 @@ class DiskCache:
                         "path": str(entry),
                     }
 
-    def clear_stale_temp(self) -> int:
-        """Remove temporary folders left by writers that died mid-write."""
+    def clear_stale_temp(self, older_than_s: float = 3600.0) -> int:
+        """Remove temporary folders left by writers that died mid-write (old enough that no live
+        writer can still own them). They are never read as entries either way."""
         removed = 0
         if not self.root.is_dir():
             return 0
+        now = time.time()
         for tmp in self.root.glob("*/.tmp-*"):
-            shutil.rmtree(tmp, ignore_errors=True)
-            removed += 1
+            if now - tmp.stat().st_mtime > older_than_s:
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed += 1
         return removed
 
 
@@ -190,7 +193,3 @@ def _fsync_dir(folder: Path) -> None:
     for f in folder.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
-
-
-def unique_suffix() -> str:
-    return uuid.uuid4().hex[:8]

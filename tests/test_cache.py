@@ -98,3 +98,17 @@ def test_entries_lists_valid_ones(cache):
     (cache.root / "states" / ".tmp-dead").mkdir()
     listed = list(cache.entries())
     assert len(listed) == 1 and listed[0]["kind"] == "states" and listed[0]["recipe"] == {"r": 1}
+
+
+def test_stale_temp_folders_are_cleared_only_when_old(cache):
+    import os
+    import time
+
+    young = cache.root / "states" / ".tmp-young"
+    old = cache.root / "states" / ".tmp-old"
+    young.mkdir(parents=True)
+    old.mkdir()
+    past = time.time() - 7200
+    os.utime(old, (past, past))
+    assert cache.clear_stale_temp() == 1
+    assert young.exists() and not old.exists()

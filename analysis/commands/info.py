@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     apply_cache(args)
     cache = DiskCache()
+    cache.clear_stale_temp()
     entries = list(cache.entries())
     print("Built-in models (work offline):")
     for name, text in BUILTIN_MODELS.items():
