@@ -1,0 +1,88 @@
+"""``finetune``: one fine-tuning run in the foreground, recorded in the runs database."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from analysis.commands._common import add_model_data, apply_cache, write_json
+from analysis.runs.options import StepBar, add_training_options, finetune_config, parse_ints
+
+NAME = "finetune"
+HELP = "fine-tune one strategy (layers, heads, adapters, LoRA, BitFit…) and record the run"
+METHODS = (
+    "full",
+    "layers",
+    "heads",
+    "adapter",
+    "lora",
+    "bitfit",
+    "frozen",
+    "subspace",
+    "subspace-random",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_data(parser)
+    parser.add_argument("--method", default="full", choices=METHODS)
+    parser.add_argument(
+        "--layers", default=None, help="ℓ_bottom,ℓ_top,ℓ_head, e.g. 1,3,3 (method layers)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="training seed")
+    add_training_options(parser)
+    parser.add_argument("--json", default=None, help="write the result as JSON here ('-': stdout)")
+    parser.add_argument(
+        "--queue",
+        action="store_true",
+        help="queue the run for the background worker instead of running it here",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.runs.db import RunsDB
+    from analysis.runs.execute import execute_run
+
+    apply_cache(args)
+    layers = parse_ints(args.layers, "--layers")
+    cfg = finetune_config(args, method=args.method, layers=layers, seed=args.seed)
+    db = RunsDB()
+    if args.queue:
+        from analysis.runs.worker import ensure_worker
+
+        run_id = db.enqueue(cfg)
+        pid = ensure_worker(db.path.parent)
+        print(f"queued run {run_id} (worker pid {pid}); follow it with `runs show {run_id}`")
+        write_json(args.json, {"run_id": run_id, "status": "queued"})
+        return 0
+    run_id = db.enqueue(cfg, running_pid=os.getpid(), device=cfg.device)
+    bar = StepBar(cfg.steps, f"{run_id} {db.get_run(run_id)['label']}")
+    try:
+        status = execute_run(db, run_id, cfg, on_step=bar.step, on_progress=bar.message)
+    finally:
+        bar.close()
+    run = db.get_run(run_id)
+    if status != "done":
+        print(f"run {run_id} {status}: {run['error'] or ''}".rstrip(": "), file=sys.stderr)
+        return 130 if status == "cancelled" else 1
+    result = dict(run["result"])
+    result.setdefault("config", run["config"])
+    result["run_id"] = run_id
+    print(f"run {run_id}: {summary_line(result)}")
+    write_json(args.json, result)
+    return 0
+
+
+def summary_line(result: dict) -> str:
+    """``accuracy 0.8125 on test; 1,234 of 22,000 parameters trained; 12.3 s; peak 512 MB``."""
+
+    def num(key: str, spec: str) -> str:
+        value = result.get(key)
+        return format(value, spec) if isinstance(value, (int, float)) else "?"
+
+    return (
+        f"{result.get('metric', 'score')} {num('score', '.4f')} on test; "
+        f"{num('n_trainable', ',')} of {num('n_params', ',')} parameters trained; "
+        f"{num('wall_s', '.1f')} s; peak memory {num('peak_mem_mb', '.0f')} MB"
+    )

@@ -1,0 +1,153 @@
+"""``sweep``: the paper's strategies × seeds, queued for the worker (or run here, one by one)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from analysis.commands._common import add_model_data, apply_cache, write_json
+from analysis.runs.options import StepBar, add_training_options, finetune_config, parse_ints
+from analysis.runs.strategies import STRATEGY_NAMES
+
+NAME = "sweep"
+HELP = (
+    "queue a grid of strategies (ℓ*-down, ℓ*-up, baselines, LoRA…) × seeds into the runs database"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_data(parser)
+    parser.add_argument(
+        "--strategies",
+        default="down,up,baselines",
+        help=f"comma-separated, from: {', '.join(STRATEGY_NAMES)}",
+    )
+    parser.add_argument("--seeds", default="0,1,2", help="training seeds, e.g. 0,1,2")
+    parser.add_argument(
+        "--l-star",
+        type=int,
+        default=None,
+        help="ℓ* (default: computed as argmin ν on --n examples)",
+    )
+    parser.add_argument("--n", type=int, default=1000, help="examples used to compute ℓ*")
+    parser.add_argument(
+        "--all-tops", action="store_true", help="ℓ*-up also as (ℓ*+1, t, t) for every t < L"
+    )
+    add_training_options(parser)
+    parser.add_argument(
+        "--foreground", action="store_true", help="run the sweep here instead of queueing it"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, queue nothing")
+    parser.add_argument("--json", default=None, help="write the plan (and results) as JSON here")
+
+
+def compute_l_star(args: argparse.Namespace, loaded) -> int:
+    """argmin ν over ℓ = 1..L on a sample of the train part (SPEC.md, "Layer metrics")."""
+    from analysis.commands._common import TqdmProgress, data_spec_from_args
+    from analysis.config import ExtractConfig, SampleSpec
+    from analysis.extract import extract_states
+    from analysis.layer_metrics import layer_metrics, summary
+
+    cfg = ExtractConfig(
+        model=loaded.spec,
+        data=data_spec_from_args(args),
+        sample=SampleSpec(n=args.n, seed=0),
+        pooling=args.pooling,
+        max_length=args.max_length,
+    )
+    bar = TqdmProgress("ν per layer")
+    try:
+        states = extract_states(cfg, progress=bar, loaded=loaded)
+    finally:
+        bar.close()
+    table = layer_metrics(
+        states.states.numpy(), states.labels.numpy(), metric=states.metric, which=("nu",)
+    )
+    l_star = summary(table)["l_star"]
+    if l_star is None:
+        raise ValueError("ν could not be computed on any layer; give --l-star.")
+    return int(l_star)
+
+
+def loaded_spec(args: argparse.Namespace):
+    from analysis.commands._common import model_spec_from_args
+
+    return model_spec_from_args(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.models import load_model
+    from analysis.runs.db import RunsDB
+    from analysis.runs.strategies import sweep_strategies
+
+    apply_cache(args)
+    names = [n.strip() for n in args.strategies.split(",") if n.strip()]
+    seeds = parse_ints(args.seeds, "--seeds") or (0,)
+    loaded = load_model(loaded_spec(args), device=args.device)
+    n_layers = loaded.n_layers
+    l_star = args.l_star
+    if l_star is None and ({"down", "up"} & set(names)):
+        l_star = compute_l_star(args, loaded)
+        print(f"ℓ* = {l_star} (argmin ν over layers 1..{n_layers})")
+    if "heads" in names and not args.heads:
+        raise ValueError("The heads strategy needs --heads FILE (from the heads page or CLI).")
+    plan = sweep_strategies(names, n_layers, l_star=l_star, all_tops=args.all_tops)
+    configs = [
+        (s, finetune_config(args, method=s.method, layers=s.layers, seed=seed))
+        for s in plan
+        for seed in seeds
+    ]
+    print(f"{len(plan)} strategies × {len(seeds)} seeds = {len(configs)} runs (L = {n_layers})")
+    for strategy in plan:
+        print(f"  {strategy.family:<9} {strategy.method:<7} {strategy.label}")
+    payload: dict = {"l_star": l_star, "n_layers": n_layers, "runs": []}
+    if args.dry_run:
+        payload["runs"] = [
+            {"family": s.family, "method": s.method, "label": s.label, "seed": c.seed}
+            for s, c in configs
+        ]
+        write_json(args.json, payload)
+        return 0
+    db = RunsDB()
+    sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S")
+    if not args.foreground:
+        from analysis.runs.worker import ensure_worker
+
+        ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=s.family) for s, cfg in configs]
+        pid = ensure_worker(db.path.parent, device=args.device)
+        print(f"queued {len(ids)} runs as {sweep_id} (worker pid {pid})")
+        payload["sweep_id"] = sweep_id
+        payload["runs"] = [{"run_id": i, "status": "queued"} for i in ids]
+        write_json(args.json, payload)
+        return 0
+    return _run_here(db, configs, sweep_id, loaded, payload, args)
+
+
+def _run_here(db, configs, sweep_id, loaded, payload, args) -> int:
+    from analysis.commands.finetune import summary_line
+    from analysis.runs.execute import execute_run
+
+    failures = 0
+    for strategy, cfg in configs:
+        run_id = db.enqueue(
+            cfg, sweep_id=sweep_id, strategy=strategy.family, running_pid=os.getpid()
+        )
+        bar = StepBar(cfg.steps, f"{strategy.label} seed {cfg.seed}")
+        try:
+            status = execute_run(db, run_id, cfg, loaded=loaded, on_step=bar.step)
+        finally:
+            bar.close()
+        run = db.get_run(run_id)
+        if status == "done":
+            print(f"{run_id} {strategy.label} seed {cfg.seed}: {summary_line(run['result'])}")
+        else:
+            failures += 1
+            print(f"{run_id} {strategy.label}: {status} {run['error'] or ''}", file=sys.stderr)
+        payload["runs"].append(
+            {"run_id": run_id, "status": status, "family": strategy.family, "result": run["result"]}
+        )
+    payload["sweep_id"] = sweep_id
+    write_json(args.json, payload)
+    return 1 if failures else 0
