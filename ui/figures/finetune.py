@@ -37,10 +37,10 @@ def loss_curve(steps: pd.DataFrame, title: str = "") -> go.Figure:
         go.Scatter(x=train["step"], y=train["value"], mode="lines", name="train loss"),
         secondary_y=False,
     )
-    dev = steps[steps["kind"] == "dev"]
-    for key, part in dev.groupby("key", sort=False):
+    dev = steps[(steps["kind"] == "dev") & (steps["key"] == "dev")]
+    if not dev.empty:
         fig.add_trace(
-            go.Scatter(x=part["step"], y=part["value"], mode="lines+markers", name=f"{key} score"),
+            go.Scatter(x=dev["step"], y=dev["value"], mode="lines+markers", name="dev score"),
             secondary_y=True,
         )
     fig.update_xaxes(title_text="step")

@@ -1,0 +1,127 @@
+"""Result tables (mean ± s.e. over seeds, Pareto frontier, compute saved) and their figures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.runs import results
+from ui.figures import finetune as figures
+
+
+def run_row(run_id, method, layers, seed, score, n_trainable, step_time, mem, strategy=None):
+    forward = layers[2] if layers else 6
+    return {
+        "id": run_id, "status": "done", "model": "m", "data": "d", "method": method,
+        "label": "(" + ", ".join(map(str, layers)) + ")" if method == "layers" else method,
+        "strategy": strategy, "seed": seed, "sweep_id": None,
+        "config_json": json.dumps({"method": method, "layers": list(layers) if layers else None}),
+        "score": score, "metric": "accuracy", "dev_score": score, "n_trainable": n_trainable,
+        "n_params": 1000, "share": n_trainable / 1000, "layers_forward": forward,
+        "layers_backward": 6 if method == "full" else 1, "wall_s": 10 * step_time,
+        "step_time_s": step_time, "peak_mem_mb": mem,
+    }  # fmt: skip
+
+
+@pytest.fixture
+def runs() -> pd.DataFrame:
+    rows = [
+        run_row("a0", "full", None, 0, 0.90, 1000, 1.0, 600),
+        run_row("a1", "full", None, 1, 0.92, 1000, 1.0, 600),
+        run_row("b0", "layers", (1, 3, 3), 0, 0.80, 300, 0.5, 300),
+        run_row("b1", "layers", (1, 3, 3), 1, 0.84, 300, 0.5, 300),
+        run_row("c0", "layers", (4, 6, 6), 0, 0.70, 300, 0.6, 400),
+        run_row("d0", "lora", None, 0, 0.85, 50, 0.9, 500),
+        run_row("e0", "layers", (3, 3, 6), 0, 0.60, 100, 0.8, 550, strategy="ℓ*-down"),
+    ]
+    frame = pd.DataFrame(rows)
+    failed = run_row("x", "layers", (1, 3, 3), 2, np.nan, 300, np.nan, np.nan)
+    failed["status"] = "failed"
+    return pd.concat([frame, pd.DataFrame([failed])], ignore_index=True)
+
+
+def test_results_table_families_and_tuned_layers(runs):
+    table = results.results_table(runs, l_star=3)
+    assert "x" not in set(table["id"])  # only completed runs
+    by_id = table.set_index("id")
+    assert by_id.loc["b0", "family"] == "ℓ*-down" and by_id.loc["b0", "n_tuned_layers"] == 3
+    assert by_id.loc["c0", "family"] == "ℓ*-up"  # (ℓ*+1, L, L), L = 6 from layers_forward
+    assert by_id.loc["a0", "family"] == "baseline" and by_id.loc["a0", "n_tuned_layers"] == 6
+    assert by_id.loc["d0", "family"] == "baseline" and np.isnan(by_id.loc["d0", "n_tuned_layers"])
+    assert by_id.loc["e0", "family"] == "ℓ*-down"  # the recorded family wins
+
+
+def test_summary_mean_and_standard_error(runs):
+    summary = results.summarise(results.results_table(runs, l_star=3)).set_index("label")
+    assert summary.loc["(1, 3, 3)", "score"] == pytest.approx(0.82)
+    # s.e. = std(ddof=1) / sqrt(n) = (0.04 / sqrt(2)) / sqrt(2) = 0.02
+    assert summary.loc["(1, 3, 3)", "score_sem"] == pytest.approx(0.02)
+    assert summary.loc["(1, 3, 3)", "n_seeds"] == 2
+    assert np.isnan(summary.loc["(4, 6, 6)", "score_sem"])  # one seed
+
+
+def test_pareto_front_known_answer():
+    x = [10, 20, 20, 30, 40, np.nan]
+    y = [0.5, 0.7, 0.6, 0.65, 0.9, 1.0]
+    assert results.pareto_front(x, y).tolist() == [True, True, False, False, True, False]
+    assert results.pareto_front([5, 5], [0.5, 0.5]).tolist() == [True, False]
+
+
+def test_compute_saved_against_full(runs):
+    summary = results.summarise(results.results_table(runs, l_star=3))
+    saved = results.compute_saved(summary, n_layers=6)
+    assert saved["label"].tolist() == ["(1, 3, 3)"]  # the only cut model (ℓ_head < L)
+    row = saved.iloc[0]
+    assert row["layers_saved"] == pytest.approx(0.5)
+    assert row["step_time_saved"] == pytest.approx(0.5)
+    assert row["memory_saved"] == pytest.approx(0.5)
+    assert results.compute_saved(summary[summary["method"] != "full"]).empty
+
+
+def test_estimate_step_time_says_where_it_comes_from(runs):
+    value, source = results.estimate_step_time(runs, "m", "layers", "(1, 3, 3)")
+    assert value == pytest.approx(0.5) and "(1, 3, 3)" in source and "2" in source
+    value, source = results.estimate_step_time(runs, "m", "bitfit")
+    assert value is not None and "other methods" in source
+    assert results.estimate_step_time(runs, "other-model", "full") == (
+        None,
+        "no earlier run of this model",
+    )
+
+
+def test_figures(runs):
+    summary = results.summarise(results.results_table(runs, l_star=3))
+    fig = figures.score_vs_layers(summary, "accuracy")
+    names = {trace.name for trace in fig.data}
+    assert {"ℓ*-down", "ℓ*-up", "baseline"} <= names
+    down = next(t for t in fig.data if t.name == "ℓ*-down")
+    assert list(down.y) == pytest.approx([0.82, 0.60]) and down.error_y.array[0] == pytest.approx(
+        0.02
+    )
+    assert fig.layout.xaxis.title.text == "number of tuned layers"
+
+    fig = figures.score_vs_params(summary)
+    assert fig.layout.xaxis.type == "log"
+    front = next(t for t in fig.data if t.name == "Pareto frontier")
+    assert list(front.x) == [50, 1000]  # lora (0.85) beats (1, 3, 3) (0.82) with fewer
+
+    fig = figures.costs(summary)
+    assert len(fig.data) == 2 and len(fig.data[0].x) == len(summary)
+
+    saved = results.compute_saved(summary, n_layers=6)
+    fig = figures.compute_saved(saved)
+    assert fig.data[0].y[0] == pytest.approx(50.0)
+
+    steps = pd.DataFrame(
+        {
+            "step": [1, 2, 2, 2],
+            "kind": ["train", "train", "dev", "dev"],
+            "key": ["loss", "loss", "dev", "train_loss"],
+            "value": [0.7, 0.6, 0.8, 0.65],
+        }
+    )
+    fig = figures.loss_curve(steps)
+    assert [t.name for t in fig.data] == ["train loss", "dev score"]
