@@ -1,21 +1,71 @@
-"""The training loop (stub: signatures only; the loop lands next)."""
+"""The training loop: one `FinetuneConfig` in, one `FinetuneResult` out (SPEC "Strategies").
+
+1. Seed python, numpy and torch from ``cfg.seed`` (the data order too): same config, same numbers
+   on the CPU.
+2. Copy the shared encoder (never trained), zero ``cfg.zero_weights``, cut it at ℓ_head, add the
+   fresh classifier (`EncoderClassifier`), let the method choose what trains (`prepare_method`).
+3. AdamW (decay / no-decay groups), linear warm-up then linear decay, gradient clipping at 1.0,
+   random batches padded to their own longest example, bf16 / fp16 autocast on CUDA only.
+4. Score the dev part (at most ``n_eval`` examples) every ``eval_every`` steps and at the end; keep
+   the trainable state of the best dev score and report the TEST score of that state. The test
+   part is scored once, never used for selection.
+
+Measurements:
+- ``step_time_s``: mean wall-clock of a training step (forward, backward, optimizer), evaluations
+  excluded, the first step (allocation warm-up) excluded when there are more.
+- ``peak_mem_mb``: the memory this run adds at its peak on top of what the process held when it
+  started (trainable copy, optimizer state, activations, batches). CUDA:
+  ``torch.cuda.max_memory_allocated`` minus the allocated bytes at the start. CPU: peak resident
+  set size (psutil, sampled every 2 ms by a thread and at every step) minus the RSS at the start.
+- ``n_params``: the full model's parameters (the whole encoder, without its unused pooler, plus the
+  classifier); ``n_trainable``: entries that train (masked tensors count their trained entries);
+  ``share = n_trainable / n_params``.
+- ``layers_forward``: layers run forward (ℓ_head); ``layers_backward``: layers the gradient passes
+  through (from the lowest trained layer up to ℓ_head; all of them when the embeddings train).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from analysis.extract import encode_all
 from analysis.finetune.config import FinetuneConfig
-from analysis.progress import Progress
+from analysis.finetune.methods import (
+    Prepared,
+    embeddings_train,
+    prepare_method,
+    trainable_layers,
+)
+from analysis.finetune.model import EncoderClassifier, use_fast_attention
+from analysis.models import LoadedModel, load_model, trainable_copy
+from analysis.progress import Cancelled, Progress, no_progress, scaled
+from analysis.scores import task_score
+
+EVAL_SUBSET_SEED = 0  # dev / test subsets are the same for every run, whatever its seed
+StepCallback = Callable[[int, dict[str, float]], None]
 
 
 @dataclass
 class FinetuneResult:
-    score: float | None
+    """What one run reports (module docstring for the measurements). ``to_dict`` is JSON-safe."""
+
+    score: float | None  # test score of the best-dev state, with ``metric``; None if undefined
     metric: str
-    dev_score: float | None
+    dev_score: float | None  # best dev score (model selection); None without a dev part
     n_trainable: int
     n_params: int
     share: float
@@ -26,11 +76,330 @@ class FinetuneResult:
     peak_mem_mb: float
     seed: int
     config: dict[str, Any]
-    curves: dict[str, list[list[float]]] = field(default_factory=dict)
+    curves: dict[str, list[list[float]]] = field(default_factory=dict)  # name -> [[step, v]]
     trajectory_dir: str | None = None
+    best_step: int = 0
+    description: str = ""
+    device: str = "cpu"
+    n_train: int = 0
+    n_dev: int = 0
+    n_test: int = 0
+    trajectory: dict[str, Any] | None = None  # what the recorder's close() returned
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _json_safe({k: getattr(self, k) for k in self.__dataclass_fields__})
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        return _json_safe(value.item())
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+# -- data ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EncodedPart:
+    """One data part, tokenized once (truncated, unpadded)."""
+
+    input_ids: list[list[int]]
+    special: list[list[int]]
+    token_types: list[list[int]] | None
+    labels: torch.Tensor  # (N,) int64 class ids or float32 targets
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def batch(self, rows: Sequence[int], pad_id: int, device: torch.device) -> dict:
+        """Rows padded to their own longest: input_ids, attention_mask, special_tokens_mask (B, S)."""
+        width = max(len(self.input_ids[i]) for i in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        special = torch.ones((len(rows), width), dtype=torch.long)
+        types = torch.zeros((len(rows), width), dtype=torch.long) if self.token_types else None
+        for r, i in enumerate(rows):
+            n = len(self.input_ids[i])
+            ids[r, :n] = torch.tensor(self.input_ids[i])
+            attention[r, :n] = 1
+            special[r, :n] = torch.tensor(self.special[i])
+            if types is not None:
+                types[r, :n] = torch.tensor(self.token_types[i])
+        out = {"input_ids": ids, "attention_mask": attention, "special_tokens_mask": special}
+        if types is not None:
+            out["token_type_ids"] = types
+        return {k: v.to(device, non_blocking=True) for k, v in out.items()}
+
+
+def encode_part(tokenizer, rows: pd.DataFrame, max_length: int, regression: bool) -> EncodedPart:
+    pairs = rows["text_pair"].astype(str).tolist() if "text_pair" in rows else None
+    enc = encode_all(tokenizer, rows["text"].astype(str).tolist(), pairs, max_length)
+    dtype = np.float32 if regression else np.int64
+    return EncodedPart(
+        input_ids=enc["input_ids"],
+        special=enc["special_tokens_mask"],
+        token_types=enc.get("token_type_ids"),
+        labels=torch.tensor(rows["label"].to_numpy(dtype=dtype)),
+    )
+
+
+def _subset(rows: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
+    if n is None or len(rows) <= n:
+        return rows
+    return rows.sample(n=n, random_state=seed).sort_index()
+
+
+def _batch_order(n: int, batch_size: int, rng: np.random.Generator):
+    """Endless random batches: a fresh permutation each epoch; the last short batch is kept."""
+    while True:
+        perm = rng.permutation(n)
+        for start in range(0, n, batch_size):
+            yield perm[start : start + batch_size].tolist()
+
+
+# -- measurement -----------------------------------------------------------------------------------
+
+
+class PeakMemory:
+    """Peak memory this run adds (MiB); CUDA allocator stats, else sampled process RSS."""
+
+    def __init__(self, device: torch.device, interval_s: float = 0.002) -> None:
+        self.device = device
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            self.base = torch.cuda.memory_allocated(device)
+        else:
+            import psutil
+
+            self._process = psutil.Process()
+            self.base = self._process.memory_info().rss
+            self.peak = self.base
+            self._thread = threading.Thread(target=self._watch, daemon=True)
+            self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        if not self.cuda:
+            self.peak = max(self.peak, self._process.memory_info().rss)
+
+    def stop(self) -> float:
+        if self.cuda:
+            peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join()
+            self.sample()
+            peak = self.peak
+        return max(peak - self.base, 0) / 2**20
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def zero_entries(encoder: nn.Module, path: str | Path) -> int:
+    """Set the entries listed in ``path`` ({param_name: [[row, col], ...]}) to zero; returns the count."""
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"Zero-weights file '{path}' does not exist.") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"Zero-weights file '{path}' is not readable JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise ValueError(f"Zero-weights file '{path}' must hold {{param_name: [[row, col], ...]}}.")
+    params = dict(encoder.named_parameters())
+    count = 0
+    with torch.no_grad():
+        for name, entries in payload.items():
+            if name not in params:
+                raise ValueError(
+                    f"Zero-weights file names '{name}', which is not an encoder parameter."
+                )
+            param = params[name]
+            index = torch.as_tensor(entries, dtype=torch.long).reshape(-1, param.ndim)
+            shape = torch.tensor(param.shape)
+            if len(index) and ((index < 0).any() or (index >= shape).any()):
+                raise ValueError(
+                    f"Zero-weights file: an entry of '{name}' lies outside its shape {tuple(param.shape)}."
+                )
+            param[tuple(index.T.to(param.device))] = 0
+            count += len(index)
+    return count
+
+
+def _autocast(device: torch.device, enabled: bool):
+    """(context factory, dtype or None): bf16 where supported, else fp16; CUDA only."""
+    if not enabled or device.type != "cuda":
+        return nullcontext, None
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return (lambda: torch.autocast("cuda", dtype=dtype)), dtype
+
+
+def _lr_factor(steps: int, warmup_steps: int) -> Callable[[int], float]:
+    """Linear warm-up to 1 over ``warmup_steps`` updates, then linear decay to 1/(steps − warmup)."""
+
+    def factor(i: int) -> float:  # i = 0 for the first update
+        k = i + 1
+        decay = (steps - k + 1) / max(steps - warmup_steps, 1)
+        return min(k / warmup_steps, decay) if warmup_steps else decay
+
+    return factor
+
+
+def predict(
+    model: EncoderClassifier,
+    part: EncodedPart,
+    pad_id: int,
+    device: torch.device,
+    batch_size: int,
+    autocast,
+) -> np.ndarray:
+    """Class ids (N,) or regression outputs (N,), batches sorted by length."""
+    lengths = np.array([len(ids) for ids in part.input_ids])
+    order = np.argsort(-lengths, kind="stable")
+    out = np.empty(len(part), dtype=np.float64)
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size].tolist()
+            with autocast():
+                logits = model(**part.batch(rows, pad_id, device)).float()
+            if model.n_outputs == 1:
+                out[rows] = logits[:, 0].cpu().numpy()
+            else:
+                out[rows] = logits.argmax(dim=-1).cpu().numpy()
+    model.train()
+    return out
+
+
+def score_part(metric: str, part: EncodedPart, predictions: np.ndarray, regression: bool) -> float:
+    truth = part.labels.numpy()
+    pred = predictions if regression else predictions.astype(np.int64)
+    return task_score(metric, truth, pred)
+
+
+@dataclass
+class Built:
+    """A model ready to train and what it costs."""
+
+    model: EncoderClassifier
+    prepared: Prepared
+    n_params: int  # the full model: whole encoder (no pooler) + classifier
+    n_trainable: int
+    layers_backward: int
+
+
+def build_model(
+    cfg: FinetuneConfig,
+    loaded: LoadedModel,
+    n_outputs: int,
+    device: torch.device | str | None = None,
+) -> Built:
+    """Seed, copy the encoder, zero ``cfg.zero_weights``, cut at ℓ_head, add the classifier and let
+    the method choose what trains. The shared ``loaded.model`` is never touched."""
+    device = torch.device(device) if device is not None else loaded.device
+    seed_everything(cfg.seed)
+    encoder = trainable_copy(loaded).to(device)
+    n_params_encoder = sum(
+        p.numel() for name, p in encoder.named_parameters() if not name.startswith("pooler.")
+    )
+    if cfg.zero_weights:
+        zero_entries(encoder, cfg.zero_weights)
+    use_fast_attention(encoder)
+    model = EncoderClassifier(encoder, loaded.family, n_outputs, cfg.head_layer, cfg.pooling)
+    prepared = prepare_method(model, cfg)
+    model.to(device)
+    prepared.grad_masks = {p: m.to(p.device) for p, m in prepared.grad_masks.items()}
+    kept = model.n_layers_kept
+    trained = prepared.trained_layers
+    if trained is None:
+        trained = trainable_layers(model)
+    lowest = 1 if embeddings_train(model) else min(trained, default=kept + 1)
+    layers_backward = kept - lowest + 1
+    return Built(
+        model=model,
+        prepared=prepared,
+        n_params=n_params_encoder + sum(p.numel() for p in model.classifier.parameters()),
+        n_trainable=prepared.n_trainable,
+        layers_backward=layers_backward,
+    )
+
+
+def make_optimizer(prepared: Prepared, cfg: FinetuneConfig):
+    """AdamW over the method's groups and the warm-up / decay schedule: (optimizer, scheduler)."""
+    optimizer = torch.optim.AdamW(prepared.param_groups(cfg.weight_decay), lr=cfg.lr)
+    warmup_steps = round(cfg.warmup * cfg.steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg.steps, warmup_steps))
+    return optimizer, scheduler
+
+
+def train_step(
+    model: EncoderClassifier,
+    batch: dict[str, torch.Tensor],
+    labels: torch.Tensor,  # (B,)
+    loss_fn: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    prepared: Prepared,
+    scaler,
+    autocast,
+) -> float:
+    """Forward, backward, masks, clipping, one AdamW step; returns the loss."""
+    with autocast():
+        logits = model(**batch)  # (B, C)
+    logits = logits.float()
+    loss = loss_fn(logits[:, 0], labels) if model.n_outputs == 1 else loss_fn(logits, labels)
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+    else:
+        loss.backward()
+    prepared.apply_grad_masks()
+    torch.nn.utils.clip_grad_norm_(prepared.params, max_norm=1.0)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    scheduler.step()
+    if prepared.after_step is not None:
+        prepared.after_step()
+    return float(loss.detach())
+
+
+def _trajectory_recorder_class():
+    try:
+        from analysis.subspace import TrajectoryRecorder
+    except ImportError as exc:
+        raise ValueError(
+            "Recording a trajectory needs analysis.subspace.TrajectoryRecorder, which is not "
+            f"available: {exc}"
+        ) from None
+    return TrajectoryRecorder
 
 
 def run_finetune(
@@ -38,9 +407,181 @@ def run_finetune(
     *,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
-    on_step: Callable[[int, dict], None] | None = None,
-    on_eval: Callable[[int, dict], None] | None = None,
-    run_dir: Path | None = None,
-    loaded=None,
+    on_step: StepCallback | None = None,
+    on_eval: StepCallback | None = None,
+    run_dir: str | Path | None = None,
+    loaded: LoadedModel | None = None,
+    data=None,
 ) -> FinetuneResult:
-    raise NotImplementedError
+    """Fine-tune as ``cfg`` says and report (module docstring).
+
+    on_step(step, {loss, lr, elapsed_s, eta_s}) after every optimizer step; on_eval(step, {dev,
+    train_loss}) after every dev evaluation (train_loss: mean since the previous one);
+    should_stop() is polled before every step and raises `analysis.progress.Cancelled`;
+    run_dir: where the trajectory goes (``run_dir/trajectory``); needed with trajectory_every.
+    loaded / data: an already loaded model / `analysis.data.TaskData` (else loaded from cfg).
+    """
+    progress = progress or no_progress
+    start_wall = time.perf_counter()
+    recorder_class = _trajectory_recorder_class() if cfg.trajectory_every else None
+    if cfg.trajectory_every and run_dir is None:
+        raise ValueError("Recording a trajectory needs a run folder (run_dir).")
+
+    progress(0.0, "Loading model and data")
+    if loaded is None:
+        loaded = load_model(cfg.model, device=cfg.device)
+    cfg.check_model(loaded.n_layers, loaded.n_heads)
+    if data is None:
+        from analysis.data import load_data
+
+        data = load_data(cfg.data)
+    regression = data.task_type == "regression"
+    n_outputs = 1 if regression else data.n_classes
+    if not regression and n_outputs < 2:
+        raise ValueError(f"A classification task needs at least two classes (got {n_outputs}).")
+    for name, rows in data.parts.items():
+        labels = rows["label"]
+        if not regression and len(rows) and not labels.between(0, n_outputs - 1).all():
+            raise ValueError(
+                f"The {name} part has labels outside the class ids 0..{n_outputs - 1}."
+            )
+    device = torch.device(cfg.device) if cfg.device else loaded.device
+
+    tokenizer = loaded.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    train_rows = _subset(data.parts["train"], cfg.n_train, cfg.seed)
+    if len(train_rows) == 0:
+        raise ValueError("The train part is empty: nothing to fine-tune on.")
+    train = encode_part(tokenizer, train_rows, cfg.max_length, regression)
+    dev_rows = _subset(data.parts.get("dev", train_rows.iloc[:0]), cfg.n_eval, EVAL_SUBSET_SEED)
+    test_rows = _subset(data.parts["test"], cfg.n_eval, EVAL_SUBSET_SEED)
+    if len(test_rows) == 0:
+        raise ValueError("The test part is empty: a run reports its held-out test score.")
+    dev = encode_part(tokenizer, dev_rows, cfg.max_length, regression) if len(dev_rows) else None
+    test = encode_part(tokenizer, test_rows, cfg.max_length, regression)
+
+    recorder = None
+    trajectory_meta = None
+    trajectory_dir = Path(run_dir) / "trajectory" if cfg.trajectory_every else None
+    memory = PeakMemory(device)
+    try:
+        built = build_model(cfg, loaded, n_outputs, device)
+        model, prepared = built.model, built.prepared
+        optimizer, scheduler = make_optimizer(prepared, cfg)
+        autocast, amp_dtype = _autocast(device, cfg.mixed_precision)
+        scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+        loss_fn = nn.MSELoss() if regression else nn.CrossEntropyLoss()
+        eval_batch = max(cfg.batch_size, 32)
+
+        curves: dict[str, list[list[float]]] = {"train_loss": [], "dev": []}
+        best_dev = -math.inf
+        best_step = 0
+        best_state: dict[str, torch.Tensor] | None = None
+        step_times: list[float] = []
+        window: list[float] = []
+        batches = _batch_order(len(train), cfg.batch_size, np.random.default_rng(cfg.seed))
+        train_progress = scaled(progress, 0.05, 0.95)
+        train_start = time.perf_counter()
+
+        def evaluate(step: int) -> None:
+            nonlocal best_dev, best_step, best_state
+            if dev is None:
+                return
+            value = score_part(
+                data.metric,
+                dev,
+                predict(model, dev, pad_id, device, eval_batch, autocast),
+                regression,
+            )
+            curves["dev"].append([step, value])
+            comparable = value if math.isfinite(value) else -math.inf
+            if best_state is None or comparable > best_dev:
+                best_dev, best_step = comparable, step
+                best_state = {
+                    name: p.detach().to("cpu", copy=True)
+                    for name, p in model.named_parameters()
+                    if p.requires_grad
+                }
+            if on_eval is not None:
+                mean_loss = float(np.mean(window)) if window else math.nan
+                on_eval(step, {"dev": value, "train_loss": mean_loss})
+            window.clear()
+
+        if recorder_class is not None:
+            recorder = recorder_class(
+                trajectory_dir, list(model.layers), cfg.trajectory_every, cfg.trajectory_dtype
+            )
+            recorder.maybe_record(0)
+        model.train()
+        for step in range(1, cfg.steps + 1):
+            if should_stop is not None and should_stop():
+                raise Cancelled(f"Fine-tuning cancelled at step {step - 1} of {cfg.steps}.")
+            t0 = time.perf_counter()
+            rows = next(batches)
+            batch = train.batch(rows, pad_id, device)
+            labels = train.labels[rows].to(device)
+            loss = train_step(
+                model, batch, labels, loss_fn, optimizer, scheduler, prepared, scaler, autocast
+            )  # .item() inside waits for the device, so the time below is real
+            step_times.append(time.perf_counter() - t0)
+            memory.sample()
+            if recorder is not None:
+                recorder.maybe_record(step)
+            curves["train_loss"].append([step, loss])
+            window.append(loss)
+            elapsed = time.perf_counter() - train_start
+            eta = elapsed / step * (cfg.steps - step)
+            if on_step is not None:
+                on_step(
+                    step,
+                    {
+                        "loss": loss,
+                        "lr": scheduler.get_last_lr()[0],
+                        "elapsed_s": elapsed,
+                        "eta_s": eta,
+                    },
+                )
+            train_progress(step / cfg.steps, f"Step {step}/{cfg.steps}, loss {loss:.4f}")
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                evaluate(step)
+        if best_state is not None and best_step != cfg.steps:
+            with torch.no_grad():
+                params = dict(model.named_parameters())
+                for name, value in best_state.items():
+                    params[name].copy_(value.to(params[name].device))
+            if prepared.after_step is not None:
+                prepared.after_step()
+        progress(0.95, "Scoring the test part")
+        predictions = predict(model, test, pad_id, device, eval_batch, autocast)
+        score = score_part(data.metric, test, predictions, regression)
+    finally:
+        peak_mb = memory.stop()
+        if recorder is not None:
+            trajectory_meta = recorder.close()
+    progress(1.0, "Done")
+
+    timed = step_times[1:] if len(step_times) > 1 else step_times
+    return FinetuneResult(
+        score=score if math.isfinite(score) else None,
+        metric=data.metric,
+        dev_score=best_dev if dev is not None and math.isfinite(best_dev) else None,
+        n_trainable=built.n_trainable,
+        n_params=built.n_params,
+        share=built.n_trainable / built.n_params,
+        layers_forward=model.n_layers_kept,
+        layers_backward=built.layers_backward,
+        wall_s=time.perf_counter() - start_wall,
+        step_time_s=float(np.mean(timed)),
+        peak_mem_mb=peak_mb,
+        seed=cfg.seed,
+        config=cfg.to_dict(),
+        curves=curves,
+        trajectory_dir=str(trajectory_dir) if trajectory_dir is not None else None,
+        best_step=best_step if dev is not None else cfg.steps,
+        description=prepared.description,
+        device=str(device),
+        n_train=len(train),
+        n_dev=len(dev) if dev is not None else 0,
+        n_test=len(test),
+        trajectory=trajectory_meta,
+    )

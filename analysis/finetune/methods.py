@@ -40,7 +40,10 @@ class Prepared:
     biases, LayerNorm weights and masked tensors do not).
     grad_masks: {parameter: bool mask of its shape}, True = this entry trains; the engine zeroes
     the other entries' gradients after every backward pass (`apply_grad_masks`).
-    after_step: called after every optimizer step (e.g. to refresh a re-parameterisation).
+    after_step: called after every optimizer step (e.g. to refresh a re-parameterisation), and
+    once more after the best-dev state is restored.
+    trained_layers: the 1-based layers this method updates, for ``layers_backward``; None = every
+    kept layer holding a parameter with ``requires_grad``.
     """
 
     decay: list[nn.Parameter]
@@ -48,6 +51,7 @@ class Prepared:
     grad_masks: dict[nn.Parameter, torch.Tensor] = field(default_factory=dict)
     description: str = ""
     after_step: Callable[[], None] | None = None
+    trained_layers: tuple[int, ...] | None = None
 
     @classmethod
     def from_model(
