@@ -155,7 +155,7 @@ class TrajectoryRecorder:
         rec = TrajectoryRecorder(run_dir / "trajectory", encoder_layers(model), every=k, dtype="float16")
         rec.maybe_record(0)             # θ_0, before the first optimiser step
         for step in 1..n: ...; optimiser.step(); rec.maybe_record(step)
-        info = rec.close()              # also records the last step if it was not a multiple of k
+        info = rec.close()
 
     ``layers`` are the L transformer blocks bottom to top; they are recorded as ``layer.1`` ..
     ``layer.L``. ``family`` (optional) names the layer parts; ``prefixes`` (optional) are each
@@ -204,7 +204,6 @@ class TrajectoryRecorder:
         self._prefixes = list(prefixes)
         self._theta0: list[torch.Tensor] | None = None
         self._snapshots: list[dict[str, Any]] = []
-        self._last_step: int | None = None
         self._id = uuid.uuid4().hex
         self._closed = False
 
@@ -212,24 +211,22 @@ class TrajectoryRecorder:
         """Record when ``step`` is a multiple of ``every`` (step 0 = before training). True if written."""
         if self._closed:
             raise RuntimeError("This trajectory recorder is closed.")
-        self._last_step = step
         if step % self.every != 0 or self._recorded(step):
             return False
         self._record(step)
         return True
 
     def close(self) -> dict[str, Any]:
-        """Record the final step if it was not recorded, and describe what was written.
+        """Finish (no more snapshots) and describe what was written.
 
-        Returns ``{trajectory_dir, n_snapshots, steps, dtype, every, bytes_per_snapshot, bytes_total,
-        n_params (per layer), n_layers}``; ``bytes_per_snapshot`` is the size of one difference
-        snapshot (the first, float32 θ_0 file is counted only in ``bytes_total``).
+        Only steps that are multiples of ``every`` are recorded: the engine may restore its best
+        dev state before closing, so the weights at close time need not be the last step's.
+        Returns ``{trajectory_dir, n_snapshots, steps, dtype, every, bytes_per_snapshot,
+        bytes_total, n_params (per layer), n_layers}``; ``bytes_per_snapshot`` is the size of one
+        difference snapshot (the float32 θ_0 file counts only in ``bytes_total``).
         """
-        if not self._closed:
-            if self._last_step is not None and not self._recorded(self._last_step):
-                self._record(self._last_step)
-            self._closed = True
-            self._theta0 = None
+        self._closed = True
+        self._theta0 = None
         sizes = [s["bytes"] for s in self._snapshots]
         return {
             "trajectory_dir": str(self.folder),

@@ -68,9 +68,11 @@ def test_recorder_every_k_and_final_step(tmp_path):
     written = [rec.maybe_record(step) for step in range(8)]
     assert written == [True, False, False, True, False, False, True, False]
     info = rec.close()
-    assert info["steps"] == [0, 3, 6, 7]  # the last step is recorded on close
+    assert info["steps"] == [0, 3, 6]  # multiples of every only
     index = json.loads((tmp_path / "t" / "index.json").read_text())
-    assert [s["step"] for s in index["snapshots"]] == [0, 3, 6, 7]
+    assert [s["step"] for s in index["snapshots"]] == [0, 3, 6]
+    with pytest.raises(RuntimeError, match="closed"):
+        rec.maybe_record(9)
     assert not list((tmp_path / "t").glob(".tmp-*"))
     with pytest.raises(ValueError, match="already holds"):
         S.TrajectoryRecorder(tmp_path / "t", layers, every=3)

@@ -138,3 +138,46 @@ def test_subspace_from_another_model_is_refused(tmp_path, trajectory):
     model = EncoderClassifier(AutoModel.from_pretrained(other), "bert", 2)
     with pytest.raises(ValueError, match="different model"):
         prepare_subspace(model, config(other, source=str(trajectory)))
+
+
+def test_engine_records_then_trains_in_the_subspace_and_zeroes_weights(tmp_path, tiny_bert_dir):
+    from analysis.finetune import run_finetune
+
+    def cfg(**kw) -> FinetuneConfig:
+        base = dict(
+            model=ModelSpec(str(tiny_bert_dir)), steps=4, batch_size=4, n_train=32, n_eval=16,
+            eval_every=4, device="cpu",
+        )  # fmt: skip
+        return FinetuneConfig(**{**base, **kw})
+
+    full = run_finetune(cfg(method="full", trajectory_every=1), run_dir=tmp_path / "full")
+    traj = S.open_trajectory(full.trajectory_dir)
+    assert traj.t == 4 and traj.layers == [1, 2] and traj.family == "bert"
+    assert full.trajectory["bytes_per_snapshot"] == traj.bytes_per_snapshot
+
+    sub = run_finetune(
+        cfg(method="subspace", subspace_from=full.trajectory_dir, steps=3, trajectory_every=3),
+        run_dir=tmp_path / "sub",
+    )
+    ranks = [S.load_layer_svd(traj, layer)[0].V.shape[1] for layer in traj.layers]
+    n_classifier = sub.n_trainable - H_VECTORS * sum(ranks)
+    assert 0 < n_classifier < 32 * 32 + 100  # dense + out of a d_model-32 classifier
+    moved = S.open_trajectory(sub.trajectory_dir)
+    for layer in moved.layers:  # the subspace run's update lies in the first run's subspace
+        V = S.load_layer_svd(traj, layer)[0].V
+        u = moved.delta(moved.t, layer)
+        assert u.norm() > 0
+        torch.testing.assert_close(V @ (V.T @ u), u, atol=1e-6, rtol=1e-3)
+
+    # the disable experiment: the engine zeroes exactly the positions our file names
+    planted = torch.zeros(traj.n_params(2))
+    planted[[7, 300, 2500, 8000]] = 1.0
+    lo = S.find_outliers(planted, traj, 2)
+    S.outlier_positions_file(traj, [lo], tmp_path / "zero.json")
+    zeroed = run_finetune(
+        cfg(method="frozen", zero_weights=str(tmp_path / "zero.json"), steps=1, trajectory_every=1),
+        run_dir=tmp_path / "zeroed",
+    )
+    theta0 = S.open_trajectory(zeroed.trajectory_dir).theta0(2)
+    assert lo.n_outliers == 4 and torch.all(theta0[lo.indices] == 0)
+    assert torch.equal(theta0 != traj.theta0(2), (planted == 1) & (traj.theta0(2) != 0))
