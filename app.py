@@ -9,11 +9,13 @@ import streamlit as st
 
 from ui.state import render_sidebar
 
-st.set_page_config(page_title="tunescope", page_icon="🔭", layout="wide")
+st.set_page_config(page_title="tunescope", page_icon=":material/biotech:", layout="wide")
 
 PAGES = [
-    st.Page("views/home.py", title="Home", icon="🏠", default=True),
-    st.Page("views/data.py", title="Data", icon="📄"),
+    st.Page("views/home.py", title="Home", icon=":material/home:", default=True),
+    st.Page("views/data.py", title="Data", icon=":material/table_view:"),
+    st.Page("views/finetune.py", title="Fine-tune", icon="🏋️"),
+    st.Page("views/runs.py", title="Runs", icon="🗂️"),
 ]
 
 navigation = st.navigation(PAGES)
