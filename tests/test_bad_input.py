@@ -1,0 +1,145 @@
+"""The bad-input matrix (README, "Troubleshooting"): each row gets one clear line from the CLI
+(exit 2, no traceback), and nothing is written to the cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.cli import main
+
+
+def _texts(n: int) -> list[str]:
+    return [f"the movie was good number {i}" for i in range(n)]
+
+
+def write(tmp: Path, name: str, kind: str) -> Path:
+    path = tmp / name
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "header-only":
+        path.write_text("text,label\n")
+    elif kind == "wrong-delimiter":
+        path.write_text("text;label\n" + "".join(f"good {i};{i % 2}\n" for i in range(20)))
+    elif kind == "no-label-column":
+        pd.DataFrame({"text": _texts(20), "target": [0, 1] * 10}).to_csv(path, index=False)
+    elif kind == "one-class":
+        pd.DataFrame({"text": _texts(20), "label": [1] * 20}).to_csv(path, index=False)
+    elif kind == "class-with-one-example":
+        pd.DataFrame({"text": _texts(21), "label": [0] * 10 + [1] * 10 + [2]}).to_csv(
+            path, index=False
+        )
+    elif kind == "nan-texts":
+        pd.DataFrame({"text": [None, "", "  "] * 7, "label": [0, 1, 0] * 7}).to_csv(
+            path, index=False
+        )
+    elif kind == "non-utf8":
+        path.write_bytes(
+            b"text,label\n" + b"".join(b"caf\xe9 %d,%d\n" % (i, i % 2) for i in range(20))
+        )
+    elif kind == "nested-parquet":
+        pd.DataFrame({"text": [["a", "b"]] * 20, "label": [0, 1] * 10}).to_parquet(path)
+    elif kind == "regression-non-numeric":
+        pd.DataFrame({"text": _texts(30), "label": [0.5 * i for i in range(29)] + ["high"]}).to_csv(
+            path, index=False
+        )
+    return path
+
+
+FILE_ROWS = [
+    ("empty.csv", "empty", "empty"),
+    ("header.csv", "header-only", "no rows"),
+    ("semicolon.csv", "wrong-delimiter", "column"),
+    ("nolabel.csv", "no-label-column", "label"),
+    ("oneclass.csv", "one-class", "class"),
+    ("single.csv", "class-with-one-example", "single example"),
+    ("nan.csv", "nan-texts", "usable rows"),
+    ("latin1.csv", "non-utf8", "UTF-8"),
+    ("nested.parquet", "nested-parquet", "nested"),
+    ("reg.csv", "regression-non-numeric", "numeric"),
+]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err
+
+
+@pytest.mark.parametrize("name, kind, words", FILE_ROWS, ids=[r[1] for r in FILE_ROWS])
+def test_bad_files(tmp_path, capsys, tiny_bert_dir, name, kind, words):
+    path = write(tmp_path, name, kind)
+    cache = tmp_path / "cache"
+    code, err = run_cli(
+        capsys, "extract", "--model", str(tiny_bert_dir), "--data", str(path), "--n", "10",
+        "--cache", str(cache),
+    )  # fmt: skip
+    assert code == 2, err
+    assert err.startswith("error:") and words.lower() in err.lower(), err
+    assert not any(cache.rglob("*.safetensors"))
+
+
+def test_file_over_the_size_limit(tmp_path, capsys, tiny_bert_dir, monkeypatch):
+    monkeypatch.setenv("TUNESCOPE_MAX_FILE_MB", "1")
+    path = tmp_path / "big.csv"
+    pd.DataFrame({"text": ["x" * 1000] * 1200, "label": [0, 1] * 600}).to_csv(path, index=False)
+    code, err = run_cli(capsys, "extract", "--model", str(tiny_bert_dir), "--data", str(path))
+    assert code == 2 and "MB" in err
+
+
+def test_one_megabyte_single_text_is_truncated_not_refused(tmp_path, capsys, tiny_bert_dir):
+    path = tmp_path / "long.csv"
+    texts = ["good movie " * 100_000] + _texts(19)
+    pd.DataFrame({"text": texts, "label": [0, 1] * 10}).to_csv(path, index=False)
+    out = tmp_path / "out.json"
+    code, err = run_cli(
+        capsys, "extract", "--model", str(tiny_bert_dir), "--data", str(path), "--n", "16",
+        "--max-length", "32", "--cache", str(tmp_path / "c"), "--json", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out.read_text())["shape"] == [3, 16, 32]
+
+
+MODEL_ROWS = ["missing-path", "no-weights", "decoder-only", "corrupt-weights", "not-a-folder"]
+
+
+@pytest.mark.parametrize("kind", MODEL_ROWS)
+def test_bad_models(tmp_path, capsys, tiny_bert_dir, kind):
+    import transformers as tf
+
+    folder = tmp_path / kind
+    if kind == "no-weights":
+        folder.mkdir()
+        (folder / "config.json").write_bytes((tiny_bert_dir / "config.json").read_bytes())
+    elif kind == "decoder-only":
+        tf.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=100).save_pretrained(folder)
+    elif kind == "corrupt-weights":
+        folder.mkdir()
+        for f in tiny_bert_dir.iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif kind == "not-a-folder":
+        folder = tmp_path / "weights.bin"
+        folder.write_bytes(b"0")
+    code, err = run_cli(capsys, "extract", "--model", str(folder), "--n", "10")
+    assert code == 2 and err.startswith("error:"), err
+    assert folder.name in err or "encoder" in err, err
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--n", "1"], "at least 2"),
+        (["--n", "100000"], "more than the train part holds"),
+        (["--scheme", "share", "--share", "1.5"], "between 0 and 1"),
+        (["--max-length", "2"], "max length"),
+    ],
+)
+def test_bad_settings(capsys, tiny_bert_dir, args, words):
+    code, err = run_cli(capsys, "extract", "--model", str(tiny_bert_dir), *args)
+    assert code == 2 and words.lower() in err.lower(), err
