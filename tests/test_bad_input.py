@@ -93,7 +93,7 @@ def test_file_over_the_size_limit(tmp_path, capsys, tiny_bert_dir, monkeypatch):
 
 def test_one_megabyte_single_text_is_truncated_not_refused(tmp_path, capsys, tiny_bert_dir):
     path = tmp_path / "long.csv"
-    texts = ["good movie " * 100_000] + _texts(19)
+    texts = ["good movie " * 100_000, *_texts(19)]
     pd.DataFrame({"text": texts, "label": [0, 1] * 10}).to_csv(path, index=False)
     out = tmp_path / "out.json"
     code, err = run_cli(
