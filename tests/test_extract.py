@@ -144,3 +144,39 @@ def test_cancelled_extraction_writes_nothing(tmp_path, csv_data, loaded):
         extract_states(cfg, progress=cancel, cache=cache, loaded=loaded)
     assert list(cache.entries()) == []
     assert not extract_states(cfg, cache=cache, loaded=loaded).meta["cache_hit"]
+
+
+def test_two_sessions_asking_for_the_same_extraction_compute_once(
+    tmp_path, csv_data, loaded, monkeypatch
+):
+    import threading
+
+    import analysis.extract as extract
+
+    calls = []
+    real = extract.forward_all_layers
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(extract, "forward_all_layers", counting)
+    cfg = ExtractConfig(
+        model=ModelSpec(loaded.spec.name), data=DataSpec(str(csv_data)),
+        sample=SampleSpec(n=20), max_length=32,
+    )  # fmt: skip
+    cache = DiskCache(tmp_path / "cache")
+    results = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(extract_states(cfg, cache=cache, loaded=loaded))
+        )
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [1]
+    assert torch.equal(results[0].states, results[1].states)
+    assert sorted(r.meta["cache_hit"] for r in results) == [False, True]
