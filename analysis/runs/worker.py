@@ -32,6 +32,11 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_IDLE_TIMEOUT_S = 120.0
 
 
+def default_idle_timeout() -> float:
+    """Seconds an idle worker waits for work: ``$TUNESCOPE_WORKER_IDLE_S``, else 120."""
+    return float(os.environ.get("TUNESCOPE_WORKER_IDLE_S", DEFAULT_IDLE_TIMEOUT_S))
+
+
 def default_device() -> str:
     """``cuda:0`` when a GPU is visible, else ``cpu``."""
     import torch
@@ -114,7 +119,7 @@ def worker_pid(root: Path | str | None = None, device: str | None = None) -> int
 def ensure_worker(
     root: Path | str | None = None,
     device: str | None = None,
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
+    idle_timeout: float | None = None,
 ) -> int:
     """Start a detached worker for ``device`` unless one is alive; return its pid.
 
@@ -124,6 +129,7 @@ def ensure_worker(
     """
     root = Path(root) if root is not None else db_path().parent
     device = device or default_device()
+    idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
     # Take the device's lock here and hand it to the child: there is no moment in which a second
     # caller could see "no worker" while this one is still starting.
     lock = WorkerLock(lock_path(root, device))
@@ -160,9 +166,7 @@ def ensure_worker(
     return child.pid
 
 
-def ensure_workers(
-    root: Path | str | None = None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S
-) -> list[int]:
+def ensure_workers(root: Path | str | None = None, idle_timeout: float | None = None) -> list[int]:
     """One worker per device (every GPU, or the CPU)."""
     return [ensure_worker(root, device, idle_timeout) for device in all_devices()]
 
@@ -198,7 +202,7 @@ class _Models:
 def serve(
     root: Path | str | None = None,
     device: str | None = None,
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
+    idle_timeout: float | None = None,
     poll_s: float = 0.5,
     lock_fd: int | None = None,
 ) -> int:
@@ -208,6 +212,7 @@ def serve(
 
     root = Path(root) if root is not None else db_path().parent
     device = device or default_device()
+    idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
     if lock_fd is not None:
         lock = WorkerLock.adopt(lock_path(root, device), lock_fd)
     else:
@@ -267,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--idle-timeout",
         type=float,
-        default=DEFAULT_IDLE_TIMEOUT_S,
+        default=None,
         help="exit after this many seconds with an empty queue",
     )
     parser.add_argument("--cache", default=None, help="cache folder (default: $TUNESCOPE_CACHE)")

@@ -1,0 +1,101 @@
+"""Shared pieces of the fine-tune and runs pages: the runs database, values other pages left in
+``st.session_state`` (ℓ* from the layers page, a head selection from the heads page), and the
+run-time estimate."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from analysis.cache import default_root
+from analysis.runs.db import RunsDB
+
+
+@st.cache_resource(max_entries=4)
+def _open_db(path: str) -> RunsDB:
+    return RunsDB(path)
+
+
+def get_db() -> RunsDB:
+    """The runs database of the current cache root (one connection per process)."""
+    return _open_db(str(default_root() / "runs.sqlite"))
+
+
+def shared_l_star(n_layers: int) -> int | None:
+    """ℓ* chosen on the layers page (``st.session_state['l_star']``: an int, or a dict holding
+    ``l_star``), if it is a layer of this model."""
+    value = st.session_state.get("l_star")
+    if isinstance(value, dict):
+        value = value.get("l_star")
+    try:
+        value = int(value)
+    except (TypeError, ValueError):
+        return None
+    return value if 1 <= value <= n_layers else None
+
+
+def shared_heads() -> Any:
+    """The heads page's selection (``st.session_state['head_selection']``), normalised, or None."""
+    from analysis.finetune import normalise_heads
+
+    value = st.session_state.get("head_selection")
+    if isinstance(value, dict) and "layers" in value:
+        value = value["layers"]
+    if value is None:
+        return None
+    try:
+        return normalise_heads(value)
+    except ValueError:
+        return None
+
+
+def heads_from_upload(content: bytes) -> Any:
+    """A head selection from an uploaded selection file (the heads page's download)."""
+    from analysis.finetune import normalise_heads
+    from analysis.finetune.config import HEADS_FORMAT
+
+    try:
+        payload = json.loads(content)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"The heads file is not JSON: {exc}") from None
+    if not isinstance(payload, dict) or payload.get("format") != HEADS_FORMAT:
+        raise ValueError(f'The heads file is not a tunescope head selection ("{HEADS_FORMAT}").')
+    return normalise_heads(payload.get("layers") or {})
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None or pd.isna(seconds):
+        return "?"
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def estimate(db: RunsDB, cfg: Any, label: str, loaded: Any, time_now: bool) -> tuple[float, str]:
+    """Seconds per step for ``cfg``: measured on earlier runs in the database when there are any;
+    else (when ``time_now``) timed here on 3 steps of a tiny copy of the run (first step dropped)."""
+    from analysis.runs.results import estimate_step_time
+
+    runs = db.list_runs(model=cfg.model.name, data=None)
+    per_step, source = estimate_step_time(runs, cfg.model.name, cfg.method, label)
+    if per_step is not None or not time_now:
+        return (per_step if per_step is not None else float("nan")), source
+    cache = st.session_state.setdefault("ft_timings", {})
+    key = json.dumps({**cfg.to_dict(), "seed": 0, "steps": 0}, sort_keys=True, default=str)
+    if key not in cache:
+        import dataclasses
+
+        from analysis.finetune import run_finetune
+
+        probe = dataclasses.replace(
+            cfg, steps=3, n_train=max(2, 3 * cfg.batch_size), n_eval=4, eval_every=1000
+        )
+        with st.spinner("Timing 3 steps of this run…"):
+            cache[key] = run_finetune(probe, loaded=loaded).step_time_s
+    return cache[key], "timed just now on 2 steps (after one warm-up step) in this process"
