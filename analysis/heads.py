@@ -22,31 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.stats import kendalltau
 
-from analysis.heads_selection import HeadSelection
-
-PAGERANK_VARIANTS = ("paper", "personalised")
-SCOPES = ("layer-wise", "mid-top")
-SELECTORS = (
-    "pagerank",
-    "richness",
-    "richness-lowest",
-    "correlation",
-    "pagerank-lowest",
-    "random",
+from analysis.heads_selection import (
+    PAGERANK_VARIANTS,
+    SCOPES,
+    SELECTORS,
+    HeadSelection,
 )
-# What each selector is called in the paper's ablation table (Table 3).
-SELECTOR_LABELS = {
-    "pagerank": "HiFi: top-k PageRank",
-    "richness": "w/o corr: top-k I_h",
-    "richness-lowest": "w/o corr + inv: lowest-k I_h",
-    "correlation": "w/o info: top-k total correlation",
-    "pagerank-lowest": "page inv: lowest-k PageRank",
-    "random": "random: k random heads",
-}
-
 
 # --------------------------------------------------------------------------------------------
 # Per-example statistics
@@ -446,6 +431,25 @@ class HeadAnalysis:
             }
             for layer in range(1, self.stats.n_layers + 1)
         ]
+
+    def heads_frame(self) -> pd.DataFrame:
+        """One row per (layer, head): richness, richness_std, total_correlation, pagerank, selected."""
+        n_layers, n_heads = self.pagerank.shape
+        layer, head = np.meshgrid(np.arange(1, n_layers + 1), np.arange(n_heads), indexing="ij")
+        chosen = np.zeros((n_layers, n_heads), dtype=bool)
+        for ell, heads in self.selected.items():
+            chosen[ell - 1, heads] = True
+        return pd.DataFrame(
+            {
+                "layer": layer.ravel(),
+                "head": head.ravel(),
+                "richness": self.stats.richness.ravel(),
+                "richness_std": self.stats.richness_std.ravel(),
+                "total_correlation": total_correlation(self.stats.correlation).ravel(),
+                "pagerank": self.pagerank.ravel(),
+                "selected": chosen.ravel(),
+            }
+        )
 
     def to_selection(self, model: str, settings: Mapping[str, Any] | None = None) -> HeadSelection:
         """The selection file's content: chosen heads plus every setting that produced them."""

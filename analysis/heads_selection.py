@@ -25,6 +25,27 @@ from typing import Any
 
 FORMAT = "tunescope-heads/1"
 
+# The vocabulary of head selection (analysis.heads uses it; kept here, free of torch, for the CLI).
+PAGERANK_VARIANTS = ("paper", "personalised")
+SCOPES = ("layer-wise", "mid-top")
+SELECTORS = (
+    "pagerank",
+    "richness",
+    "richness-lowest",
+    "correlation",
+    "pagerank-lowest",
+    "random",
+)
+# What each selector is called in the paper's ablation table (Table 3).
+SELECTOR_LABELS = {
+    "pagerank": "HiFi: top-k PageRank",
+    "richness": "w/o corr: top-k I_h",
+    "richness-lowest": "w/o corr + inv: lowest-k I_h",
+    "correlation": "w/o info: top-k total correlation",
+    "pagerank-lowest": "page inv: lowest-k PageRank",
+    "random": "random: k random heads",
+}
+
 
 class SelectionError(ValueError):
     """A selection file that cannot be used, with the reason."""

@@ -406,6 +406,11 @@ def test_analyse_heads_end_to_end():
     assert [row["layer"] for row in table] == [1, 2, 3, 4]
     assert set(table[0]) >= {"layer", "richness", "correlation", "pagerank", "selected"}
     json.dumps(table)  # JSON-ready
+    frame = result.heads_frame()
+    assert len(frame) == 4 * 6 and frame["selected"].sum() == 4 * 2
+    row = frame[(frame["layer"] == 2) & (frame["head"] == 0)].iloc[0]
+    assert row.selected and row.total_correlation == pytest.approx(5.0)
+    assert row.pagerank == pytest.approx(result.pagerank[1, 0])
 
 
 # ---------------------------------------------------------------------------- robustness / cost

@@ -6,7 +6,7 @@ import argparse
 
 from analysis.commands._common import TqdmProgress, add_common, extract_config_from_args, write_json
 from analysis.config import to_dict
-from analysis.heads import PAGERANK_VARIANTS, SCOPES, SELECTORS
+from analysis.heads_selection import PAGERANK_VARIANTS, SCOPES, SELECTORS
 
 NAME = "heads"
 HELP = "rank every layer's attention heads by PageRank over richness and correlation (HiFi)"

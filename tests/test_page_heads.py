@@ -1,0 +1,120 @@
+"""The Heads page (AppTest) and its figure builders (inspected through fig.data / fig.layout)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from apptest_utils import errors, make_app
+
+from ui.figures import heads as figures
+
+PAGE = "views/heads.py"
+
+
+def heads_page(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.session_state["heads_n"] = 12  # keep the forward pass tiny
+    at.switch_page(PAGE)
+    return at.run()
+
+
+def test_heads_page_renders_every_view(tiny_bert_dir, monkeypatch):
+    at = heads_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert (
+        metrics["n_trainable (Q/K/V rows + biases)"] == f"{2 * 3 * 3 * (8 * 32 + 8):,}"
+    )  # 2 layers × k = 3 × Q/K/V
+    assert len(at.get("plotly_chart")) == 4  # PageRank, variants, richness, correlation
+    assert len(at.latex) >= 4
+    selection = at.session_state["head_selection"]
+    assert selection["format"] == "tunescope-heads/1"
+    assert sorted(selection["layers"]) == ["1", "2"]
+    assert all(len(heads) == 3 for heads in selection["layers"].values())
+    assert selection["settings"]["n"] == 12
+
+
+def test_changing_k_reuses_the_statistics_and_mid_top_drops_layers(tiny_bert_dir, monkeypatch):
+    at = heads_page(tiny_bert_dir, monkeypatch)
+    stats_caption = next(c.value for c in at.caption if "statistics" in c.value)
+    at.number_input(key="heads_k").set_value(1)
+    at.selectbox(key="heads_scope").set_value("mid-top")
+    at.button[0].click()  # the form's Apply
+    at.run()
+    assert not errors(at)
+    layers = at.session_state["head_selection"]["layers"]
+    assert list(layers) == ["2"] and len(layers["2"]) == 1
+    # Same statistics object (a recomputation would report a new duration): k and scope are cheap.
+    assert stats_caption in [c.value for c in at.caption]
+
+
+def test_robustness_comparison(tiny_bert_dir, monkeypatch):
+    at = heads_page(tiny_bert_dir, monkeypatch)
+    at.radio(key="heads_vary").set_value("max length")
+    at.number_input(key="heads_other_len").set_value(16)
+    next(b for b in at.button if b.label == "Compare").click()
+    at.run()
+    assert not errors(at)
+    assert any("Kendall τ of I_h" in m.label for m in at.metric)
+    assert len(at.get("plotly_chart")) == 6
+
+
+def test_bad_k_state_is_clamped_not_a_crash(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.session_state["heads_n"] = 12
+    at.session_state["heads_k"] = 99  # more heads than the model has (4)
+    at.switch_page(PAGE)
+    at.run()
+    assert not at.exception
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+def test_correlation_grid_shares_one_colour_scale():
+    correlation = np.random.default_rng(0).uniform(0, 2, (5, 4, 4))
+    fig = figures.correlation_grid(correlation, n_cols=3)
+    assert len(fig.data) == 5
+    assert {trace.coloraxis for trace in fig.data} == {"coloraxis"}
+    assert fig.layout.coloraxis.cmin == 0 and fig.layout.coloraxis.cmax == pytest.approx(
+        correlation.max()
+    )
+    assert [a.text for a in fig.layout.annotations] == [f"layer {i}" for i in range(1, 6)]
+    np.testing.assert_array_equal(np.array(fig.data[2].z), correlation[2])
+
+
+def test_pagerank_heatmap_marks_the_selected_heads():
+    scores = np.full((3, 4), 0.25)
+    fig = figures.pagerank_heatmap(scores, {2: [0, 3], 3: [1, 2]})
+    heat, marks = fig.data
+    assert list(heat.y) == [1, 2, 3] and list(heat.x) == [0, 1, 2, 3]
+    assert list(marks.x) == [0, 3, 1, 2] and list(marks.y) == [2, 2, 3, 3]
+    assert fig.layout.xaxis.title.text == "head" and fig.layout.yaxis.title.text == "layer"
+
+
+def test_richness_heatmap_and_variant_bars():
+    richness = np.arange(6.0).reshape(2, 3)
+    fig = figures.richness_heatmap(richness, richness / 10)
+    np.testing.assert_array_equal(np.array(fig.data[0].z), richness)
+    assert list(fig.data[0].y) == [1, 2]
+    bars = figures.variant_bars(np.array([0.5, 0.5]), np.array([0.7, 0.3]), np.array([0.6, 0.4]), 2)
+    assert [t.name for t in bars.data] == [
+        "P⁽⁰⁾ = I_h / Σ I",
+        "paper (uniform teleport)",
+        "personalised teleport",
+    ]
+    assert bars.layout.title.text == "layer 2"
+
+
+def test_robustness_figures():
+    tau = {"I_h": np.array([1.0, np.nan, 0.2]), "PageRank": np.array([0.5, 0.4, -0.1])}
+    fig = figures.agreement_bars(tau)
+    assert [t.name for t in fig.data] == ["I_h", "PageRank"]
+    assert list(fig.data[1].x) == [1, 2, 3] and tuple(fig.layout.yaxis.range) == (-1, 1)
+    a, b = np.ones((5, 3)), np.zeros((5, 3))
+    prof = figures.richness_profiles(a, b, "n = 300", "n = 1000", a / 10, None)
+    assert len(prof.data) == 10
+    assert [t.name for t in prof.data if t.showlegend] == ["n = 300", "n = 1000"]
+    assert prof.data[0].error_y.array is not None and prof.data[5].error_y.array is None

@@ -1,0 +1,185 @@
+"""Figures for the Heads page. Arrays follow analysis.heads: row ℓ − 1 is layer ℓ, heads 0-based."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+SCALE = "Viridis"
+
+
+def richness_heatmap(richness: np.ndarray, richness_std: np.ndarray | None = None) -> go.Figure:
+    """I_h as a layer × head heatmap (richness: (L, H)); the hover adds the spread over examples."""
+    n_layers, n_heads = richness.shape
+    std = richness_std if richness_std is not None else np.zeros_like(richness)
+    fig = go.Figure(
+        go.Heatmap(
+            z=richness,
+            x=list(range(n_heads)),
+            y=list(range(1, n_layers + 1)),
+            customdata=std,
+            colorscale=SCALE,
+            colorbar={"title": "I_h"},
+            hovertemplate="layer %{y}, head %{x}<br>I_h %{z:.2f} ± %{customdata:.2f}<extra></extra>",
+        )
+    )
+    fig.update_layout(xaxis_title="head", yaxis_title="layer", height=max(260, 28 * n_layers + 120))
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(dtick=1)
+    return fig
+
+
+def correlation_grid(correlation: np.ndarray, n_cols: int = 4) -> go.Figure:
+    """One H × H heatmap of r per layer (correlation: (L, H, H)), all on ONE shared colour scale."""
+    n_layers, n_heads = correlation.shape[:2]
+    n_cols = min(n_cols, n_layers)
+    n_rows = math.ceil(n_layers / n_cols)
+    fig = make_subplots(
+        rows=n_rows,
+        cols=n_cols,
+        subplot_titles=[f"layer {layer}" for layer in range(1, n_layers + 1)],
+        horizontal_spacing=0.04,
+        vertical_spacing=0.08 / max(1, n_rows - 1) if n_rows > 1 else 0.0,
+    )
+    for i in range(n_layers):
+        fig.add_trace(
+            go.Heatmap(
+                z=correlation[i],
+                x=list(range(n_heads)),
+                y=list(range(n_heads)),
+                coloraxis="coloraxis",
+                hovertemplate=f"layer {i + 1}<br>heads %{{y}} ↔ %{{x}}<br>r %{{z:.3g}}<extra></extra>",
+            ),
+            row=i // n_cols + 1,
+            col=i % n_cols + 1,
+        )
+    fig.update_layout(
+        coloraxis={"colorscale": SCALE, "cmin": 0.0, "cmax": float(correlation.max()) or 1.0,
+                   "colorbar": {"title": "r"}},
+        height=250 * n_rows + 60,
+    )  # fmt: skip
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    return fig
+
+
+def pagerank_heatmap(scores: np.ndarray, selected: Mapping[int, Sequence[int]]) -> go.Figure:
+    """PageRank p*_h as a layer × head heatmap (scores: (L, H)); selected heads ringed."""
+    n_layers, n_heads = scores.shape
+    fig = go.Figure(
+        go.Heatmap(
+            z=scores,
+            x=list(range(n_heads)),
+            y=list(range(1, n_layers + 1)),
+            colorscale=SCALE,
+            colorbar={"title": "p*"},
+            hovertemplate="layer %{y}, head %{x}<br>PageRank %{z:.4f}<extra></extra>",
+        )
+    )
+    xs = [h for layer in sorted(selected) for h in selected[layer]]
+    ys = [layer for layer in sorted(selected) for _ in selected[layer]]
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers",
+            name="selected",
+            marker={"symbol": "circle-open", "size": 16, "color": "red", "line": {"width": 3}},
+            hovertemplate="selected: layer %{y}, head %{x}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis_title="head",
+        yaxis_title="layer",
+        height=max(260, 28 * n_layers + 120),
+        legend={"orientation": "h", "y": 1.08},
+    )
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(dtick=1)
+    return fig
+
+
+def variant_bars(
+    paper: np.ndarray, personalised: np.ndarray, p0: np.ndarray, layer: int
+) -> go.Figure:
+    """One layer's heads: p⁽⁰⁾ and both PageRank fixed points side by side. Each (H,)."""
+    heads = list(range(len(paper)))
+    fig = go.Figure(
+        [
+            go.Bar(x=heads, y=p0, name="P⁽⁰⁾ = I_h / Σ I", marker_color="lightgray"),
+            go.Bar(x=heads, y=paper, name="paper (uniform teleport)"),
+            go.Bar(x=heads, y=personalised, name="personalised teleport"),
+        ]
+    )
+    fig.add_hline(y=1 / len(paper), line_dash="dot", annotation_text="1 / H")
+    fig.update_layout(
+        barmode="group",
+        title=f"layer {layer}",
+        xaxis_title="head",
+        yaxis_title="probability",
+        height=330,
+        legend={"orientation": "h", "y": -0.25},
+    )
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def agreement_bars(per_layer: Mapping[str, np.ndarray]) -> go.Figure:
+    """Kendall τ per layer for each ranked quantity (name → (L,))."""
+    fig = go.Figure(
+        [
+            go.Bar(x=list(range(1, len(tau) + 1)), y=tau, name=name)
+            for name, tau in per_layer.items()
+        ]
+    )
+    fig.update_layout(
+        barmode="group",
+        xaxis_title="layer",
+        yaxis_title="Kendall τ",
+        yaxis_range=[-1, 1],
+        height=320,
+    )
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def richness_profiles(
+    a: np.ndarray, b: np.ndarray, label_a: str, label_b: str, std_a=None, std_b=None
+) -> go.Figure:
+    """I_h per head, one panel per layer, two settings overlaid (paper Fig. 3). a, b: (L, H)."""
+    n_layers, n_heads = a.shape
+    n_cols = min(4, n_layers)
+    n_rows = math.ceil(n_layers / n_cols)
+    fig = make_subplots(
+        rows=n_rows,
+        cols=n_cols,
+        subplot_titles=[f"layer {layer}" for layer in range(1, n_layers + 1)],
+        shared_yaxes=True,
+    )
+    heads = list(range(n_heads))
+    for values, std, label, color in (
+        (a, std_a, label_a, "#1f77b4"),
+        (b, std_b, label_b, "#ff7f0e"),
+    ):
+        for i in range(n_layers):
+            error = {"type": "data", "array": std[i], "visible": True} if std is not None else None
+            fig.add_trace(
+                go.Scatter(
+                    x=heads,
+                    y=values[i],
+                    error_y=error,
+                    mode="lines+markers",
+                    name=label,
+                    legendgroup=label,
+                    showlegend=i == 0,
+                    line={"color": color},
+                ),
+                row=i // n_cols + 1,
+                col=i % n_cols + 1,
+            )
+    fig.update_layout(height=230 * n_rows + 80, legend={"orientation": "h", "y": 1.06})
+    return fig

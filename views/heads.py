@@ -1,0 +1,105 @@
+"""Heads: information richness, head-to-head correlation and PageRank head selection (HiFi)."""
+
+import json
+
+import streamlit as st
+
+from analysis.heads import analyse_heads, initial_distribution, pagerank, trainable_parameter_count
+from ui import heads_text as text
+from ui.figures import heads as figures
+from ui.heads_robustness import robustness_view
+from ui.heads_state import get_head_stats, settings_form, stats_config
+from ui.state import get_model, settings, show_error
+
+st.title("Heads")
+st.markdown(text.INTRO)
+try:
+    base = settings()
+    loaded = get_model(base.model)
+except ValueError as exc:
+    show_error(exc)
+    st.stop()
+
+n, xi, selection_cfg = settings_form(loaded.n_heads)
+try:
+    stats, meta = get_head_stats(stats_config(base, n, xi))
+    result = analyse_heads(stats, selection_cfg)
+except ValueError as exc:
+    show_error(exc)
+    st.stop()
+
+count = trainable_parameter_count(result.selected, loaded.d_model, loaded.d_head, loaded.n_params)
+selection = result.to_selection(
+    loaded.name,
+    {"data": base.data.name, "sample_seed": base.sample.seed, "max_length": base.max_length},
+)
+st.session_state["head_selection"] = selection.to_dict()  # the Fine-tune page's default
+
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("heads chosen", f"{selection.n_selected} of {loaded.n_layers * loaded.n_heads}")
+c2.metric("n_trainable (Q/K/V rows + biases)", f"{count.n_trainable:,}")
+c3.metric("share of the encoder", f"{100 * count.share:.2f} %")
+c4.metric("PageRank iterations", f"{result.iterations.min()}–{result.iterations.max()}")
+source = "served from the cache" if meta["cache_hit"] else f"computed in {meta['seconds']:.1f} s"
+st.caption(
+    f"{loaded.name}: {loaded.n_layers} layers × {loaded.n_heads} heads, d_head {loaded.d_head}; "
+    f"n = {stats.n} examples of {base.data.name}, max length {base.max_length}; statistics "
+    f"{source} on {meta['device']}. n_trainable counts the selected heads' rows of W_Q, W_K, W_V "
+    f"(each d_head × d_model) and their biases; the classifier comes on top. Per head: "
+    f"3 · ({loaded.d_head} · {loaded.d_model} + {loaded.d_head}) = "
+    f"{3 * (loaded.d_head * loaded.d_model + loaded.d_head):,} parameters."
+)
+
+tab_rank, tab_rich, tab_corr, tab_robust = st.tabs(
+    ["PageRank and selection", "Information richness", "Correlation", "Robustness"]
+)
+with tab_rank:
+    text.pagerank()
+    st.plotly_chart(figures.pagerank_heatmap(result.pagerank, result.selected), width="stretch")
+    text.teleport_note()
+    layer = st.select_slider("layer", list(range(1, stats.n_layers + 1)), key="heads_layer")
+    row = layer - 1
+    both = {
+        variant: pagerank(
+            stats.richness[row],
+            stats.correlation[row],
+            selection_cfg.damping,
+            selection_cfg.tol,
+            variant,
+        ).scores
+        for variant in ("paper", "personalised")
+    }
+    p0 = initial_distribution(stats.richness[row])
+    st.plotly_chart(
+        figures.variant_bars(both["paper"], both["personalised"], p0, layer), width="stretch"
+    )
+with tab_rich:
+    text.richness()
+    st.plotly_chart(figures.richness_heatmap(stats.richness, stats.richness_std), width="stretch")
+with tab_corr:
+    text.correlation()
+    st.plotly_chart(figures.correlation_grid(stats.correlation), width="stretch")
+with tab_robust:
+    text.robustness()
+    robustness_view(base, result)
+
+st.subheader("Export")
+st.markdown(
+    "The selection file lists the chosen heads of each layer with every setting that produced "
+    "them; the Fine-tune page (method **heads**) and `python -m analysis finetune` accept it. "
+    "This page's selection is also the Fine-tune page's default."
+)
+table = result.heads_frame()
+st.dataframe(table, hide_index=True, width="stretch", height=260)
+c1, c2, c3 = st.columns(3)
+c1.download_button(
+    "Selection file (JSON)", selection.to_json(), "heads_selection.json", "application/json"
+)
+c2.download_button("Per-head table (CSV)", table.to_csv(index=False), "heads.csv", "text/csv")
+full = {"settings": selection.settings, "n": stats.n, "layers": result.layers_table()}
+c3.download_button(
+    "Every layer, with correlations (JSON)",
+    json.dumps(full),
+    "heads_layers.json",
+    "application/json",
+)
