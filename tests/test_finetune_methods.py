@@ -20,8 +20,8 @@ from analysis.finetune.adapters import HoulsbyAdapter
 from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.engine import build_model, make_optimizer, train_step, zero_entries
 from analysis.finetune.methods import METHODS, Prepared, resolve
-from analysis.finetune.model import EncoderClassifier
-from analysis.models import layer_modules, load_model, trainable_copy
+from analysis.finetune.model import EncoderClassifier, truncated_copy
+from analysis.models import encoder_layers, layer_modules, load_model, trainable_copy
 
 WORDS = ["good", "great", "fun", "bad", "awful", "dull", "movie", "plot", "the", "a"]
 
@@ -320,3 +320,19 @@ def test_subspace_methods_resolve_lazily(monkeypatch, bert4):
     monkeypatch.setitem(sys.modules, "analysis.subspace_train", None)
     with pytest.raises((ValueError, ImportError)):
         resolve("subspace")
+
+
+def test_truncated_copy_leaves_the_shared_model_alone(bert4, tmp_path):
+    clone = truncated_copy(bert4, 2)
+    assert len(encoder_layers(clone)) == 2 and clone.config.num_hidden_layers == 2
+    assert len(encoder_layers(bert4.model)) == 4 and bert4.model.config.num_hidden_layers == 4
+    assert not {id(p) for p in bert4.model.parameters()} & {id(p) for p in clone.parameters()}
+    assert all(p.requires_grad for p in clone.parameters()) and clone.training
+    assert not any(p.requires_grad for p in bert4.model.parameters())
+    # zeroing entries of a cut-away layer is skipped, not an error
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps({"encoder.layer.3.output.dense.weight": [[0, 0]]}))
+    built = build_model(
+        cfg_for(bert4, "layers", layers=(1, 2, 2), zero_weights=str(path)), bert4, 2
+    )
+    assert built.model.n_layers_kept == 2 and built.n_params > 2 * built.n_trainable

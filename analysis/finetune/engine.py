@@ -50,8 +50,8 @@ from analysis.finetune.methods import (
     prepare_method,
     trainable_layers,
 )
-from analysis.finetune.model import EncoderClassifier, use_fast_attention
-from analysis.models import LoadedModel, load_model, trainable_copy
+from analysis.finetune.model import EncoderClassifier, truncated_copy, use_fast_attention
+from analysis.models import LoadedModel, load_model
 from analysis.progress import Cancelled, Progress, no_progress, scaled
 from analysis.scores import task_score
 
@@ -219,8 +219,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def zero_entries(encoder: nn.Module, path: str | Path) -> int:
-    """Set the entries listed in ``path`` ({param_name: [[row, col], ...]}) to zero; returns the count."""
+def zero_entries(encoder: nn.Module, path: str | Path, removed: set[str] = frozenset()) -> int:
+    """Set the entries listed in ``path`` ({param_name: [[row, col], ...]}) to zero; returns the count.
+
+    Names are those of the loaded encoder's ``named_parameters()``; names in ``removed`` (the
+    layers above ℓ_head, cut away) are skipped.
+    """
     path = Path(path)
     try:
         payload = json.loads(path.read_text())
@@ -234,6 +238,8 @@ def zero_entries(encoder: nn.Module, path: str | Path) -> int:
     count = 0
     with torch.no_grad():
         for name, entries in payload.items():
+            if name in removed:
+                continue
             if name not in params:
                 raise ValueError(
                     f"Zero-weights file names '{name}', which is not an encoder parameter."
@@ -318,18 +324,22 @@ def build_model(
     n_outputs: int,
     device: torch.device | str | None = None,
 ) -> Built:
-    """Seed, copy the encoder, zero ``cfg.zero_weights``, cut at ℓ_head, add the classifier and let
+    """Seed, copy the encoder up to ℓ_head, zero ``cfg.zero_weights``, add the classifier and let
     the method choose what trains. The shared ``loaded.model`` is never touched."""
     device = torch.device(device) if device is not None else loaded.device
     seed_everything(cfg.seed)
-    encoder = trainable_copy(loaded).to(device)
+    encoder = truncated_copy(loaded, cfg.head_layer).to(device)
     n_params_encoder = sum(
-        p.numel() for name, p in encoder.named_parameters() if not name.startswith("pooler.")
+        p.numel() for name, p in loaded.model.named_parameters() if not name.startswith("pooler.")
     )
     if cfg.zero_weights:
-        zero_entries(encoder, cfg.zero_weights)
+        kept = {name for name, _ in encoder.named_parameters()}
+        removed = {name for name, _ in loaded.model.named_parameters()} - kept
+        zero_entries(encoder, cfg.zero_weights, removed=removed)
     use_fast_attention(encoder)
-    model = EncoderClassifier(encoder, loaded.family, n_outputs, cfg.head_layer, cfg.pooling)
+    model = EncoderClassifier(
+        encoder, loaded.family, n_outputs, cfg.head_layer, cfg.pooling, loaded.n_layers
+    )
     prepared = prepare_method(model, cfg)
     model.to(device)
     prepared.grad_masks = {p: m.to(p.device) for p, m in prepared.grad_masks.items()}

@@ -19,12 +19,13 @@ The tests check this with a hook (``requires_grad`` of the frozen layers' output
 from __future__ import annotations
 
 import contextlib
+import copy
 
 import torch
 from torch import nn
 
 from analysis.extract import model_inputs, pool
-from analysis.models import encoder_layers
+from analysis.models import LoadedModel, encoder_layers
 
 
 def truncate_encoder(encoder: nn.Module, head_layer: int) -> None:
@@ -37,6 +38,25 @@ def truncate_encoder(encoder: nn.Module, head_layer: int) -> None:
     for key in ("num_hidden_layers", "n_layers"):
         if hasattr(config, key):
             setattr(config, key, head_layer)
+
+
+def truncated_copy(loaded: LoadedModel, head_layer: int | None = None) -> nn.Module:
+    """A trainable deep copy of the shared encoder holding only layers 1..``head_layer``.
+
+    Like `analysis.models.trainable_copy` (requires_grad on, train mode), but the layers above
+    ℓ_head are never copied (not even for a moment), so a cut run's memory peak does not include
+    them. The shared ``loaded.model`` is not touched.
+    """
+    layers = encoder_layers(loaded.model)
+    head_layer = head_layer or len(layers)
+    if not 1 <= head_layer <= len(layers):
+        raise ValueError(f"ℓ_head must be within 1..{len(layers)} (got {head_layer}).")
+    memo = {id(block): None for block in layers[head_layer:]}  # deepcopy yields None for them
+    clone = copy.deepcopy(loaded.model, memo)
+    truncate_encoder(clone, head_layer)
+    clone.requires_grad_(True)
+    clone.train()
+    return clone
 
 
 def use_fast_attention(encoder: nn.Module) -> str:
@@ -68,7 +88,11 @@ class ClassifierHead(nn.Module):
 
 
 class EncoderClassifier(nn.Module):
-    """A truncated encoder and a fresh classifier (module docstring)."""
+    """A truncated encoder and a fresh classifier (module docstring).
+
+    n_layers_total: L of the uncut model, when ``encoder`` comes already cut (`truncated_copy`);
+    None = the encoder's own layer count.
+    """
 
     def __init__(
         self,
@@ -77,14 +101,15 @@ class EncoderClassifier(nn.Module):
         n_outputs: int,
         head_layer: int | None = None,
         pooling: str = "mean",
+        n_layers_total: int | None = None,
     ) -> None:
         super().__init__()
         if pooling not in ("mean", "first"):
             raise ValueError(f"Unknown pooling {pooling!r}: choose mean or first.")
         if n_outputs < 1:
             raise ValueError(f"A classifier needs at least one output (got {n_outputs}).")
-        n_layers = len(encoder_layers(encoder))
-        truncate_encoder(encoder, head_layer or n_layers)
+        n_layers = n_layers_total or len(encoder_layers(encoder))
+        truncate_encoder(encoder, head_layer or len(encoder_layers(encoder)))
         if getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # unused: the fresh classifier reads the pooled states
         config = encoder.config
