@@ -463,8 +463,9 @@ def trajectory_svd(
     so such s_i are set to 0 and their directions dropped from V.
 
     Streaming: two passes over column blocks of W read with ``safe_open(...).get_slice`` from the
-    t snapshot files (block ≈ ``block_bytes`` of float64). Pass 1 accumulates G, pass 2 fills V.
-    Peak memory ≈ V itself (D × r float32, the size of W) plus two blocks.
+    t snapshot files into one reused buffer (block ≈ ``block_bytes`` of float64). Pass 1
+    accumulates G in float64; pass 2 fills V block by block in float32 (V's dtype; each entry is
+    a sum of only t terms). Peak memory ≈ V itself (D × r float32, the size of W) plus a block.
     """
     traj = _as_trajectory(source)
     if layer not in traj.slots:
@@ -479,17 +480,26 @@ def trajectory_svd(
         ]
         theta0, handles = handles[0], handles[1:]
 
-        def read_block(start: int, stop: int) -> torch.Tensor:  # (t, stop - start) float64
-            rows = torch.stack([h[start:stop] for h in handles]).double()
-            return rows - rows.mean(dim=0, keepdim=True) if centre else rows
+        rows32 = torch.empty(t, block, dtype=torch.float32)
+        rows64 = torch.empty(t, block, dtype=torch.float64)
+
+        def read_block(start: int, stop: int) -> torch.Tensor:
+            """Columns start:stop of W, (t, stop - start) float32, read into a reused buffer."""
+            rows = rows32[:, : stop - start]
+            for j, handle in enumerate(handles):
+                rows[j].copy_(handle[start:stop])  # float16 → float32 has a fast path
+            if centre:
+                rows -= rows.mean(dim=0, keepdim=True, dtype=torch.float64).float()
+            return rows
 
         gram = torch.zeros(t, t, dtype=torch.float64)
         theta0_sq = 0.0  # ‖θ_0‖², for the cut-off
         for start in range(0, dim, block):
             stop = min(start + block, dim)
-            w = read_block(start, stop)
+            w = rows64[:, : stop - start]
+            w.copy_(read_block(start, stop))
             gram += w @ w.T
-            theta0_sq += float((theta0[start:stop].double() ** 2).sum())
+            theta0_sq += float(theta0[start:stop].double().square().sum())
         eigvals, eigvecs = torch.linalg.eigh(gram)  # ascending
         eigvals, eigvecs = eigvals.flip(0), eigvecs.flip(1)
         s = eigvals.clamp_min(0).sqrt()
@@ -502,12 +512,13 @@ def trajectory_svd(
         keep = s > tol if s_max > 0 else torch.zeros(t, dtype=torch.bool)
         s = torch.where(keep, s, torch.zeros_like(s))
         r = int(keep.sum())
-        coef = eigvecs[:, :r] / s[:r]  # U S⁻¹, (t, r)
+        coef = (eigvecs[:, :r] / s[:r]).float()  # U S⁻¹, (t, r)
+        del rows64
         V = torch.empty(dim, r, dtype=torch.float32)
         if r:
             for start in range(0, dim, block):
                 stop = min(start + block, dim)
-                V[start:stop] = (read_block(start, stop).T @ coef).float()
+                torch.mm(read_block(start, stop).T, coef, out=V[start:stop])
     total = float((s**2).sum())
     evr = s**2 / total if total > 0 else torch.zeros_like(s)
     return LayerSVD(s, V, evr)
