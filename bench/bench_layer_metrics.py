@@ -1,0 +1,108 @@
+"""All four layer metrics for every layer from cached states: per-metric times (issue #3).
+
+    python bench/bench_layer_metrics.py                # synthetic MiniLM-shaped states
+    python bench/bench_layer_metrics.py --real         # real MiniLM states via analysis.extract
+    python bench/bench_layer_metrics.py --real --data trec6 --n 2000
+
+Synthetic states: (7, N, 384), two classes whose separation peaks in the middle layers, plus a
+large shared offset and a few outlier dimensions, like a small BERT's pooled states.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from analysis import layer_metrics as lm
+
+
+def synthetic_states(
+    n: int = 2000, d: int = 384, n_layers: int = 6, n_classes: int = 2, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, str]:
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, n_classes, n)
+    directions = rng.standard_normal((n_classes, d)) / np.sqrt(d)
+    mixing = rng.standard_normal((d, d)) / np.sqrt(d)  # anisotropic within-class noise
+    offset = rng.standard_normal(d)
+    offset[:3] *= 20.0  # outlier dimensions
+    states = np.empty((n_layers + 1, n, d), dtype=np.float32)
+    for layer in range(n_layers + 1):
+        strength = 1.5 * np.sin(np.pi * layer / (n_layers + 1)) + 0.2
+        noise = rng.standard_normal((n, d)) @ mixing
+        states[layer] = offset + noise + strength * 1.2 * directions[labels]
+    return states, labels, "accuracy"
+
+
+def real_states(model: str, data: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
+    from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
+    from analysis.extract import extract_states
+
+    cfg = ExtractConfig(ModelSpec(model), DataSpec(data), SampleSpec(n=n, seed=seed))
+    t0 = time.perf_counter()
+    ls = extract_states(cfg)
+    print(f"states ready in {time.perf_counter() - t0:.1f} s (cached after the first run)")
+    return ls.states.numpy(), ls.labels.numpy(), ls.metric
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--real", action="store_true", help="real MiniLM states (analysis.extract)")
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--data", default="movie-snippets")
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    if args.real:
+        states, labels, metric = real_states(args.model, args.data, args.n, args.seed)
+    else:
+        states, labels, metric = synthetic_states(n=args.n, seed=args.seed)
+    n_layers1, n, d = states.shape
+    print(
+        f"states (L+1, N, d) = ({n_layers1}, {n}, {d}), classes {len(np.unique(labels))}, metric {metric}"
+    )
+
+    # Per metric, each over every layer, the way layer_metrics runs them.
+    split = lm.split_indices(labels, args.seed)
+    times = dict.fromkeys(lm.METRICS, 0.0)
+    probe = lm.new_probe(len(np.unique(labels)), warm_start=True)
+    for layer in range(n_layers1):
+        h = lm.as_float64(states[layer])
+        t = time.perf_counter()
+        lm.nu(h, labels)
+        times["nu"] += time.perf_counter() - t
+        t = time.perf_counter()
+        lm.cca_score(h, labels, split=split)
+        times["cca"] += time.perf_counter() - t
+        t = time.perf_counter()
+        lm.rank_metric(h, labels)
+        times["rank"] += time.perf_counter() - t
+        t = time.perf_counter()
+        lm.probe_score(
+            h[split.train], labels[split.train], h[split.test], labels[split.test], metric, probe
+        )
+        times["probe"] += time.perf_counter() - t
+    for name, seconds in times.items():
+        print(
+            f"  {name:6s} {seconds:7.3f} s for {n_layers1} layers ({1000 * seconds / n_layers1:6.1f} ms/layer)"
+        )
+
+    t = time.perf_counter()
+    df = lm.layer_metrics(states, labels, metric, args.seed)
+    total = time.perf_counter() - t
+    s = lm.summary(df)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"layer_metrics, all four metrics, all layers: {total:.2f} s")
+    print(
+        f"l_star {s['l_star']}, zeta {s['zeta']:.3g}, rho { ({k: round(v, 3) for k, v in s['rho'].items()}) }"
+    )
+
+
+if __name__ == "__main__":
+    main()
