@@ -43,7 +43,7 @@ def correlation() -> None:
 def pagerank() -> None:
     st.markdown(
         "**PageRank.** Each layer is a graph whose nodes are its heads. A walker starts at head h "
-        "with probability proportional to I_h and moves to head h' in proportion to r_{h,h'}; "
+        "with probability proportional to I_h and moves to head h' in proportion to their correlation r(h, h'); "
         "with probability 1 − d it jumps instead (the teleport). The scores p* are where the "
         "walk settles; the ringed heads are the k chosen per layer. Iteration stops when the "
         "scores change by less than ε = 10⁻⁶ (L1)."

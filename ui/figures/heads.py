@@ -160,16 +160,14 @@ def richness_profiles(
         subplot_titles=[f"layer {layer}" for layer in range(1, n_layers + 1)],
         shared_yaxes=True,
     )
-    heads = list(range(n_heads))
-    for values, std, label, color in (
-        (a, std_a, label_a, "#1f77b4"),
-        (b, std_b, label_b, "#ff7f0e"),
-    ):
+    heads = np.arange(n_heads)
+    settings = ((a, std_a, label_a, "#1f77b4", -0.12), (b, std_b, label_b, "#ff7f0e", 0.12))
+    for values, std, label, color, shift in settings:  # shifted apart so both error bars show
         for i in range(n_layers):
             error = {"type": "data", "array": std[i], "visible": True} if std is not None else None
             fig.add_trace(
                 go.Scatter(
-                    x=heads,
+                    x=heads + shift,
                     y=values[i],
                     error_y=error,
                     mode="lines+markers",
@@ -181,5 +179,9 @@ def richness_profiles(
                 row=i // n_cols + 1,
                 col=i % n_cols + 1,
             )
-    fig.update_layout(height=230 * n_rows + 80, legend={"orientation": "h", "y": 1.06})
+    fig.update_layout(
+        height=230 * n_rows + 100,
+        legend={"orientation": "h", "y": -0.12, "yanchor": "top"},
+        yaxis_title="I_h",
+    )
     return fig
