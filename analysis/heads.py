@@ -46,7 +46,7 @@ def information_richness(singular_values: torch.Tensor, xi: float) -> torch.Tens
     neither the partial sums nor the total, so they never change t. An all-zero matrix has no
     singular-value mass at all; its richness is 0.
     """
-    _check_xi(xi)
+    check_xi(xi)
     cumulative = torch.cumsum(singular_values.double(), dim=-1)
     total = cumulative[..., -1:]
     below = (cumulative < xi * total).sum(dim=-1)
@@ -137,7 +137,7 @@ class HeadStatsAccumulator:
                 raise ValueError(f"{name} must be a positive whole number (got {value!r}).")
         if d_head < 2:
             raise ValueError("d_head must be at least 2 for a covariance over head coordinates.")
-        _check_xi(xi)
+        check_xi(xi)
         self.n_layers, self.n_heads, self.d_head, self.xi = n_layers, n_heads, d_head, float(xi)
         self._richness_sum = torch.zeros(n_layers, n_heads, dtype=torch.float64)
         self._richness_sq_sum = torch.zeros(n_layers, n_heads, dtype=torch.float64)
@@ -569,7 +569,7 @@ def _kendall(a: np.ndarray, b: np.ndarray) -> float:
     return float(kendalltau(a, b).statistic)
 
 
-def _check_xi(xi: float) -> None:
+def check_xi(xi: float) -> None:
     if not 0.0 < xi <= 1.0:
         raise ValueError(f"The singular-value mass threshold ξ must lie in (0, 1] (got {xi!r}).")
 

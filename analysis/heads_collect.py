@@ -23,7 +23,7 @@ import torch
 from analysis.cache import DiskCache
 from analysis.config import ExtractConfig, to_dict
 from analysis.extract import iter_encoded_batches, model_inputs
-from analysis.heads import HeadStats, HeadStatsAccumulator, _check_xi
+from analysis.heads import HeadStats, HeadStatsAccumulator, check_xi
 from analysis.models import LoadedModel, encoder_layers, layer_modules, load_model
 from analysis.progress import Progress, no_progress
 
@@ -39,7 +39,7 @@ class HeadStatsConfig:
     xi: float = 0.9
 
     def __post_init__(self) -> None:
-        _check_xi(self.xi)
+        check_xi(self.xi)
 
 
 def collect_head_stats(
