@@ -5,6 +5,7 @@ The public API is imported lazily, so ``python -m analysis --help`` does not pay
     from analysis import nu, cca_score, rank_metric      # per-layer metrics, (N, d) states, (N,) labels
     from analysis import layer_metrics                   # every metric for every layer
     from analysis import load_model, load_data, extract_states
+    from analysis import head_stats, analyse_heads, pagerank   # per-head richness, correlation, PageRank
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ _EXPORTS = {
     "probe_score": "analysis.layer_metrics",
     "zeta": "analysis.layer_metrics",
     "layer_metrics": "analysis.layer_metrics",
+    "head_stats": "analysis.heads_collect",
+    "analyse_heads": "analysis.heads",
+    "pagerank": "analysis.heads",
+    "load_selection": "analysis.heads_selection",
+    "save_selection": "analysis.heads_selection",
 }
 
 __all__ = sorted(_EXPORTS)
