@@ -16,6 +16,7 @@ PAGES = [
     st.Page("views/data.py", title="Data", icon=":material/table_view:"),
     st.Page("views/heads.py", title="Heads", icon=":material/hub:"),
     st.Page("views/finetune.py", title="Fine-tune", icon=":material/model_training:"),
+    st.Page("views/subspace.py", title="Subspaces", icon=":material/scatter_plot:"),
     st.Page("views/runs.py", title="Runs", icon=":material/list_alt:"),
 ]
 

@@ -36,7 +36,8 @@ Memory: V holds r × D float32 numbers per layer (r = 32 snapshots on MiniLM: 23
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -262,3 +263,39 @@ def prepare_subspace_random(model: EncoderClassifier, cfg: FinetuneConfig) -> Pr
         generator = torch.Generator().manual_seed(cfg.seed * 7919 + number)
         bases.append(random_orthonormal(dim, min(r, dim), generator))
     return reparameterise(model, bases, cfg.seed, "random orthonormal subspace")
+
+
+def comparison_configs(
+    base: FinetuneConfig,
+    source: str,
+    seeds: Sequence[int],
+    outlier_file: str | None = None,
+    random_file: Callable[[int], str] | None = None,
+) -> list[tuple[str, FinetuneConfig]]:
+    """The runs of the paper's comparisons, per seed, as (group, config) pairs.
+
+    ``base`` fixes model, data and budget; its method and subspace/zero-weights fields are
+    replaced. Groups (see `analysis.subspace.COMPARISON_GROUPS`): full, intrinsic subspace and
+    random subspace (from run ``source``; both record their start and end, so their learned
+    update V θ̄ can be inspected for outliers), frozen; with ``outlier_file``: full fine-tuning
+    with the outliers zeroed, and with ``random_file(seed)`` as many random weights zeroed.
+    """
+    out: list[tuple[str, FinetuneConfig]] = []
+    plain = dict(subspace_from=None, zero_weights=None, trajectory_every=None, lr=None)
+    for seed in seeds:
+        ends = dict(trajectory_every=base.steps)  # snapshots at step 0 and the last step
+        runs = [
+            ("full", dict(method="full")),
+            ("intrinsic subspace", dict(method="subspace", subspace_from=source, **ends)),
+            ("random subspace", dict(method="subspace-random", subspace_from=source, **ends)),
+            ("frozen", dict(method="frozen")),
+        ]
+        if outlier_file:
+            runs.append(("outliers zeroed", dict(method="full", zero_weights=outlier_file)))
+        if random_file is not None:
+            runs.append(
+                ("random weights zeroed", dict(method="full", zero_weights=random_file(seed)))
+            )
+        for group, fields in runs:
+            out.append((group, replace(base, **{**plain, "seed": seed, **fields})))
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -251,3 +252,38 @@ def test_infer_family_and_abs_profile():
     assert S.infer_family(["attention.self.query.weight"]) == "bert"
     profile = S.abs_profile(torch.tensor([0.0, -5.0, 1.0, 1.0, 2.0, 0.0]), n_bins=3)
     assert profile.tolist() == [5.0, 1.0, 2.0]
+
+
+def test_comparison_groups_and_summary():
+    import pandas as pd
+
+    def run(i, seed, score, **config):
+        config = {"method": "full", "zero_weights": None, "subspace_from": None, **config}
+        return {"id": f"r{i}", "status": "done", "seed": seed, "score": score,
+                "metric": "accuracy", "n_trainable": 10, "config_json": json.dumps(config)}  # fmt: skip
+
+    runs = pd.DataFrame(
+        [
+            run(0, 0, 0.90),
+            run(1, 1, 0.80),
+            run(2, 0, 0.85, method="subspace", subspace_from="src"),
+            run(3, 0, 0.55, method="subspace", subspace_from="other-run"),  # not ours
+            run(4, 0, 0.60, method="subspace-random", subspace_from="/traj/src"),
+            run(5, 0, 0.50, method="frozen"),
+            run(6, 0, 0.70, zero_weights="/z/outliers.json"),
+            run(7, 0, 0.88, zero_weights="/z/random-0.json"),
+            run(8, 0, 0.10, zero_weights="/z/unrelated.json"),  # not ours
+            {**run(9, 2, 0.99), "status": "running"},
+        ]
+    )
+    table = S.comparison_table(runs, ("src", "/traj/src"), "/z/outliers.json", ["/z/random-0.json"])
+    assert dict(zip(table["id"], table["group"], strict=True)) == {
+        "r0": "full", "r1": "full", "r2": "intrinsic subspace", "r4": "random subspace",
+        "r5": "frozen", "r6": "outliers zeroed", "r7": "random weights zeroed",
+    }  # fmt: skip
+    summary = S.summarise_comparison(table)
+    assert summary["group"].tolist() == list(S.COMPARISON_GROUPS)
+    full = summary.iloc[0]
+    assert full["n_seeds"] == 2 and full["score"] == pytest.approx(0.85)
+    assert full["score_sem"] == pytest.approx(np.std([0.9, 0.8], ddof=1) / np.sqrt(2))
+    assert np.isnan(summary.iloc[1]["score_sem"])  # one seed: no error bar

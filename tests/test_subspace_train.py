@@ -181,3 +181,20 @@ def test_engine_records_then_trains_in_the_subspace_and_zeroes_weights(tmp_path,
     theta0 = S.open_trajectory(zeroed.trajectory_dir).theta0(2)
     assert lo.n_outliers == 4 and torch.all(theta0[lo.indices] == 0)
     assert torch.equal(theta0 != traj.theta0(2), (planted == 1) & (traj.theta0(2) != 0))
+
+
+def test_comparison_configs_per_seed(tiny_bert_dir):
+    from analysis.subspace_train import comparison_configs
+
+    base = FinetuneConfig(model=ModelSpec(str(tiny_bert_dir)), method="full", steps=7, lr=3e-5)
+    configs = comparison_configs(base, "run-a", [0, 1], "/z/out.json", lambda s: f"/z/r{s}.json")
+    assert len(configs) == 12
+    by = {(g, c.seed): c for g, c in configs}
+    sub = by[("intrinsic subspace", 1)]
+    assert sub.method == "subspace" and sub.subspace_from == "run-a"
+    assert sub.trajectory_every == 7 and sub.lr == 1e-2  # the method's default learning rate
+    assert by[("random subspace", 0)].method == "subspace-random"
+    assert by[("random weights zeroed", 1)].zero_weights == "/z/r1.json"
+    assert by[("outliers zeroed", 0)].zero_weights == "/z/out.json"
+    assert by[("full", 0)].zero_weights is None and by[("frozen", 0)].method == "frozen"
+    assert all(c.steps == 7 for _, c in configs)

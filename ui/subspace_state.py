@@ -1,0 +1,87 @@
+"""Data of the subspace page: runs that recorded a trajectory, the per-trajectory report (kept in
+process, computed with a progress bar; the SVDs themselves are disk-cached), and the files of the
+disable experiment."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from analysis.cache import default_root
+from analysis.subspace import SubspaceReport, analyse_trajectory, open_trajectory
+
+_REPORTS: OrderedDict[tuple, SubspaceReport] = OrderedDict()
+_LOCK = threading.Lock()
+_MAX = 4
+
+
+def trajectory_runs(db: Any, model: str) -> pd.DataFrame:
+    """Completed runs of ``model`` that recorded a trajectory: id, data, method, label, seed, t,
+    trajectory_dir, config (newest first)."""
+    runs = db.list_runs(model=model, status="done")
+    rows = []
+    for _, run in runs.iterrows():
+        result = json.loads(run["result_json"]) if isinstance(run["result_json"], str) else {}
+        folder = result.get("trajectory_dir")
+        if not folder or not (Path(folder) / "index.json").is_file():
+            continue
+        meta = result.get("trajectory") or {}
+        rows.append(
+            {
+                "id": run["id"],
+                "data": run["data"],
+                "method": run["method"],
+                "label": run["label"],
+                "seed": run["seed"],
+                "t": max(int(meta.get("n_snapshots", 0)) - 1, 0),
+                "trajectory_dir": folder,
+                "config": json.loads(run["config_json"]),
+            }
+        )
+    columns = ["id", "data", "method", "label", "seed", "t", "trajectory_dir", "config"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def get_report(trajectory_dir: str, centre: bool) -> SubspaceReport:
+    """`analyse_trajectory` of a folder, once per process (an LRU of a few), with a progress bar."""
+    traj = open_trajectory(trajectory_dir)
+    key = (trajectory_dir, traj.fingerprint, centre)
+    with _LOCK:
+        if key in _REPORTS:
+            _REPORTS.move_to_end(key)
+            return _REPORTS[key]
+    bar = st.progress(0.0, text="Analysing the trajectory")
+    report = analyse_trajectory(
+        traj,
+        centre=centre,
+        progress=lambda f, m: bar.progress(min(f, 1.0), text=f"Analysing the trajectory: {m}"),
+    )
+    bar.empty()
+    with _LOCK:
+        _REPORTS[key] = report
+        while len(_REPORTS) > _MAX:
+            _REPORTS.popitem(last=False)
+    return report
+
+
+def disable_folder(run_id: str) -> Path:
+    """``<cache root>/subspace/<run id>/``: the zero-weights files of one trajectory run."""
+    return default_root() / "subspace" / run_id
+
+
+def outlier_file(run_id: str) -> str:
+    return str(disable_folder(run_id) / "zero-outliers.json")
+
+
+def random_file(run_id: str, seed: int) -> str:
+    return str(disable_folder(run_id) / f"zero-random-seed{seed}.json")
+
+
+def random_files(run_id: str) -> list[str]:
+    return [str(p) for p in sorted(disable_folder(run_id).glob("zero-random-seed*.json"))]
