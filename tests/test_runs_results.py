@@ -102,6 +102,7 @@ def test_figures(runs):
         0.02
     )
     assert fig.layout.xaxis.title.text == "number of tuned layers"
+    assert list(down.marker.symbol) == ["circle", "diamond"]  # (1, 3, 3) cut; (3, 3, 6) not
 
     fig = figures.score_vs_params(summary)
     assert fig.layout.xaxis.type == "log"

@@ -13,11 +13,12 @@ import streamlit as st
 from analysis.runs.db import run_label
 from analysis.runs.strategies import STRATEGY_NAMES, middle_layer, sweep_strategies
 from ui.finetune_state import (
-    estimate,
     format_seconds,
     heads_from_upload,
+    measured_step_time,
     shared_heads,
     shared_l_star,
+    timed_step_time,
 )
 
 METHOD_HELP = {
@@ -29,6 +30,10 @@ METHOD_HELP = {
     "bitfit": "only the biases train",
     "frozen": "nothing but the classifier trains",
 }
+LR_HELP = (
+    "blank = the method's default: 5e-5 full / layers, 2e-4 heads, 1e-3 adapter / BitFit / "
+    "frozen, 5e-4 LoRA"
+)
 STRATEGY_HELP = (
     "down: (ℓ_b, ℓ*, ℓ_h) for ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L} · up: (ℓ*+1, L, L) · "
     "baselines: (1, L, L), (L−2, L, L), (L−1, L, L), (L, L, L) · middle: down and up of "
@@ -78,7 +83,7 @@ def launch_form(extract_cfg: Any, loaded: Any, db: Any) -> None:
         bottom = c1.number_input("ℓ_bottom", 1, n_layers, 1)
         top = c2.number_input("ℓ_top", 1, n_layers, int(l_star))
         head = c3.number_input("ℓ_head", 1, n_layers, int(l_star))
-        placement = right.multiselect(
+        placement = left.multiselect(
             "Adapter / LoRA layers", list(range(1, n_layers + 1)), default=[int(l_star)]
         )
         upload = right.file_uploader(
@@ -88,20 +93,21 @@ def launch_form(extract_cfg: Any, loaded: Any, db: Any) -> None:
         )
         a, b, c, d = st.columns(4)
         steps = a.number_input("Steps", 1, 100_000, 200, step=50)
-        lr = b.number_input("Learning rate (0 = method default)", 0.0, 1.0, 0.0, format="%.0e")
+        lr_text = b.text_input("Learning rate", "", placeholder="method default", help=LR_HELP)
         batch_size = c.number_input("Batch size", 1, 1024, 16)
         seeds_text = d.text_input("Seeds", "0", help="comma-separated, e.g. 0,1,2")
         n_train = a.number_input("Train examples (0 = all)", 0, 10_000_000, 2000, step=500)
         n_eval = b.number_input("Dev/test examples scored", 1, 1_000_000, 500, step=100)
         eval_every = c.number_input("Dev score every k steps", 1, 100_000, 50)
-        estimate_only = st.form_submit_button("Estimate time")
-        queue = st.form_submit_button("Queue", type="primary")
+        first, second, _ = st.columns([1, 1, 4])
+        estimate_only = first.form_submit_button("Estimate time")
+        queue = second.form_submit_button("Queue", type="primary")
     if not (estimate_only or queue):
         return
     seeds = _ints(seeds_text, "Seeds")
     heads = heads_from_upload(upload.getvalue()) if upload is not None else heads_shared
     common = dict(
-        model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=float(lr) or None,
+        model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=_learning_rate(lr_text),
         batch_size=int(batch_size), max_length=extract_cfg.max_length, pooling=extract_cfg.pooling,
         n_train=int(n_train) or None, n_eval=int(n_eval), eval_every=int(eval_every),
     )  # fmt: skip
@@ -124,6 +130,17 @@ def launch_form(extract_cfg: Any, loaded: Any, db: Any) -> None:
         _queue(db, configs, sweep=not mode.startswith("One"))
 
 
+def _learning_rate(text: str) -> float | None:
+    if not text.strip():
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(
+            f"The learning rate must be a number such as 5e-5 (got {text!r})."
+        ) from None
+
+
 def _config(
     common: dict, method: str, layers: Any, seed: int, heads: Any, placement: list[int]
 ) -> Any:
@@ -142,32 +159,41 @@ def _config(
 
 
 def _show_estimate(db: Any, configs: list, loaded: Any, time_now: bool) -> None:
-    total, sources = 0.0, set()
+    """Steps × seconds per step, summed over the runs. Seconds per step: measured on earlier runs
+    of this model; else, on "Estimate time", timed now on one run per method."""
+    total, sources, timed = 0.0, set(), {}
     for _, cfg in configs:
-        per_step, source = estimate(db, cfg, run_label(cfg.to_dict()), loaded, time_now)
+        per_step, source = measured_step_time(db, cfg, run_label(cfg.to_dict()))
+        if per_step is None and time_now:
+            if cfg.method not in timed:
+                timed[cfg.method] = timed_step_time(cfg, loaded)
+            per_step = timed[cfg.method]
+            source = f"timed just now on 2 steps of one {cfg.method} run (others alike)"
+        if per_step is None:
+            st.info(
+                "No earlier run of this model to estimate from: press **Estimate time** for a "
+                "quick timing of 2 steps here."
+            )
+            return
         total += per_step * cfg.steps
         sources.add(source)
-    if total != total:  # NaN: nothing measured yet
-        st.info(
-            "No earlier run of this model to estimate from: press **Estimate time** for a quick 2-step timing."
-        )
-        return
     st.info(
         f"Estimated training time: **{format_seconds(total)}** for {len(configs)} run(s) "
-        f"(steps × seconds per step; loading and evaluation come on top). Source: {'; '.join(sorted(sources))}."
+        "(steps × seconds per step; loading data and scoring dev/test come on top). "
+        f"Source: {'; '.join(sorted(sources))}."
     )
 
 
 def _queue(db: Any, configs: list, sweep: bool) -> None:
-    from analysis.runs.worker import ensure_worker
+    from analysis.runs.worker import ensure_workers
 
     sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S") if sweep else None
     ids = [
         db.enqueue(cfg, sweep_id=sweep_id, strategy=None if family == "single" else family)
         for family, cfg in configs
     ]
-    pid = ensure_worker(db.path.parent)
+    pids = ensure_workers(db.path.parent)
     st.success(
-        f"Queued {len(ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. A background worker (pid {pid}) "
-        "trains them one after another; you can switch pages or close the tab."
+        f"Queued {len(ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. Background worker(s) (pid {', '.join(map(str, pids))}, "
+        "one per device) train them one after another; you can switch pages or close the tab."
     )

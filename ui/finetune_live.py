@@ -16,7 +16,7 @@ RECENT = 6
 
 @st.fragment(run_every=2)
 def queue_view() -> None:
-    from analysis.runs.worker import ensure_worker, worker_pid
+    from analysis.runs.worker import ensure_workers, worker_pids
 
     db = get_db()
     db.reap_dead()
@@ -24,11 +24,13 @@ def queue_view() -> None:
     queued = active[active["status"] == "queued"]
     running = active[active["status"] == "running"]
     root = db.path.parent
-    pid = worker_pid(root)
-    if not queued.empty and pid is None:
-        pid = ensure_worker(root)  # a queue with nobody serving it: start a worker
+    pids = worker_pids(root)
+    if not queued.empty and not pids:
+        ensure_workers(root)  # a queue with nobody serving it: start the workers
+        pids = worker_pids(root)
+    serving = ", ".join(f"{device} (pid {pid})" for device, pid in pids.items())
     st.caption(
-        f"Worker: {'pid ' + str(pid) if pid else 'idle (starts when something is queued)'} · "
+        f"Workers: {serving or 'none (one starts when something is queued)'} · "
         f"{len(running)} running · {len(queued)} queued · refreshes every 2 s"
     )
     for _, run in running.iloc[::-1].iterrows():

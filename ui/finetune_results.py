@@ -22,16 +22,20 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         return
     summary = results.summarise(table)
     metric = str(table["metric"].dropna().iloc[0]) if table["metric"].notna().any() else "score"
-    st.caption(f"{len(table)} finished run(s) · refreshes every 10 s · families use ℓ* = {l_star}")
+    st.caption(
+        f"{len(table)} finished run(s) of this model and data · refreshes every 10 s · families: "
+        f"as queued by a sweep, else judged against ℓ* = {l_star}"
+    )
 
     st.subheader("Score vs number of tuned layers")
     st.markdown(
         "Each dot is one strategy (ℓ_bottom, ℓ_top, ℓ_head): blue ℓ*-down (tune up to ℓ*), green "
         "ℓ*-up (tune above ℓ*), red the usual baselines. The paper's claim: with a budget of ≤ 3 "
-        "tuned layers, ℓ*-down beats tuning the top layers. Bars show the standard error over seeds:"
+        "tuned layers, ℓ*-down beats tuning the top layers. Circles: the model is cut at ℓ_head < L; "
+        "diamonds: the classifier reads the top layer L. Bars: the standard error over seeds:"
     )
     st.latex(r"\bar s \pm \frac{\mathrm{sd}(s_1,\dots,s_n)}{\sqrt{n}}\quad (n = \text{seeds})")
-    st.plotly_chart(figures.score_vs_layers(summary, metric), width="stretch")
+    st.plotly_chart(figures.score_vs_layers(summary, metric, n_layers), width="stretch")
 
     st.subheader("Score vs trainable parameters")
     st.markdown(
@@ -59,7 +63,17 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         )
         st.latex(r"\text{saved} = 1 - t_\text{step} / t_\text{step}^{(1, L, L)}")
         st.plotly_chart(figures.compute_saved(saved), width="stretch")
-        st.dataframe(saved, hide_index=True, width="stretch")
+        percent = st.column_config.NumberColumn(format="percent")
+        st.dataframe(
+            saved,
+            hide_index=True,
+            width="stretch",
+            column_config={
+                "layers_saved": percent,
+                "step_time_saved": percent,
+                "memory_saved": percent,
+            },
+        )
 
     st.subheader("Every finished run")
     st.dataframe(table, hide_index=True, width="stretch")

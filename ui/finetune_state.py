@@ -77,25 +77,33 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def estimate(db: RunsDB, cfg: Any, label: str, loaded: Any, time_now: bool) -> tuple[float, str]:
-    """Seconds per step for ``cfg``: measured on earlier runs in the database when there are any;
-    else (when ``time_now``) timed here on 3 steps of a tiny copy of the run (first step dropped)."""
+def measured_step_time(db: RunsDB, cfg: Any, label: str) -> tuple[float | None, str]:
+    """Seconds per step of earlier completed runs of this model (same label, else same method,
+    else any), and where the figure comes from."""
     from analysis.runs.results import estimate_step_time
 
-    runs = db.list_runs(model=cfg.model.name, data=None)
-    per_step, source = estimate_step_time(runs, cfg.model.name, cfg.method, label)
-    if per_step is not None or not time_now:
-        return (per_step if per_step is not None else float("nan")), source
+    runs = db.list_runs(model=cfg.model.name)
+    return estimate_step_time(runs, cfg.model.name, cfg.method, label)
+
+
+def timed_step_time(cfg: Any, loaded: Any) -> float:
+    """Seconds per step timed here on 3 steps of a small copy of ``cfg`` (the first, warm-up
+    step is not counted); remembered for the session."""
+    import dataclasses
+
+    from analysis.finetune import run_finetune
+
     cache = st.session_state.setdefault("ft_timings", {})
     key = json.dumps({**cfg.to_dict(), "seed": 0, "steps": 0}, sort_keys=True, default=str)
     if key not in cache:
-        import dataclasses
-
-        from analysis.finetune import run_finetune
-
         probe = dataclasses.replace(
-            cfg, steps=3, n_train=max(2, 3 * cfg.batch_size), n_eval=4, eval_every=1000
+            cfg,
+            steps=3,
+            n_train=max(2, 3 * cfg.batch_size),
+            n_eval=4,
+            eval_every=1000,
+            trajectory_every=None,
         )
-        with st.spinner("Timing 3 steps of this run…"):
+        with st.spinner(f"Timing 3 steps of a {cfg.method} run…"):
             cache[key] = run_finetune(probe, loaded=loaded).step_time_s
-    return cache[key], "timed just now on 2 steps (after one warm-up step) in this process"
+    return cache[key]

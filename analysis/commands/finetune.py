@@ -49,11 +49,17 @@ def run(args: argparse.Namespace) -> int:
     cfg = finetune_config(args, method=args.method, layers=layers, seed=args.seed)
     db = RunsDB()
     if args.queue:
-        from analysis.runs.worker import ensure_worker
+        from analysis.runs.worker import ensure_worker, ensure_workers
 
         run_id = db.enqueue(cfg)
-        pid = ensure_worker(db.path.parent)
-        print(f"queued run {run_id} (worker pid {pid}); follow it with `runs show {run_id}`")
+        pids = (
+            [ensure_worker(db.path.parent, args.device)]
+            if args.device
+            else ensure_workers(db.path.parent)
+        )
+        print(
+            f"queued run {run_id} (worker pid {', '.join(map(str, pids))}); follow it with `runs show {run_id}`"
+        )
         write_json(args.json, {"run_id": run_id, "status": "queued"})
         return 0
     run_id = db.enqueue(cfg, running_pid=os.getpid(), device=cfg.device)

@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(table[LIST_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
         if args.json:
-            write_json(args.json, {"runs": json.loads(table.to_json(orient="records"))})
+            write_json(
+                args.json, {"runs": json.loads(table.to_json(orient="records", date_format="iso"))}
+            )
         return 0
     if args.action == "show":
         record = db.get_run(args.id)

@@ -113,11 +113,15 @@ def run(args: argparse.Namespace) -> int:
     db = RunsDB()
     sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S")
     if not args.foreground:
-        from analysis.runs.worker import ensure_worker
+        from analysis.runs.worker import ensure_worker, ensure_workers
 
         ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=s.family) for s, cfg in configs]
-        pid = ensure_worker(db.path.parent, device=args.device)
-        print(f"queued {len(ids)} runs as {sweep_id} (worker pid {pid})")
+        pids = (
+            [ensure_worker(db.path.parent, args.device)]
+            if args.device
+            else ensure_workers(db.path.parent)
+        )
+        print(f"queued {len(ids)} runs as {sweep_id} (worker pid {', '.join(map(str, pids))})")
         payload["sweep_id"] = sweep_id
         payload["runs"] = [{"run_id": i, "status": "queued"} for i in ids]
         write_json(args.json, payload)

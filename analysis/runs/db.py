@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ import pandas as pd
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 FINAL_STATUSES = ("done", "failed", "cancelled")
 STEP_KINDS = ("train", "dev")
+TIME_COLUMNS = ("created", "started", "finished")  # stored as UNIX seconds, shown as UTC times
 # Fields of a result lifted into columns of `list_runs` (the rest stays in result_json).
 RESULT_COLUMNS = (
     "score",
@@ -464,6 +466,8 @@ class RunsDB:
         with self._connect() as conn:
             cursor = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,))
             run = _row_dict(cursor, cursor.fetchone())
+        for column in TIME_COLUMNS:
+            run[column] = _iso(run[column])
         run["config"] = json.loads(run.pop("config_json"))
         raw = run.pop("result_json")
         run["result"] = json.loads(raw) if raw else None
@@ -501,6 +505,8 @@ class RunsDB:
         for column in RESULT_COLUMNS:
             frame[column] = [r.get(column) for r in results]
         frame["metric"] = frame["metric"].astype(object)
+        for column in TIME_COLUMNS:
+            frame[column] = pd.to_datetime(frame[column], unit="s", utc=True)
         for column in RESULT_COLUMNS:
             if column != "metric":
                 frame[column] = pd.to_numeric(frame[column], errors="coerce")
@@ -559,6 +565,13 @@ class RunsDB:
         frame = self.list_runs(**filters).drop(columns=["result_json"])
         frame.to_csv(path, index=False)
         return len(frame)
+
+
+def _iso(seconds: float | None) -> str | None:
+    """UNIX seconds → ``2026-11-30T08:12:03.123+00:00`` (None stays None)."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _number(value: Any) -> float | None:

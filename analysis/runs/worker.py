@@ -116,6 +116,12 @@ def worker_pid(root: Path | str | None = None, device: str | None = None) -> int
         os.close(fd)
 
 
+def worker_pids(root: Path | str | None = None) -> dict[str, int]:
+    """Live workers by device, over every device of this machine."""
+    pids = {device: worker_pid(root, device) for device in all_devices()}
+    return {device: pid for device, pid in pids.items() if pid is not None}
+
+
 def ensure_worker(
     root: Path | str | None = None,
     device: str | None = None,

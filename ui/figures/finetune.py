@@ -50,19 +50,24 @@ def loss_curve(steps: pd.DataFrame, title: str = "") -> go.Figure:
     return fig
 
 
-def score_vs_layers(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
+def score_vs_layers(
+    summary: pd.DataFrame, metric: str = "score", n_layers: int | None = None
+) -> go.Figure:
     """The first paper's Figure 4: test score vs number of tuned layers, one colour per family,
-    mean ± standard error over seeds (error bars)."""
+    mean ± standard error over seeds (error bars). Circles: cut models (ℓ_head < L); diamonds:
+    the classifier reads the top layer L (the largest layers_forward when L is not given)."""
     fig = go.Figure()
     points = summary.dropna(subset=["n_tuned_layers", "score"])
+    top = n_layers if n_layers is not None else points["layers_forward"].max()
     for family, part in points.groupby("family", sort=False):
+        symbols = ["circle" if f < top else "diamond" for f in part["layers_forward"]]
         fig.add_trace(
             go.Scatter(
                 x=part["n_tuned_layers"],
                 y=part["score"],
                 error_y=dict(type="data", array=part["score_sem"].fillna(0.0), visible=True),
                 mode="markers",
-                marker=dict(size=10, color=_colour(family)),
+                marker=dict(size=10, color=_colour(family), symbol=symbols),
                 name=str(family),
                 text=part["label"],
                 customdata=part["n_seeds"],
