@@ -95,3 +95,45 @@ def test_finetune_page_launches_runs_that_outlive_reruns(tiny_bert_dir, monkeypa
     wait_for(lambda: worker_pid() is None, what="the idle worker to exit")
     with contextlib.suppress(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
+
+
+def test_sweep_estimate_expands_strategies_and_queues_nothing(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=10, seeds="0,1")
+    widget(at.radio, "What to launch").set_value("A sweep of strategies")
+    widget(at.multiselect, "Strategies (sweep)").set_value(["down", "bitfit"])
+    widget(at.number_input, "ℓ* (best-specialised layer)").set_value(1)
+    widget(at.button, "Estimate time").click().run()
+    assert not errors(at), errors(at)
+    # ℓ*-down of ℓ* = 1 on L = 2: (1, 1, 1) and (1, 1, 2); plus BitFit; × 2 seeds.
+    estimate = next(i.value for i in at.info if "Estimated training time" in i.value)
+    assert "for 6 run(s)" in estimate and "timed just now" in estimate
+    assert RunsDB().list_runs().empty
+
+
+def test_bad_form_input_is_a_clear_message(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=10)
+    widget(at.text_input, "Learning rate").set_value("fast")
+    widget(at.button, "Queue").click().run()
+    assert not at.exception
+    assert any("learning rate" in e.lower() for e in errors(at))
+    widget(at.selectbox, "Method (one run)").set_value("heads")
+    widget(at.text_input, "Learning rate").set_value("")
+    widget(at.button, "Queue").click().run()
+    assert any("head selection" in e for e in errors(at))
+    assert RunsDB().list_runs().empty
+
+
+def test_l_star_and_heads_from_other_pages_are_used(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.session_state["l_star"] = 2
+    at.session_state["head_selection"] = {1: [0, 2], 2: [3]}
+    open_page(at, "views/finetune.py")
+    assert any("ℓ* = 2, from the Layers page" in i.value for i in at.info)
+    assert widget(at.number_input, "ℓ* (best-specialised layer)").value == 2
+    fill_form(at, steps=10)
+    widget(at.selectbox, "Method (one run)").set_value("heads")
+    widget(at.button, "Estimate time").click().run()
+    assert not errors(at), errors(at)
+    assert any("one heads run" in i.value for i in at.info)

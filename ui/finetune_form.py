@@ -120,6 +120,7 @@ def launch_form(extract_cfg: Any, loaded: Any, db: Any) -> None:
             (s.family, s.method, s.layers)
             for s in sweep_strategies(strategies, n_layers, int(l_star))
         ]
+    placement = placement if mode.startswith("One") else []  # sweep baselines: whole model
     configs = [
         (family, _config(common, m, layers, seed, heads, placement))
         for family, m, layers in plan
@@ -180,8 +181,17 @@ def _show_estimate(db: Any, configs: list, loaded: Any, time_now: bool) -> None:
     st.info(
         f"Estimated training time: **{format_seconds(total)}** for {len(configs)} run(s) "
         "(steps × seconds per step; loading data and scoring dev/test come on top). "
-        f"Source: {'; '.join(sorted(sources))}."
+        f"Source: {_sources(sources)}."
     )
+
+
+def _sources(sources: set[str]) -> str:
+    if len(sources) <= 2:
+        return "; ".join(sorted(sources))
+    kinds = {"measured" if s.startswith("measured") else "timed" for s in sources}
+    if kinds == {"measured"}:
+        return "measured on earlier runs of this model (same layers where possible, else method)"
+    return "measured on earlier runs where possible, else timed just now on 2 steps per method"
 
 
 def _queue(db: Any, configs: list, sweep: bool) -> None:
