@@ -35,6 +35,8 @@ def test_finetune_writes_the_json_schema_and_records_the_run(tiny_bert_dir, tmp_
     assert result["metric"] == "accuracy" and 0.0 <= result["score"] <= 1.0
     assert 0 < result["n_trainable"] < result["n_params"]
     assert result["config"]["layers"] == [1, 1, 2] and result["config"]["seed"] == 1
+    assert [step for step, _ in result["curves"]["train_loss"]] == [1, 2, 3]
+    assert [step for step, _ in result["curves"]["dev"]] == [2, 3]
     run = RunsDB().get_run(result["run_id"])
     assert run["status"] == "done" and run["result"]["score"] == result["score"]
     assert "accuracy" in capsys.readouterr().out

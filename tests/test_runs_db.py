@@ -83,6 +83,8 @@ def test_enqueue_claim_finish(db):
     assert table.loc[table.id == first, "score"].item() == 0.75
     assert table.loc[table.id == second, "score"].isna().item()
     assert db.list_runs(status="done")["id"].tolist() == [first]
+    assert db.curves(first) == {"train_loss": [[1, 0.7], [2, 0.5]], "dev": [[2, 0.8]]}
+    assert db.list_runs(limit=1)["id"].tolist() == [second]
     last = db.latest_steps([first])
     assert last.step.item() == 2 and last.loss.item() == 0.5
 

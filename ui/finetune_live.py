@@ -46,7 +46,7 @@ def queue_view() -> None:
             for run_id in queued["id"]:
                 db.request_cancel(run_id)
             st.rerun(scope="fragment")
-    recent = db.list_runs(status=["done", "failed", "cancelled"]).head(RECENT)
+    recent = db.list_runs(status=["done", "failed", "cancelled"], limit=RECENT)
     if not recent.empty:
         st.markdown("**Latest finished**")
         st.dataframe(

@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     result = dict(run["result"])
     result.setdefault("config", run["config"])
     result["run_id"] = run_id
+    result["curves"] = db.curves(run_id)
     print(f"run {run_id}: {summary_line(result)}")
     write_json(args.json, result)
     return 0

@@ -480,8 +480,10 @@ class RunsDB:
         method: str | Sequence[str] | None = None,
         status: str | Sequence[str] | None = None,
         sweep_id: str | None = None,
+        limit: int | None = None,
     ) -> pd.DataFrame:
-        """Runs (newest first) with the result's headline fields as columns (NaN unless done)."""
+        """Runs (newest first, at most ``limit``) with the result's headline fields as columns
+        (NaN unless done)."""
         where, params = [], []
         for column, wanted in (
             ("model", model),
@@ -499,6 +501,8 @@ class RunsDB:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, rowid DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
         with self._connect() as conn:
             frame = pd.read_sql_query(sql, conn, params=params)
         results = [json.loads(raw) if isinstance(raw, str) else {} for raw in frame["result_json"]]
@@ -521,6 +525,16 @@ class RunsDB:
             params.append(kind)
         with self._connect() as conn:
             return pd.read_sql_query(sql + " ORDER BY step, kind, key", conn, params=params)
+
+    def curves(self, run_id: str) -> dict[str, list[list[float]]]:
+        """``{"train_loss": [[step, loss], …], "dev": [[step, score], …]}`` from the steps table."""
+        steps = self.steps(run_id)
+        train = steps[(steps["kind"] == "train") & (steps["key"] == "loss")]
+        dev = steps[(steps["kind"] == "dev") & (steps["key"] == "dev")]
+        return {
+            "train_loss": train[["step", "value"]].values.tolist(),
+            "dev": dev[["step", "value"]].values.tolist(),
+        }
 
     def latest_steps(self, run_ids: Sequence[str]) -> pd.DataFrame:
         """The last train step of each run with its loss, elapsed_s and eta_s (one row a run)."""

@@ -110,6 +110,9 @@ def execute_run(
         db.fail(run_id, f"stopped: the process running it was terminated ({type(exc).__name__})")
         raise
     record = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    # The per-step curves are already in the steps table; keeping them out of the result keeps
+    # listing many runs cheap.
+    record.pop("curves", None)
     record["run_id"] = run_id
     if not db.finish(run_id, record):
         # Cancelled (or reaped) between the last step and the end: that state stands.
