@@ -10,6 +10,7 @@ layer and reuses its eigendecomposition across the regularisation grid.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -432,6 +433,55 @@ def bin_scores(y: Any, n_bins: int = DEFAULT_BINS) -> np.ndarray:
 # ----------------------------------------------------------------------------------- all layers
 
 
+def blas_threads() -> Any:
+    """Limit BLAS to TUNESCOPE_BLAS_THREADS threads (default 1) for the per-layer fits.
+
+    Each fit is small (d ≤ ~1,024); on a shared CPU, or beside torch's own OpenMP threads,
+    two spin-waiting BLAS threads ran the four metrics 13× slower than one (27 s vs 2.1 s for
+    MiniLM, N = 2,000, on this project's 2-core machine).
+    """
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(
+        limits=int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")), user_api="blas"
+    )
+
+
+def _reporting(layers: range, report: Progress) -> Any:
+    for layer in layers:
+        report(layer / len(layers), f"layer {layer} of {len(layers) - 1}")
+        yield layer
+    report(1.0, "all layers done")
+
+
+def _layer_row(
+    layer: int,
+    h: np.ndarray,
+    classes: np.ndarray,
+    raw: np.ndarray,
+    split: Split,
+    metric: str,
+    which: Sequence[str],
+    probe: Any,
+) -> dict[str, float]:
+    """One layer's metrics; h: (N, d) float64. Metrics not in ``which`` are NaN."""
+    tr, te = (
+        split.train,
+        np.concatenate([split.dev, split.test]),
+    )  # the probe selects nothing on dev
+    return {
+        "layer": layer,
+        "nu": nu(h, classes) if "nu" in which else np.nan,
+        "cca": cca_score(h, classes, split=split) if "cca" in which else np.nan,
+        "rank": rank_metric(h, classes) if "rank" in which else np.nan,
+        "probe": (
+            probe_score(h[tr], raw[tr], h[te], raw[te], metric, probe)
+            if "probe" in which
+            else np.nan
+        ),
+    }
+
+
 def layer_metrics(
     states: Any,
     labels: Any,
@@ -445,7 +495,9 @@ def layer_metrics(
 
     states: (L+1, N, d), layer 0 = embeddings; labels: (N,); metric: the task's score
     (``spearman`` marks a regression task). One seeded stratified 80/10/10 split of the N examples
-    serves the probes (fit on train, scored on test) and CCA (λ on dev, scored on test).
+    serves CCA (fit on train, λ chosen on dev, scored on test) and the probes (fit on train, scored
+    on dev ∪ test: the probe has fixed settings and selects nothing on dev, so both parts are
+    held out, and twice the examples halve the score's noise variance).
     Regression: the probe is ridge regression scored by Spearman on the raw scores, while ν, CCA
     and ϱ use `bin_scores(labels, n_bins)`; ``df.attrs["label_note"]`` says so.
     Metrics left out of ``which`` are NaN. ``df.attrs`` also holds task_type, metric, n, seed.
@@ -461,24 +513,12 @@ def layer_metrics(
     split = split_indices(classes, seed)
     report = progress or (lambda f, m="": None)
     probe = new_probe(int(classes.max()) + 1, warm_start=True)
-    rows = []
     n_layers = len(states)
-    for layer in range(n_layers):
-        step = scaled(report, layer / n_layers, (layer + 1) / n_layers)
-        h = as_float64(states[layer])  # (N, d)
-        row: dict[str, float] = {"layer": layer}
-        row["nu"] = nu(h, classes) if "nu" in which else np.nan
-        row["cca"] = cca_score(h, classes, split=split) if "cca" in which else np.nan
-        step(0.3, f"layer {layer}: ν, CCA")
-        row["rank"] = rank_metric(h, classes) if "rank" in which else np.nan
-        if "probe" in which:
-            row["probe"] = probe_score(
-                h[split.train], raw[split.train], h[split.test], raw[split.test], metric, probe
-            )
-        else:
-            row["probe"] = np.nan
-        step(1.0, f"layer {layer} done")
-        rows.append(row)
+    with blas_threads():
+        rows = [
+            _layer_row(layer, as_float64(states[layer]), classes, raw, split, metric, which, probe)
+            for layer in _reporting(range(n_layers), report)
+        ]
     df = pd.DataFrame(rows, columns=["layer", *METRICS])
     df["layer"] = df["layer"].astype(int)
     df.attrs.update(
@@ -619,3 +659,98 @@ def synthetic_classes(
 def teaching_metrics(x: np.ndarray, y: np.ndarray, seed: int = 0) -> dict[str, float]:
     """ν, CCA and ϱ of one synthetic draw (the teaching view's live numbers)."""
     return {"nu": nu(x, y), "cca": cca_score(x, y, seed=seed), "rank": rank_metric(x, y)}
+
+
+# ----------------------------------------------------------------------------------- cached runs
+
+# Bump when a change to this module changes the numbers; it is part of every metrics cache key.
+METRICS_VERSION = "1"
+
+
+def states_key(layer_states: Any) -> str:
+    """The disk-cache key of an extraction (analysis.extract.LayerStates): the SHA-256 of its
+    recipe (model weights, data, sample, pooling, max length), so equal keys mean equal states."""
+    from pathlib import Path
+
+    return Path(layer_states.meta["cache_path"]).name
+
+
+def metrics_recipe(layer_states: Any, seed: int, n_bins: int = DEFAULT_BINS) -> dict[str, Any]:
+    """What decides the metric numbers: the states and the metric settings."""
+    return {
+        "states": states_key(layer_states),
+        "metric": layer_states.metric,
+        "seed": seed,
+        "n_bins": n_bins,
+        "split": [0.8, 0.1, 0.1],
+        "cca_grid": list(CCA_GRID),
+        "probe_c": PROBE_C,
+        "ridge_alpha": RIDGE_ALPHA,
+        "version": METRICS_VERSION,
+    }
+
+
+def cached_layer_metrics(
+    layer_states: Any,
+    seed: int = 0,
+    n_bins: int = DEFAULT_BINS,
+    cache: Any = None,
+    progress: Progress | None = None,
+) -> tuple[pd.DataFrame, bool]:
+    """`layer_metrics` of one extraction, served from the disk cache when already computed.
+
+    layer_states: analysis.extract.LayerStates. Returns (df, hit); df.attrs as in `layer_metrics`
+    plus ``seconds`` (compute time of the first run).
+    """
+    import time
+
+    import torch
+
+    from analysis.cache import DiskCache
+
+    cache = cache or DiskCache()
+    recipe = metrics_recipe(layer_states, seed, n_bins)
+
+    def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        start = time.perf_counter()
+        df = layer_metrics(
+            layer_states.states, layer_states.labels, layer_states.metric, seed, METRICS, n_bins,
+            progress,
+        )  # fmt: skip
+        values = torch.tensor(df[list(METRICS)].to_numpy(dtype=np.float64))  # (L+1, 4)
+        return {"values": values}, {**df.attrs, "seconds": time.perf_counter() - start}
+
+    tensors, meta, hit = cache.get_or_compute("layer_metrics", recipe, compute)
+    values = tensors["values"].numpy()
+    df = pd.DataFrame(values, columns=list(METRICS))
+    df.insert(0, "layer", np.arange(len(df)))
+    df.attrs.update(meta)
+    return df, hit
+
+
+def project_2d(states: Any, method: str = "pca", seed: int = 0) -> np.ndarray:
+    """A 2-D picture of one layer's states (N, d) → (N, 2), for the layer view.
+
+    ``pca``: the top two principal components (centred, via SVD; deterministic signs: the largest
+    loading of each component is positive). ``umap``: umap-learn with ``random_state=seed``
+    (single-threaded, hence reproducible), n_neighbors = min(15, N − 1), on standardised states.
+    """
+    h = as_float64(states)
+    if h.ndim != 2 or len(h) < 3:
+        raise ValueError("A 2-D picture needs states of shape (N, d) with N ≥ 3.")
+    if method == "pca":
+        centred = h - h.mean(axis=0)
+        vt = np.linalg.svd(centred, full_matrices=False)[2][:2]  # (k ≤ 2, d)
+        signs = np.sign(vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)])
+        xy = centred @ (vt * signs[:, None]).T
+        return np.pad(xy, ((0, 0), (0, 2 - xy.shape[1])))
+    if method == "umap":
+        import umap
+
+        std = h.std(axis=0)
+        std[std == 0] = 1.0
+        reducer = umap.UMAP(
+            n_components=2, n_neighbors=min(15, len(h) - 1), random_state=seed, n_jobs=1
+        )
+        return np.asarray(reducer.fit_transform((h - h.mean(axis=0)) / std), dtype=np.float64)
+    raise ValueError(f"Unknown projection {method!r}: choose pca or umap.")

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -50,6 +51,26 @@ def real_states(model: str, data: str, n: int, seed: int) -> tuple[np.ndarray, n
     return ls.states.numpy(), ls.labels.numpy(), ls.metric
 
 
+def time_layer(states, labels, split, metric: str, probe, times: dict[str, float]) -> None:
+    """Add one layer's time per metric to ``times``."""
+    h = lm.as_float64(states)
+    t = time.perf_counter()
+    lm.nu(h, labels)
+    times["nu"] += time.perf_counter() - t
+    t = time.perf_counter()
+    lm.cca_score(h, labels, split=split)
+    times["cca"] += time.perf_counter() - t
+    t = time.perf_counter()
+    lm.rank_metric(h, labels)
+    times["rank"] += time.perf_counter() - t
+    t = time.perf_counter()
+    held_out = np.concatenate([split.dev, split.test])
+    lm.probe_score(
+        h[split.train], labels[split.train], h[held_out], labels[held_out], metric, probe
+    )
+    times["probe"] += time.perf_counter() - t
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--real", action="store_true", help="real MiniLM states (analysis.extract)")
@@ -72,22 +93,11 @@ def main() -> None:
     split = lm.split_indices(labels, args.seed)
     times = dict.fromkeys(lm.METRICS, 0.0)
     probe = lm.new_probe(len(np.unique(labels)), warm_start=True)
-    for layer in range(n_layers1):
-        h = lm.as_float64(states[layer])
-        t = time.perf_counter()
-        lm.nu(h, labels)
-        times["nu"] += time.perf_counter() - t
-        t = time.perf_counter()
-        lm.cca_score(h, labels, split=split)
-        times["cca"] += time.perf_counter() - t
-        t = time.perf_counter()
-        lm.rank_metric(h, labels)
-        times["rank"] += time.perf_counter() - t
-        t = time.perf_counter()
-        lm.probe_score(
-            h[split.train], labels[split.train], h[split.test], labels[split.test], metric, probe
-        )
-        times["probe"] += time.perf_counter() - t
+    with lm.blas_threads():  # as layer_metrics runs them (TUNESCOPE_BLAS_THREADS, default 1)
+        blas = {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
+        for layer in range(n_layers1):
+            time_layer(states[layer], labels, split, metric, probe, times)
+    print(f"BLAS threads {sorted(blas)}; per metric, over every layer:")
     for name, seconds in times.items():
         print(
             f"  {name:6s} {seconds:7.3f} s for {n_layers1} layers ({1000 * seconds / n_layers1:6.1f} ms/layer)"
@@ -99,9 +109,8 @@ def main() -> None:
     s = lm.summary(df)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"layer_metrics, all four metrics, all layers: {total:.2f} s")
-    print(
-        f"l_star {s['l_star']}, zeta {s['zeta']:.3g}, rho { ({k: round(v, 3) for k, v in s['rho'].items()}) }"
-    )
+    rho = {k: round(v, 3) for k, v in s["rho"].items()}
+    print(f"l_star {s['l_star']}, zeta {s['zeta']:.3g}, rho {rho}")
 
 
 if __name__ == "__main__":

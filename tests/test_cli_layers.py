@@ -1,0 +1,61 @@
+"""``python -m analysis layers``: the JSON schema, the readable table, the metrics cache."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from analysis.cli import main
+
+
+def run_layers(tiny_bert_dir, tmp_path, *extra: str) -> tuple[int, dict | None]:
+    out = tmp_path / "layers.json"
+    argv = ["layers", "--model", str(tiny_bert_dir), "--n", "40", "--json", str(out), *extra]
+    code = main(argv)
+    return code, json.loads(out.read_text()) if out.exists() else None
+
+
+def test_cli_writes_the_documented_schema(tiny_bert_dir, tmp_path, capsys):
+    code, payload = run_layers(tiny_bert_dir, tmp_path, "--seed", "3")
+    assert code == 0
+    assert payload["model"] == str(tiny_bert_dir)
+    assert payload["data"] == "movie-snippets"
+    assert payload["n"] == 40 and payload["pooling"] == "mean" and payload["seed"] == 3
+    layers = payload["layers"]
+    assert [row["layer"] for row in layers] == [0, 1, 2]  # tiny model: L = 2, plus embeddings
+    for row in layers:
+        assert set(row) == {"layer", "nu", "cca", "rank", "probe"}
+        assert row["nu"] > 0 and 1 <= row["rank"] <= 20 and 0 <= row["probe"] <= 1
+        assert -1 <= row["cca"] <= 1
+    nus = {row["layer"]: row["nu"] for row in layers}
+    assert payload["l_star"] == min((1, 2), key=nus.get)  # never layer 0
+    assert payload["zeta"] is None  # two layers have no interior point
+    assert set(payload["rho"]) == {"nu", "cca", "rank"}
+    assert all(v is None or math.isfinite(v) for v in payload["rho"].values())
+    assert payload["strategies"]["l_star_down"][0] == [1, payload["l_star"], payload["l_star"]]
+    assert payload["cache_hit"] is False
+    out = capsys.readouterr().out
+    assert "← ℓ*" in out and "layer" in out and "ρ(metric, probe)" in out
+
+
+def test_cli_rerun_is_served_from_the_cache_with_the_same_numbers(tiny_bert_dir, tmp_path):
+    _, first = run_layers(tiny_bert_dir, tmp_path)
+    _, second = run_layers(tiny_bert_dir, tmp_path)
+    assert second["cache_hit"] is True
+    assert second["layers"] == first["layers"]
+    _, first_token = run_layers(tiny_bert_dir, tmp_path, "--pooling", "first")
+    assert first_token["cache_hit"] is False and first_token["pooling"] == "first"
+    assert first_token["layers"] != first["layers"]
+
+
+def test_cli_json_to_stdout_is_pure_json(tiny_bert_dir, capsys):
+    code = main(["layers", "--model", str(tiny_bert_dir), "--n", "30", "--json", "-"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 30
+
+
+def test_cli_bad_input_is_one_clear_line(tiny_bert_dir, capsys):
+    code = main(["layers", "--model", str(tiny_bert_dir), "--n", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "Traceback" not in err
