@@ -88,14 +88,19 @@ def test_ctrl_c_records_the_run_as_cancelled(tiny_bert_dir):
     command += ["--method", "frozen", "--steps", "100000", "--eval-every", "100000"]
     child = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     db = RunsDB()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        runs = db.list_runs()
-        if not runs.empty and len(db.steps(runs["id"].iloc[0])) > 0:
-            break
-        time.sleep(0.2)
-    child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            runs = db.list_runs()
+            if not runs.empty and len(db.steps(runs["id"].iloc[0])) > 0:
+                break
+            time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
     assert child.returncode == 130, err[-2000:]
     run = db.get_run(db.list_runs()["id"].iloc[0])
     assert run["status"] == "cancelled" and run["result"] is None

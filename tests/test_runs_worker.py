@@ -51,6 +51,18 @@ def reap(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
+@pytest.fixture(autouse=True)
+def _stop_leftover_worker():
+    """A failing test must not leave a worker training in the background."""
+    yield
+    pid = worker_pid(Path(os.environ["TUNESCOPE_CACHE"]), "cpu")
+    if pid and pid > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
 @pytest.fixture
 def root(tmp_path) -> Path:
     return Path(os.environ["TUNESCOPE_CACHE"])
