@@ -19,6 +19,8 @@ FAMILIES = ("bert", "roberta", "distilbert", "mpnet", "electra", "deberta-v2")
 def _isolated_cache(tmp_path, monkeypatch):
     """Every test writes its cache (and runs database) into its own temporary folder."""
     monkeypatch.setenv("TUNESCOPE_CACHE", str(tmp_path / "cache"))
+    # A worker that a test starts goes away soon after its queue is empty.
+    monkeypatch.setenv("TUNESCOPE_WORKER_IDLE_S", "2")
 
 
 @pytest.fixture(scope="session")
