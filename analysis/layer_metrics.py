@@ -10,6 +10,7 @@ layer and reuses its eigendecomposition across the regularisation grid.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -585,16 +586,29 @@ def whatif_curves(
     curves has columns setting, layer, nu, probe (tidy, one row per setting and layer);
     table has setting, n, l_star, zeta, rho, abs_rho (ρ(ν, s) over ℓ = 1..L), one row per setting.
     """
-    curves, table = [], []
+    frames = {}
     items = list(settings.items())
     for i, (name, (states, labels)) in enumerate(items):
         sub = scaled(progress, i / len(items), (i + 1) / len(items))
-        df = layer_metrics(states, labels, metric, seed, ("nu", "probe"), n_bins, sub)
+        frames[name] = layer_metrics(states, labels, metric, seed, ("nu", "probe"), n_bins, sub)
+    return compare_settings(frames)
+
+
+def compare_settings(frames: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tidy what-if results from per-setting `layer_metrics` frames (name → frame).
+
+    Returns (curves: setting, layer, nu, probe; table: setting, n, l_star, zeta, rho, abs_rho),
+    with ρ = ρ(ν, s) over ℓ = 1..L.
+    """
+    if not frames:
+        raise ValueError("Nothing to compare: give at least one setting.")
+    curves, table = [], []
+    for name, df in frames.items():
         s = summary(df)
         curves.append(df[["layer", "nu", "probe"]].assign(setting=name))
         r = s["rho"]["nu"]
         table.append(
-            {"setting": name, "n": df.attrs["n"], "l_star": s["l_star"], "zeta": s["zeta"],
+            {"setting": name, "n": df.attrs.get("n"), "l_star": s["l_star"], "zeta": s["zeta"],
              "rho": r, "abs_rho": abs(r)}
         )  # fmt: skip
     curves_df = pd.concat(curves, ignore_index=True)[["setting", "layer", "nu", "probe"]]
@@ -726,6 +740,53 @@ def cached_layer_metrics(
     df.insert(0, "layer", np.arange(len(df)))
     df.attrs.update(meta)
     return df, hit
+
+
+def finite(value: Any) -> Any:
+    """NaN / ±inf become null: strict JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def report(cfg: Any, df: pd.DataFrame, hit: bool = False) -> dict[str, Any]:
+    """The JSON of the CLI and the page's download: model, data, n, pooling, layers (layer, nu,
+    cca, rank, probe each), l_star, zeta, rho {nu, cca, rank}, plus context. cfg: the
+    ExtractConfig of the states; df: a `layer_metrics` frame. NaN / inf become null."""
+    from analysis.config import to_dict
+
+    summ = summary(df)
+    n_layers = int(df["layer"].max())
+    rows = [
+        {"layer": int(r["layer"]), **{m: finite(float(r[m])) for m in METRICS}}
+        for r in df.to_dict("records")
+    ]
+    rho = {k: finite(v) for k, v in summ["rho"].items()}
+    return {
+        "model": cfg.model.name,
+        "data": cfg.data.name,
+        "n": cfg.sample.n,
+        "pooling": cfg.pooling,
+        "seed": cfg.sample.seed,
+        "sample": to_dict(cfg.sample),
+        "max_length": cfg.max_length,
+        "task_type": df.attrs.get("task_type"),
+        "metric": df.attrs.get("metric"),
+        "label_note": df.attrs.get("label_note", ""),
+        "n_layers": n_layers,
+        "layers": rows,
+        "l_star": summ["l_star"],
+        "zeta": finite(summ["zeta"]),
+        "rho": rho,
+        "abs_rho": {k: None if v is None else abs(v) for k, v in rho.items()},
+        "strategies": (
+            {k: [list(s) for s in v] for k, v in strategies(summ["l_star"], n_layers).items()}
+            if summ["l_star"] is not None
+            else None
+        ),
+        "cache_hit": hit,
+        "seconds": df.attrs.get("seconds"),
+    }
 
 
 def project_2d(states: Any, method: str = "pca", seed: int = 0) -> np.ndarray:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 from analysis.commands._common import TqdmProgress, add_common, extract_config_from_args, write_json
@@ -21,51 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="regression tasks: quantile bins of the scores used as classes for ν, CCA and ϱ",
     )
     parser.add_argument("--json", default=None, help="write the results as JSON ('-': stdout)")
-
-
-def finite(value: Any) -> Any:
-    """NaN / ±inf become null: strict JSON has no such numbers."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def payload(cfg: Any, df: Any, summ: dict[str, Any], hit: bool) -> dict[str, Any]:
-    """The documented JSON: model, data, n, pooling, layers, l_star, zeta, rho (+ context)."""
-    from analysis.config import to_dict
-    from analysis.layer_metrics import METRICS, strategies
-
-    n_layers = int(df["layer"].max())
-    rows = [
-        {"layer": int(r["layer"]), **{m: finite(float(r[m])) for m in METRICS}}
-        for r in df.to_dict("records")
-    ]
-    rho = {k: finite(v) for k, v in summ["rho"].items()}
-    return {
-        "model": cfg.model.name,
-        "data": cfg.data.name,
-        "n": cfg.sample.n,
-        "pooling": cfg.pooling,
-        "seed": cfg.sample.seed,
-        "sample": to_dict(cfg.sample),
-        "max_length": cfg.max_length,
-        "task_type": df.attrs.get("task_type"),
-        "metric": df.attrs.get("metric"),
-        "label_note": df.attrs.get("label_note", ""),
-        "n_layers": n_layers,
-        "layers": rows,
-        "l_star": summ["l_star"],
-        "zeta": finite(summ["zeta"]),
-        "rho": rho,
-        "abs_rho": {k: None if v is None else abs(v) for k, v in rho.items()},
-        "strategies": (
-            {k: [list(s) for s in v] for k, v in strategies(summ["l_star"], n_layers).items()}
-            if summ["l_star"] is not None
-            else None
-        ),
-        "cache_hit": hit,
-        "seconds": df.attrs.get("seconds"),
-    }
 
 
 def table(result: dict[str, Any]) -> str:
@@ -90,7 +44,7 @@ def table(result: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.extract import extract_states
-    from analysis.layer_metrics import cached_layer_metrics, summary
+    from analysis.layer_metrics import cached_layer_metrics, report
 
     cfg = extract_config_from_args(args)
     bar = TqdmProgress("hidden states")
@@ -103,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         df, hit = cached_layer_metrics(states, seed=cfg.sample.seed, n_bins=args.bins, progress=bar)
     finally:
         bar.close()
-    result = payload(cfg, df, summary(df), hit)
+    result = report(cfg, df, hit)
     write_json(args.json, result)
     if args.json != "-":
         source = "served from the cache" if hit else f"computed in {result['seconds']:.1f} s"

@@ -1,0 +1,100 @@
+"""The Layers page's words: what each metric means, with its formula (SPEC.md, "Layer metrics")."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+INTRO = """
+Which layer of the encoder already **separates your classes best**? For every layer ℓ
+(0 = the embeddings, 1..L = the transformer layers) we pool each example's token states into
+one vector h⁽ˡ⁾ and ask how tightly the examples of a class cluster around their class mean,
+compared with how far apart the class means are. The layer where this ratio is lowest is
+**ℓ\\***: the paper (Xie et al., *Hidden state variability…*) tunes the layers around it instead
+of the whole model.
+"""
+
+
+def nu() -> None:
+    st.markdown(
+        "**Task-specialty ν** — within-class spread (noise) relative to between-class spread "
+        "(signal). Low ν: each class is a tight cluster far from the others, so even a linear "
+        "classifier (LDA) finds sharp boundaries. ν is scale-invariant and computed in float64 "
+        "from the rank-(C−1) SVD of the centred class means (no d × d matrix is inverted)."
+    )
+    st.latex(
+        r"\Sigma_w=\frac1C\sum_y\frac1{N_y}\sum_{n\in\mathcal G_y}(h_n-\bar h_y)(h_n-\bar h_y)^\top,"
+        r"\quad \Sigma_b=\frac1C\sum_y(\bar h_y-\bar h)(\bar h_y-\bar h)^\top,"
+        r"\quad \nu^{(\ell)}=\frac1C\operatorname{tr}\!\left(\Sigma_w\Sigma_b^{+}\right)"
+    )
+    st.latex(r"\ell^*=\arg\min_{\ell\in 1..L}\nu^{(\ell)}")
+
+
+def cca() -> None:
+    st.markdown(
+        "**CCA score** — how well a linear projection of the states lines up with the labels: "
+        "the J = C − 1 canonical correlations between the states and the one-hot labels, fit on "
+        "80 % of the examples with a ridge term λ chosen on 10 % (from a small grid, relative to "
+        "the mean variance), averaged on the last 10 %. Higher = more specialised. (The paper "
+        "fits CCA iteratively; we use the exact closed form below.)"
+    )
+    st.latex(
+        r"\rho_1..\rho_J=\operatorname{svd}\!\left((\Sigma_{xx}+\lambda I)^{-1/2}\,\Sigma_{xy}\,"
+        r"\Sigma_{yy}^{-1/2}\right),\qquad \text{CCA}^{(\ell)}=\frac1J\sum_{j=1}^{J}"
+        r"\operatorname{corr}_{\text{held-out}}\!\left(Xa_j,\;Yb_j\right)"
+    )
+
+
+def rank() -> None:
+    st.markdown(
+        "**Rank metric ϱ** (Zhou et al.) — an effective rank of each class's matrix of states: "
+        "low when a class's vectors are nearly parallel. It looks only *within* classes, so it "
+        "can be low even when classes overlap; the paper found it the weakest guide."
+    )
+    st.latex(
+        r"\varrho^{(\ell)}=\frac1C\sum_y\frac{\|H_y^{(\ell)}\|_*^2}{\|H_y^{(\ell)}\|_F^2}"
+        r"\qquad(\|\cdot\|_* = \text{sum of singular values};\ 1\le\varrho_y\le\operatorname{rank}H_y)"
+    )
+
+
+def probe() -> None:
+    st.markdown(
+        "**Probe score s** — the ground truth the metrics try to predict without training: a "
+        "logistic regression on the standardised states of one layer (ridge regression for "
+        "scores), fit on 80 % of the examples and scored with the task's metric on the other 20 %."
+        " ρ is the Pearson correlation across layers 1..L between a metric's curve and the probe "
+        "curve: ν should correlate *negatively*, CCA positively."
+    )
+    st.latex(r"\rho(\nu,s)=\operatorname{corr}_{\ell=1..L}\left(\nu^{(\ell)},\,s^{(\ell)}\right)")
+
+
+def zeta() -> None:
+    st.markdown(
+        "**Smoothness ζ** — a ν curve you can trust changes gradually from layer to layer. We "
+        "z-score the curve over layers 1..L and average its squared second differences (our "
+        'reading of the paper\'s "small local second-order derivative"; its exact formula is '
+        "not in our copy). Lower = smoother."
+    )
+    st.latex(
+        r"\tilde\nu=\frac{\nu-\operatorname{mean}(\nu)}{\operatorname{std}(\nu)},\qquad"
+        r"\zeta=\operatorname*{mean}_{1<\ell<L}\left(\tilde\nu_{\ell+1}-2\tilde\nu_\ell+\tilde\nu_{\ell-1}\right)^2"
+    )
+
+
+def whatifs() -> None:
+    st.markdown(
+        "**What-ifs** repeat the analysis on other samples of the same data, as the paper's "
+        "robustness studies do: the *first* token instead of the mean (the paper found those "
+        "curves far less smooth), an imbalanced sample with share p of the first class at fixed "
+        "N, label-balanced samples of growing N (ν needs thousands of examples to settle), and "
+        "several sampling seeds. Each needs its own forward pass (cached afterwards)."
+    )
+
+
+def teaching() -> None:
+    st.markdown(
+        "Drag the sliders: **separation** moves the class means apart (Σ_b grows), **spread** "
+        "widens each class (Σ_w grows). ν falls as classes become tight and far apart — the "
+        "picture behind *neural collapse*, where a trained network's top-layer classes shrink to "
+        "points. CCA rises towards 1 as the classes become linearly separable; ϱ only sees how "
+        "elongated each class is."
+    )

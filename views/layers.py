@@ -1,0 +1,79 @@
+"""Layers: per-layer task-specialty ν, CCA, rank ϱ and probes; ℓ*, what-ifs, a teaching view."""
+
+import json
+
+import streamlit as st
+
+from analysis.layer_metrics import DEFAULT_BINS, report, summary
+from ui import layers_text as text
+from ui.figures import layers as figures
+from ui.layers_state import get_layer_metrics
+from ui.layers_view import layer_picture, suggestion, teaching_view
+from ui.layers_whatif import whatif_view
+from ui.state import get_states, settings, show_error
+
+st.title("Layers")
+st.markdown(text.INTRO)
+tab_metrics, tab_picture, tab_whatif, tab_teach = st.tabs(
+    ["Metrics and ℓ*", "Layer picture", "What-ifs", "Teaching view"]
+)
+with tab_teach:
+    text.teaching()
+    teaching_view()  # needs no model: works even when the sidebar settings do not
+
+try:
+    cfg = settings()
+    states = get_states(cfg)
+    df, hit = get_layer_metrics(states, cfg.sample.seed, DEFAULT_BINS)
+except ValueError as exc:
+    with tab_metrics:
+        show_error(exc)
+    st.stop()
+
+summ = summary(df)
+result = report(cfg, df, hit)
+if summ["l_star"] is not None:  # the Fine-tune page's default ℓ*
+    st.session_state["l_star"] = {
+        "l_star": summ["l_star"],
+        "model": cfg.model.name,
+        "data": cfg.data.name,
+    }
+
+with tab_metrics:
+    suggestion(summ, df, states.n_layers)
+    if df.attrs.get("label_note"):
+        st.warning(df.attrs["label_note"], icon=":material/info:")
+    st.plotly_chart(figures.metrics_figure(df, summ["l_star"], states.metric), width="stretch")
+    rho = summ["rho"]
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("ℓ*", summ["l_star"])
+    c2.metric("ζ (smoothness of ν)", "-" if result["zeta"] is None else f"{summ['zeta']:.3g}")
+    c3.metric("ρ(ν, s)", "-" if result["rho"]["nu"] is None else f"{rho['nu']:+.3f}")
+    c4.metric(
+        "ρ(CCA, s) / ρ(ϱ, s)",
+        " / ".join("-" if result["rho"][k] is None else f"{rho[k]:+.2f}" for k in ("cca", "rank")),
+    )
+    source = "served from the cache" if hit else f"computed in {df.attrs.get('seconds', 0):.1f} s"
+    st.caption(
+        f"{cfg.model.name}: {states.n_layers} layers, d_model {states.d_model}; N = {states.n} examples "
+        f"of {cfg.data.name} ({cfg.sample.part} part, seed {cfg.sample.seed}), {cfg.pooling} pooling; "
+        f"probe metric {states.metric}; metrics {source}. One seeded 80/10/10 split serves CCA and probes."
+    )
+    st.dataframe(df, hide_index=True, width="stretch")
+    d1, d2 = st.columns(2)
+    d1.download_button("Table (CSV)", df.to_csv(index=False), "layers.csv", "text/csv")
+    d2.download_button("Everything (JSON)", json.dumps(result), "layers.json", "application/json")
+    with st.expander("What the metrics mean (formulas)", expanded=True):
+        for explain in (text.nu, text.cca, text.rank, text.probe, text.zeta):
+            explain()
+
+with tab_picture:
+    st.markdown(
+        "Each dot is one example's pooled state at the chosen layer, projected to 2-D and coloured "
+        "by its label. Move the slider and watch the classes pull apart (or not) layer by layer."
+    )
+    layer_picture(states, df, summ["l_star"], cfg.sample.seed)
+
+with tab_whatif:
+    text.whatifs()
+    whatif_view(cfg, states.task_type == "classification", DEFAULT_BINS)
