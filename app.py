@@ -14,6 +14,7 @@ st.set_page_config(page_title="tunescope", page_icon=":material/biotech:", layou
 PAGES = [
     st.Page("views/home.py", title="Home", icon=":material/home:", default=True),
     st.Page("views/data.py", title="Data", icon=":material/table_view:"),
+    st.Page("views/layers.py", title="Layers", icon=":material/layers:"),
     st.Page("views/heads.py", title="Heads", icon=":material/hub:"),
     st.Page("views/finetune.py", title="Fine-tune", icon=":material/model_training:"),
     st.Page("views/subspace.py", title="Subspaces", icon=":material/scatter_plot:"),
