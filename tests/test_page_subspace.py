@@ -30,7 +30,8 @@ def recorded_run(tmp_path, model_dir) -> str:
         with torch.no_grad():
             for p in model.encoder.parameters():
                 p.add_(1e-3 * torch.randn(p.shape, generator=g))
-            model.layers[1].output.dense.weight[3, 5] += 0.3
+            for layer in model.layers:  # the same hidden dimension in both layers
+                layer.output.dense.weight[3, 5] += 0.3
         rec.maybe_record(step)
     info = rec.close()
     db = RunsDB()
@@ -63,6 +64,8 @@ def test_page_shows_spectrum_outliers_and_queues_comparisons(tiny_bert_dir, monk
     top = outliers[outliers["layer"] == 2].iloc[0]
     assert (top["param"], top["row"], top["col"]) == ("output.dense.weight", 3, 5)
     assert top["kind"] == "FFN out" and top["hidden_dim"] == 3
+    assert at.get("plotly_chart")[2].proto.spec  # the recurring-dims bar chart
+    assert '"3"' in at.get("plotly_chart")[2].proto.spec  # hidden dim 3 recurs in 2 layers
     assert at.dataframe[1].value["group"].tolist() == ["full"]
 
     form_buttons = [b for b in at.button if "comparison" in b.label.lower()]

@@ -80,10 +80,11 @@ st.markdown(
     "**Recurring hidden dimensions.** The residual-stream index (0..d_model − 1) each top outlier "
     "reads from or writes to; an index that recurs across layers is the paper's O1."
 )
-if payload["recurring"]:
-    st.plotly_chart(figures.recurring_dims(payload["recurring"]), width="stretch")
+recurring = [r for r in payload["recurring"] if r["n_layers"] > 1]
+if recurring:
+    st.plotly_chart(figures.recurring_dims(recurring), width="stretch")
 else:
-    st.caption("No top outlier touches a residual-stream index.")
+    st.caption("No residual-stream index recurs among the top outliers of two or more layers.")
 
 st.header("4. Does the subspace matter?")
 st.markdown(
