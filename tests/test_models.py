@@ -114,7 +114,10 @@ def test_tokenizer_model_mismatch(tmp_path, tiny_bert_dir):
 
 
 def test_unreachable_hub_id_names_the_model(monkeypatch):
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time
     with pytest.raises(
         ModelError,
         match=r"no-such-org/no-such-model.*neither as a local folder nor on the model hub",
