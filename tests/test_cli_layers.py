@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
+
 from analysis.cli import main
 
 
@@ -59,3 +61,21 @@ def test_cli_bad_input_is_one_clear_line(tiny_bert_dir, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "Traceback" not in err
+
+
+def test_cli_regression_bins_the_scores_and_says_so(tiny_bert_dir, tmp_path, capsys):
+    words = ["the", "a", "good", "bad", "movie", "film", "not", "very"]
+    rows = [
+        {"text": " ".join(words[(i + k) % len(words)] for k in range(5)), "score": (i % 11) * 0.47}
+        for i in range(80)
+    ]
+    path = tmp_path / "scores.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    code, payload = run_layers(
+        tiny_bert_dir, tmp_path, "--data", str(path), "--label-col", "score", "--n", "60"
+    )
+    assert code == 0
+    assert payload["task_type"] == "regression" and payload["metric"] == "spearman"
+    assert "2 quantile bins" in payload["label_note"]
+    assert all(row["probe"] is None or -1 <= row["probe"] <= 1 for row in payload["layers"])
+    assert "quantile bins" in capsys.readouterr().out

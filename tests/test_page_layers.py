@@ -41,7 +41,7 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
 def test_layer_slider_and_teaching_sliders_rerun_cleanly(tiny_bert_dir, monkeypatch):
     at = layers_page(tiny_bert_dir, monkeypatch)
     nu_before = next(m.value for m in at.metric if m.label == "ν (lower = tighter, further apart)")
-    at.slider(key="layers_pic_layer").set_value(0).run()
+    at.slider(key="layers_pic_layer_2").set_value(0).run()
     assert not errors(at)
     at.slider(key="teach_spread").set_value(0.3).run()
     assert not errors(at)
@@ -49,7 +49,6 @@ def test_layer_slider_and_teaching_sliders_rerun_cleanly(tiny_bert_dir, monkeypa
     assert float(nu_after) < float(nu_before)  # tighter classes, lower ν
 
 
-@pytest.mark.slow
 def test_whatifs_run_and_show_every_group(tiny_bert_dir, monkeypatch):
     at = layers_page(tiny_bert_dir, monkeypatch)
     at.multiselect(key="whatif_shares").set_value([0.25])
@@ -74,6 +73,23 @@ def test_bad_settings_show_a_message_and_teaching_still_works(tiny_bert_dir, mon
     assert not at.exception
     assert errors(at)
     assert any(m.label == "CCA score" for m in at.metric)
+
+
+def test_regression_data_bins_the_scores_and_colours_by_score(tiny_bert_dir, monkeypatch, tmp_path):
+    words = ["the", "a", "good", "bad", "movie", "film", "not", "very"]
+    rows = [
+        {"text": " ".join(words[(i + k) % len(words)] for k in range(5)), "label": (i % 11) * 0.47}
+        for i in range(80)
+    ]
+    path = tmp_path / "scores.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    monkeypatch.setenv("TUNESCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = open_page(make_app(tiny_bert_dir, monkeypatch, n=60, data=str(path)), PAGE)
+    assert not errors(at)
+    assert any("quantile bins" in w.value for w in at.warning)
+    assert any("regression" in w.value.lower() for w in at.warning)
+    # the what-ifs offer no imbalance for scores
+    assert at.multiselect(key="whatif_shares").disabled
 
 
 # ----------------------------------------------------------------------------------- plans

@@ -29,21 +29,26 @@ def suggestion(summ: dict[str, Any], df: pd.DataFrame, n_layers: int) -> None:
         int(body.loc[body["probe"].idxmax(), "layer"]) if body["probe"].notna().any() else None
     )
     down = ", ".join(fmt_strategy(s) for s in plan["l_star_down"])
-    up = ", ".join(fmt_strategy(s) for s in plan["l_star_up"]) or "none (ℓ* is the top layer)"
+    up = ", ".join(fmt_strategy(s) for s in plan["l_star_up"]) or "none (ℓ\\* is the top layer)"
     lines = [
         f"**ℓ\\* = {l_star}**: the lowest ν among layers 1..{n_layers}"
         + (f" (the probe peaks at layer {best_probe})." if best_probe is not None else "."),
-        f"- **ℓ\\*-down** — train layers ℓ_bottom..{l_star} and read the classifier at layer "
-        f"{l_star} (layers above are dropped: cheaper) or at {n_layers}: {down}",
+        f"- **ℓ\\*-down** — train layers ℓ_bottom..{l_star} "
+        + (
+            f"and read the classifier at layer {l_star} (layers above are dropped: cheaper) or at "
+            f"{n_layers}: {down}"
+            if l_star < n_layers
+            else f"(ℓ\\* is the top layer, so the classifier stays at {n_layers}): {down}"
+        ),
         f"- **ℓ\\*-up** — keep layers 1..{l_star} frozen and tune those above as a deep head: {up}",
         f"- compare with full fine-tuning {fmt_strategy((1, n_layers, n_layers))} and the top "
-        "layers only; launch any of them on the **Fine-tune** page (ℓ* is passed on).",
+        "layers only; launch any of them on the **Fine-tune** page (ℓ\\* is passed on).",
     ]
     rho = summ["rho"]["nu"]
     if rho is not None and np.isfinite(rho) and rho > -0.5:
         lines.append(
             f"\n⚠ Here ν and the probe curve disagree (ρ(ν, s) = {rho:+.2f}; the paper saw ≤ −0.85): "
-            "treat ℓ* as a hint, try more examples (N) or the what-ifs."
+            "treat ℓ\\* as a hint, try more examples (N) or the what-ifs."
         )
     st.info("\n".join(lines), icon=":material/lightbulb:")
 
@@ -54,7 +59,7 @@ def layer_picture(layer_states: Any, df: pd.DataFrame, l_star: int | None, seed:
     n_layers = layer_states.n_layers
     left, right = st.columns([3, 1])
     layer = left.slider(
-        "layer", 0, n_layers, l_star if l_star is not None else n_layers, key="layers_pic_layer"
+        "layer", 0, n_layers, l_star if l_star is not None else n_layers, key=f"layers_pic_layer_{n_layers}"
     )
     method = right.radio("picture", ["pca", "umap"], key="layers_pic_method", horizontal=True,
                          format_func=str.upper)  # fmt: skip
