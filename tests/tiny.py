@@ -186,9 +186,12 @@ def tiny_tokenizer(folder: Path) -> tf.BertTokenizerFast:
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789.,!'-")
     vocab = specials + sorted(set(WORDS)) + letters + [f"##{c}" for c in letters]
     folder.mkdir(parents=True, exist_ok=True)
-    vocab_file = folder / "vocab.txt"
-    vocab_file.write_text("\n".join(dict.fromkeys(vocab)) + "\n")
-    return tf.BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True)
+    # transformers 5 ignores `vocab_file` here (the tokenizer would hold the 5 specials only);
+    # a vocab mapping builds the real WordPiece vocabulary.
+    ids = {token: i for i, token in enumerate(dict.fromkeys(vocab))}
+    tokenizer = tf.BertTokenizerFast(vocab=ids, do_lower_case=True)
+    assert len(tokenizer) == len(ids) and tokenizer.convert_tokens_to_ids("movie") > 4
+    return tokenizer
 
 
 def tiny_config(family: str, vocab_size: int, n_layers: int, n_heads: int, d_model: int):
