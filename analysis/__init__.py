@@ -6,6 +6,8 @@ The public API is imported lazily, so ``python -m analysis --help`` does not pay
     from analysis import layer_metrics                   # every metric for every layer
     from analysis import load_model, load_data, extract_states
     from analysis import head_stats, analyse_heads, pagerank   # per-head richness, correlation, PageRank
+    from analysis import FinetuneConfig, run_finetune          # selective fine-tuning runs
+    from analysis import trajectory_svd, find_outliers         # fine-tuning subspaces
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ _EXPORTS = {
     "pagerank": "analysis.heads",
     "load_selection": "analysis.heads_selection",
     "save_selection": "analysis.heads_selection",
+    "trajectory_svd": "analysis.subspace",
+    "find_outliers": "analysis.subspace",
+    "analyse_trajectory": "analysis.subspace",
+    "FinetuneConfig": "analysis.finetune",
+    "run_finetune": "analysis.finetune",
 }
 
 __all__ = sorted(_EXPORTS)
