@@ -1,0 +1,28 @@
+import subprocess
+import sys
+
+import numpy as np
+
+import analysis
+
+
+def test_every_public_name_resolves():
+    for name in analysis.__all__:
+        assert getattr(analysis, name) is not None, name
+
+
+def test_readme_example_runs():
+    from analysis import cca_score, nu, rank_metric
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1], 100)
+    states = rng.normal(size=(200, 16)) + 3.0 * labels[:, None]
+    assert nu(states, labels) < 1.0
+    assert 0.0 <= cca_score(states, labels) <= 1.0
+    assert 1.0 <= rank_metric(states, labels) <= 16.0
+
+
+def test_cli_help_does_not_import_torch():
+    code = "import sys, analysis.cli; analysis.cli.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
