@@ -412,6 +412,80 @@ def _trajectory_recorder_class():
     return TrajectoryRecorder
 
 
+@dataclass
+class TaskParts:
+    """The encoded parts of one task, as a run uses them."""
+
+    train: EncodedPart
+    dev: EncodedPart | None  # None when the data has no dev part (then no model selection)
+    test: EncodedPart
+    metric: str
+    regression: bool
+    n_outputs: int  # C, or 1 for regression
+
+
+def encode_task(cfg: FinetuneConfig, tokenizer, data) -> TaskParts:
+    """Check the labels, take the train subset (``n_train``, seeded by the run) and the dev / test
+    subsets (``n_eval``, the same for every run), and tokenize each part once."""
+    regression = data.task_type == "regression"
+    n_outputs = 1 if regression else data.n_classes
+    if not regression and n_outputs < 2:
+        raise ValueError(f"A classification task needs at least two classes (got {n_outputs}).")
+    for name, rows in data.parts.items():
+        if not regression and len(rows) and not rows["label"].between(0, n_outputs - 1).all():
+            raise ValueError(
+                f"The {name} part has labels outside the class ids 0..{n_outputs - 1}."
+            )
+    train_rows = _subset(data.parts["train"], cfg.n_train, cfg.seed)
+    if len(train_rows) == 0:
+        raise ValueError("The train part is empty: nothing to fine-tune on.")
+    dev_rows = _subset(data.parts.get("dev", train_rows.iloc[:0]), cfg.n_eval, EVAL_SUBSET_SEED)
+    test_rows = _subset(data.parts["test"], cfg.n_eval, EVAL_SUBSET_SEED)
+    if len(test_rows) == 0:
+        raise ValueError("The test part is empty: a run reports its held-out test score.")
+
+    def encode(rows: pd.DataFrame) -> EncodedPart:
+        return encode_part(tokenizer, rows, cfg.max_length, regression)
+
+    return TaskParts(
+        train=encode(train_rows),
+        dev=encode(dev_rows) if len(dev_rows) else None,
+        test=encode(test_rows),
+        metric=data.metric,
+        regression=regression,
+        n_outputs=n_outputs,
+    )
+
+
+class BestState:
+    """The trainable state (on the CPU) of the best dev score so far; the first best on ties."""
+
+    def __init__(self) -> None:
+        self.score = -math.inf
+        self.step = 0
+        self.state: dict[str, torch.Tensor] | None = None
+
+    def offer(self, step: int, score: float, model: nn.Module) -> None:
+        comparable = score if math.isfinite(score) else -math.inf
+        if self.state is None or comparable > self.score:
+            self.score, self.step = comparable, step
+            self.state = {
+                name: p.detach().to("cpu", copy=True)
+                for name, p in model.named_parameters()
+                if p.requires_grad
+            }
+
+    def restore(self, model: nn.Module, current_step: int) -> bool:
+        """Load the best state into ``model`` unless it is the current one; True if loaded."""
+        if self.state is None or self.step == current_step:
+            return False
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in self.state.items():
+                params[name].copy_(value.to(params[name].device))
+        return True
+
+
 def run_finetune(
     cfg: FinetuneConfig,
     *,
@@ -445,125 +519,77 @@ def run_finetune(
         from analysis.data import load_data
 
         data = load_data(cfg.data)
-    regression = data.task_type == "regression"
-    n_outputs = 1 if regression else data.n_classes
-    if not regression and n_outputs < 2:
-        raise ValueError(f"A classification task needs at least two classes (got {n_outputs}).")
-    for name, rows in data.parts.items():
-        labels = rows["label"]
-        if not regression and len(rows) and not labels.between(0, n_outputs - 1).all():
-            raise ValueError(
-                f"The {name} part has labels outside the class ids 0..{n_outputs - 1}."
-            )
+    parts = encode_task(cfg, loaded.tokenizer, data)
     device = torch.device(cfg.device) if cfg.device else loaded.device
-
-    tokenizer = loaded.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    train_rows = _subset(data.parts["train"], cfg.n_train, cfg.seed)
-    if len(train_rows) == 0:
-        raise ValueError("The train part is empty: nothing to fine-tune on.")
-    train = encode_part(tokenizer, train_rows, cfg.max_length, regression)
-    dev_rows = _subset(data.parts.get("dev", train_rows.iloc[:0]), cfg.n_eval, EVAL_SUBSET_SEED)
-    test_rows = _subset(data.parts["test"], cfg.n_eval, EVAL_SUBSET_SEED)
-    if len(test_rows) == 0:
-        raise ValueError("The test part is empty: a run reports its held-out test score.")
-    dev = encode_part(tokenizer, dev_rows, cfg.max_length, regression) if len(dev_rows) else None
-    test = encode_part(tokenizer, test_rows, cfg.max_length, regression)
+    pad_id = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
+    eval_batch = max(cfg.batch_size, 32)
 
     recorder = None
     trajectory_meta = None
     trajectory_dir = Path(run_dir) / "trajectory" if cfg.trajectory_every else None
     memory = PeakMemory(device)
     try:
-        built = build_model(cfg, loaded, n_outputs, device)
+        built = build_model(cfg, loaded, parts.n_outputs, device)
         model, prepared = built.model, built.prepared
         optimizer, scheduler = make_optimizer(prepared, cfg)
         autocast, amp_dtype = _autocast(device, cfg.mixed_precision)
         scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
-        loss_fn = nn.MSELoss() if regression else nn.CrossEntropyLoss()
-        eval_batch = max(cfg.batch_size, 32)
+        loss_fn = nn.MSELoss() if parts.regression else nn.CrossEntropyLoss()
+
+        def score(part: EncodedPart) -> float:
+            predictions = predict(model, part, pad_id, device, eval_batch, autocast)
+            return score_part(parts.metric, part, predictions, parts.regression)
 
         curves: dict[str, list[list[float]]] = {"train_loss": [], "dev": []}
-        best_dev = -math.inf
-        best_step = 0
-        best_state: dict[str, torch.Tensor] | None = None
+        best = BestState()
         step_times: list[float] = []
-        window: list[float] = []
-        batches = _batch_order(len(train), cfg.batch_size, np.random.default_rng(cfg.seed))
+        window: list[float] = []  # train losses since the last evaluation
+        batches = _batch_order(len(parts.train), cfg.batch_size, np.random.default_rng(cfg.seed))
         train_progress = scaled(progress, 0.05, 0.95)
-        train_start = time.perf_counter()
-
-        def evaluate(step: int) -> None:
-            nonlocal best_dev, best_step, best_state
-            if dev is None:
-                return
-            value = score_part(
-                data.metric,
-                dev,
-                predict(model, dev, pad_id, device, eval_batch, autocast),
-                regression,
-            )
-            curves["dev"].append([step, value])
-            comparable = value if math.isfinite(value) else -math.inf
-            if best_state is None or comparable > best_dev:
-                best_dev, best_step = comparable, step
-                best_state = {
-                    name: p.detach().to("cpu", copy=True)
-                    for name, p in model.named_parameters()
-                    if p.requires_grad
-                }
-            if on_eval is not None:
-                mean_loss = float(np.mean(window)) if window else math.nan
-                on_eval(step, {"dev": value, "train_loss": mean_loss})
-            window.clear()
-
         if recorder_class is not None:
             recorder = recorder_class(
                 trajectory_dir, list(model.layers), cfg.trajectory_every, cfg.trajectory_dtype
             )
             recorder.maybe_record(0)
         model.train()
+        train_start = time.perf_counter()
         for step in range(1, cfg.steps + 1):
             if should_stop is not None and should_stop():
                 raise Cancelled(f"Fine-tuning cancelled at step {step - 1} of {cfg.steps}.")
             t0 = time.perf_counter()
             rows = next(batches)
-            batch = train.batch(rows, pad_id, device)
-            labels = train.labels[rows].to(device)
+            batch = parts.train.batch(rows, pad_id, device)
+            labels = parts.train.labels[rows].to(device)
             loss = train_step(
                 model, batch, labels, loss_fn, optimizer, scheduler, prepared, scaler, autocast
-            )  # .item() inside waits for the device, so the time below is real
+            )  # returns a Python float, so the device has finished: the time below is real
             step_times.append(time.perf_counter() - t0)
             memory.sample()
             if recorder is not None:
                 recorder.maybe_record(step)
             curves["train_loss"].append([step, loss])
             window.append(loss)
-            elapsed = time.perf_counter() - train_start
-            eta = elapsed / step * (cfg.steps - step)
             if on_step is not None:
-                on_step(
-                    step,
-                    {
-                        "loss": loss,
-                        "lr": scheduler.get_last_lr()[0],
-                        "elapsed_s": elapsed,
-                        "eta_s": eta,
-                    },
-                )
+                elapsed = time.perf_counter() - train_start
+                metrics = {
+                    "loss": loss,
+                    "lr": scheduler.get_last_lr()[0],
+                    "elapsed_s": elapsed,
+                    "eta_s": elapsed / step * (cfg.steps - step),
+                }
+                on_step(step, metrics)
             train_progress(step / cfg.steps, f"Step {step}/{cfg.steps}, loss {loss:.4f}")
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                evaluate(step)
-        if best_state is not None and best_step != cfg.steps:
-            with torch.no_grad():
-                params = dict(model.named_parameters())
-                for name, value in best_state.items():
-                    params[name].copy_(value.to(params[name].device))
-            if prepared.after_step is not None:
-                prepared.after_step()
+            if parts.dev is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
+                dev_score = score(parts.dev)
+                curves["dev"].append([step, dev_score])
+                best.offer(step, dev_score, model)
+                if on_eval is not None:
+                    on_eval(step, {"dev": dev_score, "train_loss": float(np.mean(window))})
+                window.clear()
+        if best.restore(model, cfg.steps) and prepared.after_step is not None:
+            prepared.after_step()
         progress(0.95, "Scoring the test part")
-        predictions = predict(model, test, pad_id, device, eval_batch, autocast)
-        score = score_part(data.metric, test, predictions, regression)
+        test_score = score(parts.test)
     finally:
         peak_mb = memory.stop()
         if recorder is not None:
@@ -571,10 +597,11 @@ def run_finetune(
     progress(1.0, "Done")
 
     timed = step_times[1:] if len(step_times) > 1 else step_times
+    has_dev = parts.dev is not None
     return FinetuneResult(
-        score=score if math.isfinite(score) else None,
-        metric=data.metric,
-        dev_score=best_dev if dev is not None and math.isfinite(best_dev) else None,
+        score=test_score if math.isfinite(test_score) else None,
+        metric=parts.metric,
+        dev_score=best.score if has_dev and math.isfinite(best.score) else None,
         n_trainable=built.n_trainable,
         n_params=built.n_params,
         share=built.n_trainable / built.n_params,
@@ -587,11 +614,11 @@ def run_finetune(
         config=cfg.to_dict(),
         curves=curves,
         trajectory_dir=str(trajectory_dir) if trajectory_dir is not None else None,
-        best_step=best_step if dev is not None else cfg.steps,
+        best_step=best.step if has_dev else cfg.steps,
         description=prepared.description,
         device=str(device),
-        n_train=len(train),
-        n_dev=len(dev) if dev is not None else 0,
-        n_test=len(test),
+        n_train=len(parts.train),
+        n_dev=len(parts.dev) if has_dev else 0,
+        n_test=len(parts.test),
         trajectory=trajectory_meta,
     )

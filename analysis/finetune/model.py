@@ -65,8 +65,9 @@ def use_fast_attention(encoder: nn.Module) -> str:
     The analyses load models with eager attention (they need attention weights); training does not,
     and SDPA is faster and lighter. Returns the implementation in use.
     """
-    with contextlib.suppress(ValueError, ImportError, AttributeError, NotImplementedError):
-        encoder.set_attn_implementation("sdpa")
+    if getattr(encoder, "_supports_sdpa", False):  # MPNet and DeBERTa-v2 stay eager
+        with contextlib.suppress(ValueError, ImportError, AttributeError, NotImplementedError):
+            encoder.set_attn_implementation("sdpa")
     return getattr(encoder.config, "_attn_implementation", None) or "eager"
 
 
