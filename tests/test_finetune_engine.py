@@ -253,8 +253,9 @@ def test_layers_beyond_the_model_are_refused(tiny):
 class FakeRecorder:
     instances: ClassVar[list[FakeRecorder]] = []
 
-    def __init__(self, folder, layers, every, dtype):
+    def __init__(self, folder, layers, every, dtype, family=None):
         self.folder, self.layers, self.every, self.dtype = folder, list(layers), every, dtype
+        self.family = family
         self.steps: list[int] = []
         self.closed = False
         FakeRecorder.instances.append(self)
@@ -280,6 +281,7 @@ def test_trajectory_recorder_is_driven_by_the_loop(tiny, tmp_path, monkeypatch):
         tmp_path / "trajectory"
     )
     assert len(recorder.layers) == 3 and recorder.every == 2 and recorder.dtype == "float16"
+    assert recorder.family == "bert"
     assert result.trajectory == {"snapshots": 4}
 
     with pytest.raises(ValueError, match="run folder"):
@@ -293,3 +295,12 @@ def _null():
     from contextlib import nullcontext
 
     return nullcontext()
+
+
+def test_real_trajectory_recorder_writes_snapshots(tiny, tmp_path):
+    pytest.importorskip("analysis.subspace")
+    cfg = config(tiny, method="layers", layers=(1, 2, 2), trajectory_every=3)
+    result = run_finetune(cfg, loaded=tiny, data=synthetic_data(), run_dir=tmp_path)
+    folder = tmp_path / "trajectory"
+    assert result.trajectory_dir == str(folder) and (folder / "index.json").is_file()
+    assert json.loads(json.dumps(result.to_dict()))["trajectory"] is not None

@@ -548,7 +548,11 @@ def run_finetune(
         train_progress = scaled(progress, 0.05, 0.95)
         if recorder_class is not None:
             recorder = recorder_class(
-                trajectory_dir, list(model.layers), cfg.trajectory_every, cfg.trajectory_dtype
+                trajectory_dir,
+                list(model.layers),
+                cfg.trajectory_every,
+                cfg.trajectory_dtype,
+                family=model.family,
             )
             recorder.maybe_record(0)
         model.train()
