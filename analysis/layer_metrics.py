@@ -465,19 +465,19 @@ def _layer_row(
     which: Sequence[str],
     probe: Any,
 ) -> dict[str, float]:
-    """One layer's metrics; h: (N, d) float64. Metrics not in ``which`` are NaN."""
-    tr, te = (
-        split.train,
-        np.concatenate([split.dev, split.test]),
-    )  # the probe selects nothing on dev
+    """One layer's metrics; h: (N, d) float64. Metrics not in ``which`` are NaN, and so are CCA
+    and the probe when the sample is too small for their held-out parts (a few examples)."""
+    held_out = np.concatenate([split.dev, split.test])  # the probe selects nothing on dev
+    cca_ok = len(split.dev) >= 2 and len(split.test) >= 2
+    probe_ok = len(held_out) >= 1 and len(np.unique(raw[split.train])) >= 2
     return {
         "layer": layer,
         "nu": nu(h, classes) if "nu" in which else np.nan,
-        "cca": cca_score(h, classes, split=split) if "cca" in which else np.nan,
+        "cca": cca_score(h, classes, split=split) if "cca" in which and cca_ok else np.nan,
         "rank": rank_metric(h, classes) if "rank" in which else np.nan,
         "probe": (
-            probe_score(h[tr], raw[tr], h[te], raw[te], metric, probe)
-            if "probe" in which
+            probe_score(h[split.train], raw[split.train], h[held_out], raw[held_out], metric, probe)
+            if "probe" in which and probe_ok
             else np.nan
         ),
     }
@@ -678,7 +678,7 @@ def teaching_metrics(x: np.ndarray, y: np.ndarray, seed: int = 0) -> dict[str, f
 # ----------------------------------------------------------------------------------- cached runs
 
 # Bump when a change to this module changes the numbers; it is part of every metrics cache key.
-METRICS_VERSION = "1"
+METRICS_VERSION = "2"
 
 
 def states_key(layer_states: Any) -> str:

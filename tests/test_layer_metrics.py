@@ -303,3 +303,11 @@ def test_non_finite_states_are_refused():
     for metric in (lm.nu, lm.cca_score, lm.rank_metric):
         with pytest.raises(ValueError, match="NaN or infinite"):
             metric(x, y)
+
+
+def test_tiny_samples_give_nan_where_a_held_out_part_is_missing():
+    rng = np.random.default_rng(0)
+    states = rng.standard_normal((3, 4, 5))
+    df = lm.layer_metrics(states, np.array([0, 0, 1, 1]), "accuracy")
+    assert df["nu"].notna().all() and df["rank"].notna().all()
+    assert df["cca"].isna().all() and df["probe"].isna().all()
