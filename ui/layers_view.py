@@ -59,7 +59,11 @@ def layer_picture(layer_states: Any, df: pd.DataFrame, l_star: int | None, seed:
     n_layers = layer_states.n_layers
     left, right = st.columns([3, 1])
     layer = left.slider(
-        "layer", 0, n_layers, l_star if l_star is not None else n_layers, key=f"layers_pic_layer_{n_layers}"
+        "layer",
+        0,
+        n_layers,
+        l_star if l_star is not None else n_layers,
+        key=f"layers_pic_layer_{n_layers}",
     )
     method = right.radio("picture", ["pca", "umap"], key="layers_pic_method", horizontal=True,
                          format_func=str.upper)  # fmt: skip
