@@ -23,12 +23,10 @@ The ideal ratio of a run cut at ℓ* is ℓ*/L (its layers run forward and backw
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import statistics
 import sys
 import time
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +42,7 @@ from analysis.finetune.engine import (
     build_model,
     encode_part,
     make_optimizer,
+    release_free_memory,
     train_step,
 )
 from analysis.models import load_model
@@ -67,10 +66,8 @@ def strategies(n_layers: int, n_heads: int, l_star: int) -> list[tuple[str, dict
 
 
 def trim_heap() -> None:
-    """Give freed CPU memory back to the OS so the next strategy's RSS peak starts clean."""
-    gc.collect()
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    """Give freed memory back (CPU heap, CUDA cache) so the next strategy's peak starts clean."""
+    release_free_memory()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 

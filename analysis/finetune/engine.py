@@ -16,7 +16,10 @@ Measurements:
 - ``peak_mem_mb``: the memory this run adds at its peak on top of what the process held when it
   started (trainable copy, optimizer state, activations, batches). CUDA:
   ``torch.cuda.max_memory_allocated`` minus the allocated bytes at the start. CPU: peak resident
-  set size (psutil, sampled every 2 ms by a thread and at every step) minus the RSS at the start.
+  set size (psutil, sampled every 2 ms by a thread and at every step) minus the RSS at the start,
+  after handing freed heap back to the OS (glibc ``malloc_trim``) so that memory freed by an
+  earlier run in the same process is not reused unseen. RSS is an upper-level view: allocator
+  caching can still hide or add a few MiB.
 - ``n_params``: the full model's parameters (the whole encoder, without its unused pooler, plus the
   classifier); ``n_trainable``: entries that train (masked tensors count their trained entries);
   ``share = n_trainable / n_params``.
@@ -26,6 +29,9 @@ Measurements:
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import json
 import math
 import random
@@ -168,6 +174,13 @@ def _batch_order(n: int, batch_size: int, rng: np.random.Generator):
 # -- measurement -----------------------------------------------------------------------------------
 
 
+def release_free_memory() -> None:
+    """Collect garbage and hand glibc's free heap back to the OS (no-op where there is no glibc)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 class PeakMemory:
     """Peak memory this run adds (MiB); CUDA allocator stats, else sampled process RSS."""
 
@@ -184,6 +197,7 @@ class PeakMemory:
         else:
             import psutil
 
+            release_free_memory()  # else memory freed by an earlier run is reused unseen
             self._process = psutil.Process()
             self.base = self._process.memory_info().rss
             self.peak = self.base
