@@ -55,6 +55,8 @@ def test_round_trip_through_json():
 def test_from_dict_rejects_unknown_keys():
     with pytest.raises(ValueError, match="Unknown fine-tuning config keys: colour"):
         FinetuneConfig.from_dict({"colour": "red"})
+    with pytest.raises(ValueError, match="Bad model spec"):
+        FinetuneConfig.from_dict({"model": {"name": "minilm", "size": 3}})
 
 
 @pytest.mark.parametrize(

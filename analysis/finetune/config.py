@@ -411,10 +411,12 @@ class FinetuneConfig:
         if unknown:
             raise ValueError(f"Unknown fine-tuning config keys: {', '.join(unknown)}.")
         kwargs = dict(payload)
-        if isinstance(kwargs.get("model"), Mapping):
-            kwargs["model"] = ModelSpec(**kwargs["model"])
-        if isinstance(kwargs.get("data"), Mapping):
-            kwargs["data"] = DataSpec(**kwargs["data"])
+        for name, spec_class in (("model", ModelSpec), ("data", DataSpec)):
+            if isinstance(kwargs.get(name), Mapping):
+                try:
+                    kwargs[name] = spec_class(**kwargs[name])
+                except TypeError as exc:
+                    raise ValueError(f"Bad {name} spec in a fine-tuning config: {exc}") from None
         for name in ("layers", "adapter_layers", "lora_layers"):
             if isinstance(kwargs.get(name), list):
                 kwargs[name] = tuple(kwargs[name])

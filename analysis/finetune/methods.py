@@ -184,7 +184,12 @@ def prepare_adapter(model: EncoderClassifier, cfg: FinetuneConfig) -> Prepared:
 
 
 def prepare_lora(model: EncoderClassifier, cfg: FinetuneConfig) -> Prepared:
-    """PEFT's LoRA on query and value of the chosen layers, injected in place (no wrapper)."""
+    """PEFT's LoRA on query and value of the chosen layers, injected in place (no wrapper).
+
+    ΔW = (lora_alpha / r) · B A with B = 0 at the start (so the model starts unchanged), no LoRA
+    dropout, no bias training. ``layers_to_transform`` takes 0-based indices under the
+    ``layer`` ModuleList, which is how every supported family names its blocks.
+    """
     from peft import LoraConfig, inject_adapter_in_model
 
     layers = cfg.placement(model.n_layers_total)
