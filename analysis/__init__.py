@@ -3,7 +3,7 @@
 The public API is imported lazily, so ``python -m analysis --help`` does not pay for torch::
 
     from analysis import nu, cca_score, rank_metric      # per-layer metrics, (N, d) states, (N,) labels
-    from analysis import layer_metrics                   # every metric for every layer
+    from analysis import layer_table, layer_summary      # every metric for every layer; ℓ*, ζ, ρ
     from analysis import load_model, load_data, extract_states
     from analysis import head_stats, analyse_heads, pagerank   # per-head richness, correlation, PageRank
     from analysis import FinetuneConfig, run_finetune          # selective fine-tuning runs
@@ -34,7 +34,8 @@ _EXPORTS = {
     "rank_metric": "analysis.layer_metrics",
     "probe_score": "analysis.layer_metrics",
     "zeta": "analysis.layer_metrics",
-    "layer_metrics": "analysis.layer_metrics",
+    "layer_table": "analysis.layer_metrics:layer_metrics",
+    "layer_summary": "analysis.layer_metrics:summary",
     "head_stats": "analysis.heads_collect",
     "analyse_heads": "analysis.heads",
     "pagerank": "analysis.heads",
@@ -52,5 +53,8 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        # "module:attribute" where the public name differs (a function may not share its
+        # module's name: importing the module would shadow it on this package).
+        module, _, attribute = _EXPORTS[name].partition(":")
+        return getattr(importlib.import_module(module), attribute or name)
     raise AttributeError(f"module 'analysis' has no attribute {name!r}")

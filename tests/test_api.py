@@ -26,3 +26,10 @@ def test_cli_help_does_not_import_torch():
     code = "import sys, analysis.cli; analysis.cli.build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_layer_table_is_the_function_even_after_the_module_is_imported():
+    import analysis.layer_metrics  # noqa: F401  (sets the submodule attribute on the package)
+    from analysis import layer_table
+
+    assert callable(layer_table) and layer_table.__name__ == "layer_metrics"
