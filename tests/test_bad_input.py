@@ -143,3 +143,62 @@ def test_bad_models(tmp_path, capsys, tiny_bert_dir, kind):
 def test_bad_settings(capsys, tiny_bert_dir, args, words):
     code, err = run_cli(capsys, "extract", "--model", str(tiny_bert_dir), *args)
     assert code == 2 and words.lower() in err.lower(), err
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--k", "99"], "k"),
+        (["--xi", "0"], "ξ"),
+        (["--xi", "1.5"], "ξ"),
+    ],
+    ids=["k-larger-than-H", "xi-zero", "xi-above-one"],
+)
+def test_bad_head_settings(tmp_path, capsys, tiny_bert_dir, args, words):
+    code, err = run_cli(
+        capsys, "heads", "--model", str(tiny_bert_dir), "--n", "20", "--cache", str(tmp_path / "c"),
+        *args,
+    )  # fmt: skip
+    assert code == 2 and err.startswith("error:") and words in err, err
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--method", "layers", "--layers", "2,1,2"], "ℓ_bottom"),
+        (["--method", "layers", "--layers", "1,2,1"], "ℓ_head"),
+        (["--method", "full", "--steps", "0"], "steps"),
+        (["--method", "full", "--lr", "0"], "learning rate"),
+        (["--method", "full", "--lr", "nan"], "learning rate"),
+    ],
+    ids=["bottom-above-top", "head-below-top", "zero-steps", "lr-zero", "lr-nan"],
+)
+def test_bad_finetune_settings(tmp_path, capsys, tiny_bert_dir, args, words):
+    code, err = run_cli(
+        capsys, "finetune", "--model", str(tiny_bert_dir), "--cache", str(tmp_path / "c"), *args
+    )
+    assert code == 2 and err.startswith("error:") and words.lower() in err.lower(), err
+
+
+def test_out_of_memory_is_recorded_as_a_failed_run_with_advice(
+    tmp_path, capsys, tiny_bert_dir, monkeypatch
+):
+    """A run that hits out-of-memory (simulated) fails with a clear message and no result."""
+    import torch
+
+    import analysis.finetune as finetune
+    from analysis.runs.db import RunsDB
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(finetune, "run_finetune", out_of_memory)
+    cache = tmp_path / "c"
+    code, err = run_cli(
+        capsys, "finetune", "--model", str(tiny_bert_dir), "--method", "frozen", "--steps", "2",
+        "--cache", str(cache),
+    )  # fmt: skip
+    assert code == 1 and "out of memory" in err and "batch size" in err, err
+    runs = RunsDB(cache / "runs.sqlite").list_runs()
+    assert list(runs["status"]) == ["failed"]
+    assert RunsDB(cache / "runs.sqlite").get_run(runs["id"][0])["result"] is None

@@ -52,9 +52,17 @@ def run(args: argparse.Namespace) -> int:
         selector=args.selector,
         seed=args.selector_seed,
     )
+    from analysis.models import load_model
+
+    loaded = load_model(cfg.extract.model)
+    if selection_cfg.k > loaded.n_heads:  # say so before the long computation, not after it
+        raise ValueError(
+            f"k = {selection_cfg.k} heads per layer asked for, but the model has only "
+            f"{loaded.n_heads}."
+        )
     bar = TqdmProgress("head statistics")
     try:
-        stats, meta = head_stats(cfg, progress=bar)
+        stats, meta = head_stats(cfg, progress=bar, loaded=loaded)
     finally:
         bar.close()
     result = analyse_heads(stats, selection_cfg)
