@@ -554,20 +554,17 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
 
 
 def strategies(l_star: int, n_layers: int) -> dict[str, list[tuple[int, int, int]]]:
-    """The (ℓ_bottom, ℓ_top, ℓ_head) strategies ℓ* implies (SPEC.md, "Strategies"), deduplicated,
-    layers clipped to 1..L. ℓ*-up is empty when ℓ* = L."""
+    """The (ℓ_bottom, ℓ_top, ℓ_head) strategies ℓ* implies (SPEC.md, "Strategies"), from the one
+    home of the paper's generators, `analysis.runs.strategies`. ℓ*-up is empty when ℓ* = L."""
+    from analysis.runs import strategies as gen
+
     if not 1 <= l_star <= n_layers:
         raise ValueError(f"ℓ* must lie in 1..{n_layers} (got {l_star}).")
-    down = []
-    for bottom in (1, l_star - 2, l_star - 1, l_star):
-        for head in (l_star, n_layers):
-            s = (max(bottom, 1), l_star, head)
-            if s not in down:
-                down.append(s)
-    up = [] if l_star == n_layers else [(l_star + 1, n_layers, n_layers)]
-    baselines = [(1, n_layers, n_layers)]
-    baselines += [(b, n_layers, n_layers) for b in (n_layers - 2, n_layers - 1, n_layers) if b >= 2]
-    return {"l_star_down": down, "l_star_up": up, "baselines": baselines}
+    return {
+        "l_star_down": sorted(gen.l_star_down(l_star, n_layers)),
+        "l_star_up": gen.l_star_up(l_star, n_layers),
+        "baselines": gen.baselines(n_layers),
+    }
 
 
 # ----------------------------------------------------------------------------------- what-ifs
