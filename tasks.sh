@@ -10,6 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 VENV=.venv
 PY=$VENV/bin/python
+# Idle OpenMP threads sleep instead of spinning: the app, its worker process and the tests share
+# the CPU cores, and spinning threads of one process starve the others.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 setup() {
   [ -x "$PY" ] || python3 -m venv "$VENV"
