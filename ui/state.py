@@ -8,6 +8,7 @@ kept in a small in-process LRU on top of the disk cache, so moving a slider neve
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -173,7 +174,7 @@ def get_model(spec: ModelSpec):
 def _load_data(spec_json: str):
     from analysis.data import load_data
 
-    return load_data(DataSpec(**__import__("json").loads(spec_json)))
+    return load_data(DataSpec(**json.loads(spec_json)))
 
 
 def get_data(spec: DataSpec):
