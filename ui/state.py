@@ -76,7 +76,9 @@ def render_sidebar() -> None:
         )  # fmt: skip
         if st.session_state.cfg_trust_remote:
             side.warning("trust_remote_code is on: the model's own code will run.")
-    side.selectbox("Dataset", [*BUILTIN_DATA, *GLUE_DATA, "file path…", UPLOAD], key="cfg_data_choice")
+    side.selectbox(
+        "Dataset", [*BUILTIN_DATA, *GLUE_DATA, "file path…", UPLOAD], key="cfg_data_choice"
+    )
     choice = st.session_state.cfg_data_choice
     if choice == UPLOAD:
         upload = side.file_uploader(
