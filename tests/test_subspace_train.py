@@ -198,3 +198,38 @@ def test_comparison_configs_per_seed(tiny_bert_dir):
     assert by[("outliers zeroed", 0)].zero_weights == "/z/out.json"
     assert by[("full", 0)].zero_weights is None and by[("frozen", 0)].method == "frozen"
     assert all(c.steps == 7 for _, c in configs)
+
+
+def test_a_subspace_found_on_one_dataset_trains_on_another(tmp_path, tiny_bert_dir):
+    """The paper's inductive setting: movie snippets (2 classes) → TREC (6 classes)."""
+    from analysis.config import DataSpec
+    from analysis.finetune import run_finetune
+
+    common = dict(
+        model=ModelSpec(str(tiny_bert_dir)), batch_size=4, n_train=32, n_eval=24, device="cpu"
+    )
+    source = run_finetune(
+        FinetuneConfig(
+            **common,
+            data=DataSpec("movie-snippets"),
+            method="full",
+            steps=4,
+            eval_every=4,
+            trajectory_every=1,
+        ),
+        run_dir=tmp_path / "source",
+    )
+    target = run_finetune(
+        FinetuneConfig(
+            **common,
+            data=DataSpec("trec6"),
+            method="subspace",
+            steps=3,
+            eval_every=3,
+            subspace_from=source.trajectory_dir,
+        ),
+        run_dir=tmp_path / "target",
+    )
+    assert target.metric == "accuracy" and 0.0 <= target.score <= 1.0
+    assert target.n_trainable < source.n_trainable
+    assert target.config["data"]["name"] == "trec6"
