@@ -10,6 +10,19 @@ from typing import Any
 POOLINGS = ("mean", "first")
 SAMPLE_SCHEMES = ("random", "balanced", "share")
 PARTS = ("train", "dev", "test")
+# Fine-tuning methods (SPEC "Strategies", "Heads", "Subspaces"); here, not in analysis.finetune,
+# so that the CLI can offer them without importing torch.
+FINETUNE_METHODS = (
+    "full",
+    "layers",
+    "heads",
+    "adapter",
+    "lora",
+    "bitfit",
+    "frozen",
+    "subspace",
+    "subspace-random",
+)
 
 
 @dataclass(frozen=True)

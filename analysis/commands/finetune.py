@@ -7,26 +7,16 @@ import os
 import sys
 
 from analysis.commands._common import add_model_data, apply_cache, write_json
+from analysis.config import FINETUNE_METHODS
 from analysis.runs.options import StepBar, add_training_options, finetune_config, parse_ints
 
 NAME = "finetune"
 HELP = "fine-tune one strategy (layers, heads, adapters, LoRA, BitFit…) and record the run"
-METHODS = (
-    "full",
-    "layers",
-    "heads",
-    "adapter",
-    "lora",
-    "bitfit",
-    "frozen",
-    "subspace",
-    "subspace-random",
-)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_data(parser)
-    parser.add_argument("--method", default="full", choices=METHODS)
+    parser.add_argument("--method", default="full", choices=FINETUNE_METHODS)
     parser.add_argument(
         "--layers", default=None, help="ℓ_bottom,ℓ_top,ℓ_head, e.g. 1,3,3 (method layers)"
     )

@@ -28,19 +28,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from analysis.config import POOLINGS, DataSpec, ModelSpec
+from analysis.config import FINETUNE_METHODS, POOLINGS, DataSpec, ModelSpec
 
-METHOD_NAMES = (
-    "full",
-    "layers",
-    "heads",
-    "adapter",
-    "lora",
-    "bitfit",
-    "frozen",
-    "subspace",
-    "subspace-random",
-)
+METHOD_NAMES = FINETUNE_METHODS
 DEFAULT_LR: dict[str, float] = {
     "full": 5e-5,
     "layers": 5e-5,

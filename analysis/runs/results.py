@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.runs.db import RESULT_COLUMNS
 from analysis.runs.strategies import family_of, n_tuned_layers
 
 RESULT_TABLE_COLUMNS = [
@@ -23,32 +24,10 @@ RESULT_TABLE_COLUMNS = [
     "family",
     "seed",
     "n_tuned_layers",
-    "score",
-    "metric",
-    "dev_score",
-    "n_trainable",
-    "n_params",
-    "share",
-    "layers_forward",
-    "layers_backward",
-    "wall_s",
-    "step_time_s",
-    "peak_mem_mb",
+    *RESULT_COLUMNS,
     "sweep_id",
 ]
-NUMERIC = [
-    "n_tuned_layers",
-    "score",
-    "dev_score",
-    "n_trainable",
-    "n_params",
-    "share",
-    "layers_forward",
-    "layers_backward",
-    "wall_s",
-    "step_time_s",
-    "peak_mem_mb",
-]
+NUMERIC = ["n_tuned_layers", *(c for c in RESULT_COLUMNS if c != "metric")]
 
 
 def results_table(
