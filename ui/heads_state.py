@@ -8,8 +8,6 @@ Everything else (PageRank, selection) is recomputed from them on each rerun: it 
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections import OrderedDict
 from typing import Any
 
 import streamlit as st
@@ -19,6 +17,7 @@ from analysis.config import ExtractConfig, SampleSpec, to_dict
 from analysis.heads import HeadSelectionConfig, HeadStats
 from analysis.heads_collect import HeadStatsConfig, head_stats
 from analysis.heads_selection import PAGERANK_VARIANTS, SCOPES, SELECTOR_LABELS, SELECTORS
+from ui.memo import ProgressMemo
 from ui.state import get_model
 
 DEFAULTS: dict[str, Any] = {
@@ -32,9 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "heads_seed": 0,
 }
 
-_STATS: OrderedDict[str, tuple[HeadStats, dict[str, Any]]] = OrderedDict()
-_LOCK = threading.Lock()
-_MAX = 6
+_STATS: ProgressMemo[tuple[HeadStats, dict[str, Any]]] = ProgressMemo(max_entries=6)
 
 
 def settings_form(n_heads: int) -> tuple[int, float, HeadSelectionConfig]:
@@ -81,19 +78,8 @@ def stats_config(
 
 def get_head_stats(cfg: HeadStatsConfig, label: str = "Head statistics") -> tuple[HeadStats, dict]:
     """(stats, meta) from memory, the disk cache, or a forward pass with a progress bar."""
-    key = canonical_json(to_dict(cfg))
-    with _LOCK:
-        if key in _STATS:
-            _STATS.move_to_end(key)
-            return _STATS[key]
-    loaded = get_model(cfg.extract.model)
-    bar = st.progress(0.0, text=label)
-    result = head_stats(
-        cfg, progress=lambda f, m: bar.progress(min(f, 1.0), text=f"{label}: {m}"), loaded=loaded
+    return _STATS.get(
+        canonical_json(to_dict(cfg)),
+        label,
+        lambda progress: head_stats(cfg, progress=progress, loaded=get_model(cfg.extract.model)),
     )
-    bar.empty()
-    with _LOCK:
-        _STATS[key] = result
-        while len(_STATS) > _MAX:
-            _STATS.popitem(last=False)
-    return result

@@ -7,8 +7,6 @@ states or metrics. The 2-D pictures are st.cache_data entries keyed by the same 
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -16,34 +14,22 @@ import pandas as pd
 import streamlit as st
 
 from analysis.layer_metrics import DEFAULT_BINS, cached_layer_metrics, project_2d, states_key
+from ui.memo import ProgressMemo
 
-_METRICS: OrderedDict[tuple, tuple[pd.DataFrame, bool]] = OrderedDict()
-_LOCK = threading.Lock()
-_MAX = 24
+_METRICS: ProgressMemo[tuple[pd.DataFrame, bool]] = ProgressMemo(max_entries=24)
 
 
 def get_layer_metrics(
     layer_states: Any, seed: int, n_bins: int = DEFAULT_BINS, label: str = "Layer metrics"
 ) -> tuple[pd.DataFrame, bool]:
     """(df, hit) of analysis.layer_metrics.cached_layer_metrics, with a progress bar on a miss."""
-    key = (states_key(layer_states), seed, n_bins)
-    with _LOCK:
-        if key in _METRICS:
-            _METRICS.move_to_end(key)
-            df, hit = _METRICS[key]
-            return df.copy(), hit
-    bar = st.progress(0.0, text=label)
-    df, hit = cached_layer_metrics(
-        layer_states,
-        seed=seed,
-        n_bins=n_bins,
-        progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=f"{label}: {m}"),
+    df, hit = _METRICS.get(
+        (states_key(layer_states), seed, n_bins),
+        label,
+        lambda progress: cached_layer_metrics(
+            layer_states, seed=seed, n_bins=n_bins, progress=progress
+        ),
     )
-    bar.empty()
-    with _LOCK:
-        _METRICS[key] = (df, hit)
-        while len(_METRICS) > _MAX:
-            _METRICS.popitem(last=False)
     return df.copy(), hit
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import streamlit as st
 
 from analysis.cache import canonical_json, default_root
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec, to_dict
+from ui.memo import ProgressMemo
 from ui.paths import check_allowed, looks_like_path
 
 
@@ -183,31 +182,18 @@ def get_data(spec: DataSpec):
     return _load_data(canonical_json(to_dict(spec)))
 
 
-_STATES: OrderedDict[str, object] = OrderedDict()
-_STATES_LOCK = threading.Lock()
-_STATES_MAX = 6
+_STATES: ProgressMemo = ProgressMemo(max_entries=6)
 
 
 def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
     """Pooled states of every layer (analysis.extract.LayerStates), with a progress bar on a miss."""
     from analysis.extract import extract_states
 
-    key = canonical_json(to_dict(cfg))
-    with _STATES_LOCK:
-        if key in _STATES:
-            _STATES.move_to_end(key)
-            return _STATES[key]
-    loaded = get_model(cfg.model)
-    bar = st.progress(0.0, text=label)
-    result = extract_states(
-        cfg, progress=lambda f, m: bar.progress(min(f, 1.0), text=f"{label}: {m}"), loaded=loaded
+    return _STATES.get(
+        canonical_json(to_dict(cfg)),
+        label,
+        lambda progress: extract_states(cfg, progress=progress, loaded=get_model(cfg.model)),
     )
-    bar.empty()
-    with _STATES_LOCK:
-        _STATES[key] = result
-        while len(_STATES) > _STATES_MAX:
-            _STATES.popitem(last=False)
-    return result
 
 
 def show_error(exc: BaseException) -> None:

@@ -5,20 +5,16 @@ disable experiment."""
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import streamlit as st
 
 from analysis.cache import default_root
 from analysis.subspace import SubspaceReport, analyse_trajectory, open_trajectory
+from ui.memo import ProgressMemo
 
-_REPORTS: OrderedDict[tuple, SubspaceReport] = OrderedDict()
-_LOCK = threading.Lock()
-_MAX = 4
+_REPORTS: ProgressMemo[SubspaceReport] = ProgressMemo(max_entries=4)
 
 
 def trajectory_runs(db: Any, model: str) -> pd.DataFrame:
@@ -51,23 +47,11 @@ def trajectory_runs(db: Any, model: str) -> pd.DataFrame:
 def get_report(trajectory_dir: str, centre: bool) -> SubspaceReport:
     """`analyse_trajectory` of a folder, once per process (an LRU of a few), with a progress bar."""
     traj = open_trajectory(trajectory_dir)
-    key = (trajectory_dir, traj.fingerprint, centre)
-    with _LOCK:
-        if key in _REPORTS:
-            _REPORTS.move_to_end(key)
-            return _REPORTS[key]
-    bar = st.progress(0.0, text="Analysing the trajectory")
-    report = analyse_trajectory(
-        traj,
-        centre=centre,
-        progress=lambda f, m: bar.progress(min(f, 1.0), text=f"Analysing the trajectory: {m}"),
+    return _REPORTS.get(
+        (trajectory_dir, traj.fingerprint, centre),
+        "Analysing the trajectory",
+        lambda progress: analyse_trajectory(traj, centre=centre, progress=progress),
     )
-    bar.empty()
-    with _LOCK:
-        _REPORTS[key] = report
-        while len(_REPORTS) > _MAX:
-            _REPORTS.popitem(last=False)
-    return report
 
 
 def disable_folder(run_id: str) -> Path:
