@@ -33,8 +33,12 @@ class ProgressMemo(Generic[T]):
                 self._items.move_to_end(key)
                 return self._items[key]
         bar = st.progress(0.0, text=label)
-        value = compute(lambda f, m="": bar.progress(min(max(f, 0.0), 1.0), text=f"{label}: {m}"))
-        bar.empty()
+        try:
+            value = compute(
+                lambda f, m="": bar.progress(min(max(f, 0.0), 1.0), text=f"{label}: {m}")
+            )
+        finally:
+            bar.empty()  # a failed computation leaves its error message, not a half-full bar
         with self._lock:
             self._items[key] = value
             while len(self._items) > self.max_entries:
