@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -43,3 +45,17 @@ def _few_threads():
     import torch
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture
+def stop_leftover_worker():
+    """A failing test must not leave a worker training in the background."""
+    yield
+    from analysis.runs.worker import worker_pid
+
+    pid = worker_pid(Path(os.environ["TUNESCOPE_CACHE"]), "cpu")
+    if pid and pid > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -14,17 +13,7 @@ from apptest_utils import errors, make_app, open_page
 from analysis.runs.db import RunsDB
 from analysis.runs.worker import worker_pid
 
-
-@pytest.fixture(autouse=True)
-def _stop_leftover_worker():
-    """A failing test must not leave a worker training in the background."""
-    yield
-    pid = worker_pid(Path(os.environ["TUNESCOPE_CACHE"]), "cpu")
-    if pid and pid > 0:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
 
 
 def widget(elements, label: str):

@@ -15,6 +15,8 @@ from analysis.config import DataSpec, ModelSpec
 from analysis.runs.db import RunsDB
 from analysis.runs.worker import WorkerLock, ensure_worker, lock_path, serve, worker_pid
 
+pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
+
 
 def tiny_config(model_dir: Path, steps: int, seed: int = 0):
     from analysis.finetune import FinetuneConfig
@@ -49,18 +51,6 @@ def reap(pid: int) -> None:
     """Collect our own child's exit status (it is ours: ensure_worker started it)."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-
-
-@pytest.fixture(autouse=True)
-def _stop_leftover_worker():
-    """A failing test must not leave a worker training in the background."""
-    yield
-    pid = worker_pid(Path(os.environ["TUNESCOPE_CACHE"]), "cpu")
-    if pid and pid > 0:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
 
 
 @pytest.fixture
