@@ -7,7 +7,7 @@ Streamlit into its legacy multipage mode, which fights st.navigation).
 
 import streamlit as st
 
-from ui.state import render_sidebar
+from ui.sidebar import render_sidebar
 
 st.set_page_config(page_title="tunescope", page_icon=":material/biotech:", layout="wide")
 

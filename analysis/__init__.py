@@ -2,7 +2,7 @@
 
 The public API is imported lazily, so ``python -m analysis --help`` does not pay for torch::
 
-    from analysis import nu, cca_score, rank_metric      # per-layer metrics, (N, d) states, (N,) labels
+    from analysis import nu, cca_score, rank_metric, probe_score  # one layer: (N, d) states, (N,) labels
     from analysis import layer_table, layer_summary      # every metric for every layer; ℓ*, ζ, ρ
     from analysis import load_model, load_data, extract_states
     from analysis import head_stats, analyse_heads, pagerank   # per-head richness, correlation, PageRank
@@ -29,23 +29,24 @@ _EXPORTS = {
     "extract_states": "analysis.extract",
     "LayerStates": "analysis.extract",
     "DiskCache": "analysis.cache",
-    "nu": "analysis.layer_metrics",
-    "cca_score": "analysis.layer_metrics",
-    "rank_metric": "analysis.layer_metrics",
-    "probe_score": "analysis.layer_metrics",
-    "zeta": "analysis.layer_metrics",
-    "layer_table": "analysis.layer_metrics:layer_metrics",
-    "layer_summary": "analysis.layer_metrics:summary",
-    "head_stats": "analysis.heads_collect",
-    "analyse_heads": "analysis.heads",
-    "pagerank": "analysis.heads",
-    "load_selection": "analysis.heads_selection",
-    "save_selection": "analysis.heads_selection",
-    "trajectory_svd": "analysis.subspace",
-    "find_outliers": "analysis.subspace",
-    "analyse_trajectory": "analysis.subspace",
-    "FinetuneConfig": "analysis.finetune",
-    "run_finetune": "analysis.finetune",
+    "nu": "analysis.layers.metrics",
+    "cca_score": "analysis.layers.metrics",
+    "rank_metric": "analysis.layers.metrics",
+    "zeta": "analysis.layers.metrics",
+    "probe_score": "analysis.layers.probe",
+    "layer_table": "analysis.layers.table:layer_metrics",
+    "layer_summary": "analysis.layers.table:summary",
+    "head_stats": "analysis.heads.collect",
+    "analyse_heads": "analysis.heads.select",
+    "pagerank": "analysis.heads.pagerank",
+    "HeadSelection": "analysis.heads.selection_file",
+    "load_selection": "analysis.heads.selection_file",
+    "save_selection": "analysis.heads.selection_file",
+    "trajectory_svd": "analysis.subspace.spectrum",
+    "find_outliers": "analysis.subspace.outliers",
+    "analyse_trajectory": "analysis.subspace.report",
+    "FinetuneConfig": "analysis.finetune.config",
+    "run_finetune": "analysis.finetune.engine",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -53,8 +54,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        # "module:attribute" where the public name differs (a function may not share its
-        # module's name: importing the module would shadow it on this package).
+        # "module:attribute" where the public name differs from the function's own name.
         module, _, attribute = _EXPORTS[name].partition(":")
         return getattr(importlib.import_module(module), attribute or name)
     raise AttributeError(f"module 'analysis' has no attribute {name!r}")

@@ -19,15 +19,16 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import load_file, save_file
+from analysis.io import TMP_PREFIX, atomic_folder
+
+if TYPE_CHECKING:
+    import torch
 
 # Bump when a change to the code changes what an entry means; it is part of every key.
 CODE_VERSION = "1"
@@ -89,6 +90,8 @@ class DiskCache:
             data_path = folder / "data.safetensors"
             if file_sha256(data_path) != meta.get("data_sha256"):
                 raise CacheMiss("content hash mismatch")
+            from safetensors.torch import load_file
+
             tensors = load_file(str(data_path))
         except Exception:  # OSError, JSON, safetensors header errors, CacheMiss: all mean unusable
             # Corrupt, partial or foreign: never use it; remove it so it is recomputed.
@@ -103,11 +106,12 @@ class DiskCache:
         tensors: dict[str, torch.Tensor],
         meta: dict[str, Any] | None = None,
     ) -> Path:
-        """Write an entry atomically and return its folder."""
+        """Write an entry atomically and return its folder (`analysis.io.atomic_folder`: if
+        another writer of the same recipe won the race, theirs is kept: same content)."""
+        from safetensors.torch import save_file
+
         folder = self.entry_dir(kind, recipe)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name[:12]}-", dir=folder.parent))
-        try:
+        with atomic_folder(folder) as tmp:
             data_path = tmp / "data.safetensors"
             save_file(
                 {k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(data_path)
@@ -121,15 +125,6 @@ class DiskCache:
                 "meta": meta or {},
             }
             (tmp / "meta.json").write_text(json.dumps(record, indent=1, default=str))
-            _fsync_dir(tmp)
-            if folder.exists():
-                # Another writer won the race with the same recipe: same content, keep theirs.
-                shutil.rmtree(tmp, ignore_errors=True)
-                return folder
-            os.replace(tmp, folder)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return folder
 
     def get_or_compute(
@@ -161,7 +156,7 @@ class DiskCache:
             return
         for kind_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
             for entry in sorted(p for p in kind_dir.iterdir() if p.is_dir()):
-                if entry.name.startswith(".tmp-"):
+                if entry.name.startswith(TMP_PREFIX):
                     continue
                 meta_path = entry / "meta.json"
                 with contextlib.suppress(OSError, json.JSONDecodeError):
@@ -182,14 +177,8 @@ class DiskCache:
         if not self.root.is_dir():
             return 0
         now = time.time()
-        for tmp in self.root.glob("*/.tmp-*"):
+        for tmp in self.root.glob(f"*/{TMP_PREFIX}*"):
             if now - tmp.stat().st_mtime > older_than_s:
                 shutil.rmtree(tmp, ignore_errors=True)
                 removed += 1
         return removed
-
-
-def _fsync_dir(folder: Path) -> None:
-    for f in folder.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())

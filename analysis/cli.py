@@ -1,7 +1,8 @@
 """``python -m analysis <subcommand>``: the headless face of tunescope.
 
-Subcommands are discovered from ``analysis/commands/``: every module there (not starting with an
-underscore) defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+Subcommands are discovered from ``analysis/commands/``: every module there that defines ``NAME``
+also defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` (``options`` holds the
+code they share).
 A ValueError (bad input, unknown model, malformed file…) prints one clear line and exits 2.
 """
 
@@ -23,9 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(analysis.commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
         module = importlib.import_module(f"analysis.commands.{info.name}")
+        if not hasattr(module, "NAME"):  # shared code (options), not a subcommand
+            continue
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
         command.set_defaults(handler=module.run)

@@ -1,4 +1,8 @@
-"""Frozen, self-validating configs: the same objects drive the UI, the CLI and the cache keys."""
+"""Frozen, self-validating configs: the same objects drive the UI, the CLI and the cache keys.
+
+Each setting's help text is declared once, in its field's metadata (`setting`), and read back
+with `help_of` by the CLI's ``--help`` and the page's widgets.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,19 @@ FINETUNE_METHODS = (
 )
 
 
+def setting(default: Any = dataclasses.MISSING, *, help: str, **kwargs: Any) -> Any:
+    """A dataclass field with its help text in the metadata (``help_of`` reads it back)."""
+    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+
+
+def help_of(config_class: type, name: str) -> str:
+    """The help text of one setting of a config dataclass (KeyError if it has none)."""
+    for f in dataclasses.fields(config_class):
+        if f.name == name:
+            return f.metadata["help"]
+    raise KeyError(f"{config_class.__name__} has no setting {name!r}.")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Which encoder: a registry name (``minilm``), a local folder, or a hub id.
@@ -32,8 +49,10 @@ class ModelSpec:
     ``trust_remote_code`` stays off unless the user turns it on for this model explicitly.
     """
 
-    name: str = "minilm"
-    trust_remote_code: bool = False
+    name: str = setting("minilm", help="built-in name, local folder or hub id")
+    trust_remote_code: bool = setting(
+        False, help="allow the model's own Python code to run (only for models you trust)"
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -50,11 +69,11 @@ class DataSpec:
     ``split_seed`` fixes the train / dev / test parts of data that has no splits of its own.
     """
 
-    name: str = "movie-snippets"
-    text_col: str | None = None
-    text_pair_col: str | None = None
-    label_col: str | None = None
-    split_seed: int = 0
+    name: str = setting("movie-snippets", help="built-in name, glue/<task>, or a file path")
+    text_col: str | None = setting(None, help="text column of a local file")
+    text_pair_col: str | None = setting(None, help="second-text column of a local file (pairs)")
+    label_col: str | None = setting(None, help="label column of a local file")
+    split_seed: int = setting(0, help="seed of the train/dev/test split")
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -71,11 +90,13 @@ class SampleSpec:
     or ``share`` (a share ``share`` of the first class, the rest split evenly over the others).
     """
 
-    n: int = 1000
-    seed: int = 0
-    part: str = "train"
-    scheme: str = "random"
-    share: float | None = None
+    n: int = setting(1000, help="number of sampled examples")
+    seed: int = setting(0, help="sampling seed")
+    part: str = setting("train", help="which part the examples come from")
+    scheme: str = setting(
+        "random", help="random (uniform), balanced (equal per class) or share (see share)"
+    )
+    share: float | None = setting(None, help="share p of the first class (scheme share)")
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 2:
@@ -102,9 +123,11 @@ class ExtractConfig:
     model: ModelSpec = ModelSpec()
     data: DataSpec = DataSpec()
     sample: SampleSpec = SampleSpec()
-    pooling: str = "mean"
-    max_length: int = 128
-    batch_size: int = 32
+    pooling: str = setting(
+        "mean", help="mean: average of the real (non-special) tokens; first: the CLS / <s> token"
+    )
+    max_length: int = setting(128, help="tokens kept per example (longer texts are truncated)")
+    batch_size: int = setting(32, help="examples per forward pass (does not change the numbers)")
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:
@@ -119,6 +142,19 @@ class ExtractConfig:
             raise ValueError(
                 f"Batch size must be a positive whole number (got {self.batch_size!r})."
             )
+
+
+def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    """``"1,3,3"`` → (1, 3, 3); None or "" → None; anything else is a clear ValueError naming
+    ``what`` (the setting, as the user sees it)."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        return tuple(int(part) for part in str(text).replace(" ", "").split(",") if part)
+    except ValueError:
+        raise ValueError(
+            f"{what} must be whole numbers separated by commas (got {text!r})."
+        ) from None
 
 
 def to_dict(config: Any) -> dict[str, Any]:

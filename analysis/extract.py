@@ -21,7 +21,7 @@ import inspect
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,9 @@ import torch
 from analysis.cache import DiskCache
 from analysis.config import ExtractConfig, to_dict
 from analysis.models import LoadedModel, load_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 from analysis.progress import Progress, no_progress
 
 
@@ -60,18 +63,55 @@ class LayerStates:
 
 
 @dataclass
-class EncodedBatch:
-    indices: torch.Tensor  # (B,) positions of these examples in the input order
-    inputs: dict[str, torch.Tensor]  # input_ids, attention_mask[, token_type_ids], each (B, S)
-    real_mask: torch.Tensor  # (B, S) bool: not padding and not a special token
+class Tokenized:
+    """Examples tokenized once: truncated, unpadded, as a fast tokenizer returns them.
+
+    input_ids / special: one list of token ids / special-token flags per example; token_types:
+    the same for segment ids, or None when the tokenizer makes none.
+    """
+
+    input_ids: list[list[int]]
+    special: list[list[int]]
+    token_types: list[list[int]] | None
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def lengths(self) -> np.ndarray:
+        """Tokens per example, (N,) int."""
+        return np.array([len(ids) for ids in self.input_ids])
+
+    def pad(self, rows: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
+        """Examples ``rows`` padded to their own longest (dynamic padding): ``input_ids``,
+        ``attention_mask``, ``special_tokens_mask`` (bool; padding counts as special) and, when
+        the tokenizer makes them, ``token_type_ids``; each (B, S), on the CPU."""
+        width = max(len(self.input_ids[i]) for i in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        special = torch.ones((len(rows), width), dtype=torch.bool)
+        types = torch.zeros((len(rows), width), dtype=torch.long) if self.token_types else None
+        for r, i in enumerate(rows):
+            n = len(self.input_ids[i])
+            ids[r, :n] = torch.tensor(self.input_ids[i])
+            attention[r, :n] = 1
+            special[r, :n] = torch.tensor(self.special[i], dtype=torch.bool)
+            if types is not None:
+                types[r, :n] = torch.tensor(self.token_types[i])
+        out = {"input_ids": ids, "attention_mask": attention, "special_tokens_mask": special}
+        if types is not None:
+            out["token_type_ids"] = types
+        return out
 
 
-def encode_all(
-    tokenizer, texts: Sequence[str], text_pairs: Sequence[str] | None, max_length: int
-) -> dict[str, list[list[int]]]:
+def tokenize(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    text_pairs: Sequence[str] | None,
+    max_length: int,
+) -> Tokenized:
     """Tokenize every example once, truncated, unpadded (fast tokenizers do this in Rust)."""
     args = (list(texts), list(text_pairs)) if text_pairs is not None else (list(texts),)
-    return tokenizer(
+    enc = tokenizer(
         *args,
         truncation=True,
         max_length=max_length,
@@ -79,10 +119,28 @@ def encode_all(
         return_special_tokens_mask=True,
         return_attention_mask=True,
     )
+    return Tokenized(enc["input_ids"], enc["special_tokens_mask"], enc.get("token_type_ids"))
+
+
+def texts_of(rows: pd.DataFrame) -> tuple[list[str], list[str] | None]:
+    """(texts, second texts or None) of a sample or data part, as strings."""
+    pairs = rows["text_pair"].astype(str).tolist() if "text_pair" in rows else None
+    return rows["text"].astype(str).tolist(), pairs
+
+
+def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
+@dataclass
+class EncodedBatch:
+    indices: torch.Tensor  # (B,) positions of these examples in the input order
+    inputs: dict[str, torch.Tensor]  # input_ids, attention_mask[, token_type_ids], each (B, S)
+    real_mask: torch.Tensor  # (B, S) bool: not padding and not a special token
 
 
 def iter_encoded_batches(
-    tokenizer,
+    tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
     text_pairs: Sequence[str] | None,
     max_length: int,
@@ -90,32 +148,17 @@ def iter_encoded_batches(
     device: torch.device | str = "cpu",
 ) -> Iterator[EncodedBatch]:
     """Batches of examples sorted by length (longest first), each padded to its own longest."""
-    enc = encode_all(tokenizer, texts, text_pairs, max_length)
-    lengths = np.array([len(ids) for ids in enc["input_ids"]])
-    order = np.argsort(-lengths, kind="stable")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    has_types = "token_type_ids" in enc
+    tokens = tokenize(tokenizer, texts, text_pairs, max_length)
+    order = np.argsort(-tokens.lengths(), kind="stable")
+    pad_id = pad_id_of(tokenizer)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        width = int(lengths[chunk].max())
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)
-        special = torch.ones((len(chunk), width), dtype=torch.bool)
-        types = torch.zeros((len(chunk), width), dtype=torch.long) if has_types else None
-        for row, i in enumerate(chunk):
-            n = lengths[i]
-            ids[row, :n] = torch.tensor(enc["input_ids"][i])
-            attention[row, :n] = 1
-            special[row, :n] = torch.tensor(enc["special_tokens_mask"][i], dtype=torch.bool)
-            if types is not None:
-                types[row, :n] = torch.tensor(enc["token_type_ids"][i])
-        inputs = {"input_ids": ids, "attention_mask": attention}
-        if types is not None:
-            inputs["token_type_ids"] = types
+        padded = tokens.pad(chunk.tolist(), pad_id)
+        special = padded.pop("special_tokens_mask")
         yield EncodedBatch(
             indices=torch.as_tensor(chunk, dtype=torch.long),
-            inputs={k: v.to(device) for k, v in inputs.items()},
-            real_mask=(attention.bool() & ~special).to(device),
+            inputs={k: v.to(device) for k, v in padded.items()},
+            real_mask=(padded["attention_mask"].bool() & ~special).to(device),
         )
 
 
@@ -211,10 +254,10 @@ def extract_states(
 
     def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         start = time.perf_counter()
-        pairs = rows["text_pair"].tolist() if "text_pair" in rows else None
+        texts, pairs = texts_of(rows)
         states = forward_all_layers(
             loaded,
-            rows["text"].tolist(),
+            texts,
             pairs,
             cfg.pooling,
             cfg.max_length,
@@ -255,10 +298,9 @@ def _labels_tensor(rows: pd.DataFrame, task_type: str) -> torch.Tensor:
     return torch.tensor(rows["label"].to_numpy(dtype=np.int64))
 
 
-def token_lengths(tokenizer, rows: pd.DataFrame) -> np.ndarray:
+def token_lengths(tokenizer: PreTrainedTokenizerBase, rows: pd.DataFrame) -> np.ndarray:
     """Untruncated token count of each example (text, or text pair), specials included. (N,) int."""
-    texts = rows["text"].tolist()
-    pairs = rows["text_pair"].tolist() if "text_pair" in rows else None
+    texts, pairs = texts_of(rows)
     args = (texts, pairs) if pairs is not None else (texts,)
     enc = tokenizer(*args, truncation=False, padding=False, verbose=False)
     return np.array([len(ids) for ids in enc["input_ids"]])

@@ -19,11 +19,15 @@ import hashlib
 import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from analysis.config import ModelSpec
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 BUILTIN_MODELS: dict[str, str] = {
     "minilm": "all-MiniLM-L6-v2 (BERT, 6 layers, 12 heads, d_model 384), packaged offline",
@@ -103,7 +107,7 @@ class LoadedModel:
     spec: ModelSpec
     name: str  # what the user sees
     model: nn.Module  # base encoder, eval mode, eager attention; never trained
-    tokenizer: object  # a transformers PreTrainedTokenizerBase
+    tokenizer: PreTrainedTokenizerBase
     family: str
     n_layers: int
     n_heads: int
@@ -146,7 +150,7 @@ def resolve_source(name: str) -> tuple[str, str]:
     return name, "hub"
 
 
-def check_family(config) -> str:
+def check_family(config: PretrainedConfig) -> str:
     """The family name, or a ModelError that says why this model is not a supported encoder."""
     model_type = getattr(config, "model_type", "") or ""
     if model_type in LAYER_PARTS:
@@ -210,7 +214,7 @@ def load_model(spec: ModelSpec, device: torch.device | str | None = None) -> Loa
 def wrap_model(
     spec: ModelSpec,
     model: nn.Module,
-    tokenizer,
+    tokenizer: PreTrainedTokenizerBase,
     family: str | None = None,
     missing_keys: set[str] | None = None,
     device: torch.device | str | None = None,
@@ -225,8 +229,7 @@ def wrap_model(
             f"embedding table has {vocab}."
         )
     n_layers = len(encoder_layers(model))
-    d_model = getattr(config, "hidden_size", None) or config.dim
-    n_heads = getattr(config, "num_attention_heads", None) or config.n_heads
+    d_model, n_heads = config_dims(config)
     device = torch.device(device) if device is not None else default_device()
     model.eval().requires_grad_(False).to(device)
     return LoadedModel(
@@ -242,6 +245,13 @@ def wrap_model(
         fingerprint=weights_fingerprint(model, missing_keys or set()),
         device=device,
     )
+
+
+def config_dims(config: PretrainedConfig) -> tuple[int, int]:
+    """(d_model, n_heads) of a supported encoder's config (DistilBERT calls them dim, n_heads)."""
+    d_model = getattr(config, "hidden_size", None) or config.dim
+    n_heads = getattr(config, "num_attention_heads", None) or config.n_heads
+    return int(d_model), int(n_heads)
 
 
 def weights_fingerprint(model: nn.Module, skip: set[str] = frozenset()) -> str:

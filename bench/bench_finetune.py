@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.config import DataSpec, ModelSpec
-from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.config import FinetuneConfig, HeadsOptions
 from analysis.finetune.engine import (
     PeakMemory,
     _autocast,
@@ -59,7 +59,10 @@ def strategies(n_layers: int, n_heads: int, l_star: int) -> list[tuple[str, dict
         ),
         (
             f"heads ({len(top3)} per layer)",
-            {"method": "heads", "heads": {layer: top3 for layer in range(1, n_layers + 1)}},
+            {
+                "method": "heads",
+                "options": HeadsOptions({layer: top3 for layer in range(1, n_layers + 1)}),
+            },
         ),
         ("frozen (classifier only)", {"method": "frozen"}),
     ]
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--l-star must be within 2..{L}")
     rows, n_outputs, data_name = load_rows(args)
     part = encode_part(loaded.tokenizer, rows, args.max_length, regression=False)
-    tokens = np.mean([len(ids) for ids in part.input_ids])
+    tokens = part.tokens.lengths().mean()
     print(
         f"{args.model} (L={L}, H={H}) on {data_name}, device {device}, threads "
         f"{torch.get_num_threads()}, batch {args.batch_size}, max_length {args.max_length} "

@@ -30,8 +30,8 @@ import torch  # noqa: E402
 from analysis.config import DataSpec, ModelSpec, SampleSpec  # noqa: E402
 from analysis.data import load_data, sample  # noqa: E402
 from analysis.extract import iter_encoded_batches, model_inputs  # noqa: E402
-from analysis.heads import HeadSelectionConfig, analyse_heads  # noqa: E402
-from analysis.heads_collect import collect_head_stats  # noqa: E402
+from analysis.heads.collect import collect_head_stats  # noqa: E402
+from analysis.heads.select import HeadSelectionConfig, analyse_heads  # noqa: E402
 from analysis.models import load_model  # noqa: E402
 
 MAX_LENGTH, BATCH_SIZE = 128, 32

@@ -20,7 +20,8 @@ from threadpoolctl import threadpool_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis import layer_metrics as lm
+from analysis.layers import metrics, table
+from analysis.layers import probe as probes
 
 
 def synthetic_states(
@@ -53,19 +54,19 @@ def real_states(model: str, data: str, n: int, seed: int) -> tuple[np.ndarray, n
 
 def time_layer(states, labels, split, metric: str, probe, times: dict[str, float]) -> None:
     """Add one layer's time per metric to ``times``."""
-    h = lm.as_float64(states)
+    h = metrics.as_float64(states)
     t = time.perf_counter()
-    lm.nu(h, labels)
+    metrics.nu(h, labels)
     times["nu"] += time.perf_counter() - t
     t = time.perf_counter()
-    lm.cca_score(h, labels, split=split)
+    metrics.cca_score(h, labels, split=split)
     times["cca"] += time.perf_counter() - t
     t = time.perf_counter()
-    lm.rank_metric(h, labels)
+    metrics.rank_metric(h, labels)
     times["rank"] += time.perf_counter() - t
     t = time.perf_counter()
     held_out = np.concatenate([split.dev, split.test])
-    lm.probe_score(
+    probes.probe_score(
         h[split.train], labels[split.train], h[held_out], labels[held_out], metric, probe
     )
     times["probe"] += time.perf_counter() - t
@@ -90,10 +91,10 @@ def main() -> None:
     )
 
     # Per metric, each over every layer, the way layer_metrics runs them.
-    split = lm.split_indices(labels, args.seed)
-    times = dict.fromkeys(lm.METRICS, 0.0)
-    probe = lm.new_probe(len(np.unique(labels)), warm_start=True)
-    with lm.blas_threads():  # as layer_metrics runs them (TUNESCOPE_BLAS_THREADS, default 1)
+    split = metrics.split_indices(labels, args.seed)
+    times = dict.fromkeys(metrics.METRICS, 0.0)
+    probe = probes.new_probe(len(np.unique(labels)), warm_start=True)
+    with table.blas_threads():  # as layer_metrics runs them (TUNESCOPE_BLAS_THREADS, default 1)
         blas = {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
         for layer in range(n_layers1):
             time_layer(states[layer], labels, split, metric, probe, times)
@@ -104,9 +105,9 @@ def main() -> None:
         )
 
     t = time.perf_counter()
-    df = lm.layer_metrics(states, labels, metric, args.seed)
+    df = table.layer_metrics(states, labels, metric, args.seed)
     total = time.perf_counter() - t
-    s = lm.summary(df)
+    s = table.summary(df)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"layer_metrics, all four metrics, all layers: {total:.2f} s")
     rho = {k: round(v, 3) for k, v in s["rho"].items()}

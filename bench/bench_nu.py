@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.layer_metrics import nu, nu_textbook
+from analysis.layers.metrics import nu, nu_textbook
 
 
 def synthetic(n: int, d: int, n_classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

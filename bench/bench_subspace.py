@@ -33,7 +33,8 @@ from transformers.models.bert.modeling_bert import BertLayer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.subspace import TrajectoryRecorder, open_trajectory, trajectory_svd
+from analysis.subspace.spectrum import trajectory_svd
+from analysis.subspace.trajectory import TrajectoryRecorder, open_trajectory
 
 
 def rss_anon() -> int:

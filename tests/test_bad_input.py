@@ -186,7 +186,7 @@ def test_out_of_memory_is_recorded_as_a_failed_run_with_advice(
     """A run that hits out-of-memory (simulated) fails with a clear message and no result."""
     import torch
 
-    import analysis.finetune as finetune
+    import analysis.finetune.engine as finetune
     from analysis.runs.db import RunsDB
 
     def out_of_memory(*args, **kwargs):

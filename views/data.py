@@ -6,7 +6,8 @@ import streamlit as st
 from analysis.data import sample
 from analysis.extract import token_lengths
 from ui.figures import data as figures
-from ui.state import get_data, get_model, settings, show_error
+from ui.loaders import get_data, get_model, show_error
+from ui.sidebar import settings
 
 st.title("Data")
 st.markdown(

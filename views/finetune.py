@@ -3,11 +3,12 @@ with the baselines the papers use."""
 
 import streamlit as st
 
-from ui.finetune_form import launch_form
-from ui.finetune_live import queue_view
-from ui.finetune_results import results_view
-from ui.finetune_state import get_db, shared_l_star
-from ui.state import get_model, settings, show_error
+from ui.finetune.form import launch_form
+from ui.finetune.live import queue_view
+from ui.finetune.results import results_view
+from ui.finetune.state import get_db, shared_l_star
+from ui.loaders import get_model, show_error
+from ui.sidebar import settings
 
 st.title("Fine-tune")
 st.markdown(

@@ -4,12 +4,14 @@ import json
 
 import streamlit as st
 
-from analysis.heads import analyse_heads, initial_distribution, pagerank, trainable_parameter_count
-from ui import heads_text as text
+from analysis.heads.pagerank import initial_distribution, pagerank
+from analysis.heads.select import analyse_heads, trainable_parameter_count
 from ui.figures import heads as figures
-from ui.heads_robustness import robustness_view
-from ui.heads_state import get_head_stats, settings_form, stats_config
-from ui.state import get_model, settings, show_error
+from ui.heads import text
+from ui.heads.robustness import robustness_view
+from ui.heads.state import get_head_stats, settings_form, stats_config
+from ui.loaders import get_model, show_error
+from ui.sidebar import settings
 
 st.title("Heads")
 st.markdown(text.INTRO)

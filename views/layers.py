@@ -4,13 +4,15 @@ import json
 
 import streamlit as st
 
-from analysis.layer_metrics import DEFAULT_BINS, report, summary
-from ui import layers_text as text
+from analysis.layers.metrics import DEFAULT_BINS
+from analysis.layers.table import report, summary
 from ui.figures import layers as figures
-from ui.layers_state import get_layer_metrics
-from ui.layers_view import layer_picture, suggestion, teaching_view
-from ui.layers_whatif import whatif_view
-from ui.state import get_states, settings, show_error
+from ui.layers import text
+from ui.layers.state import get_layer_metrics
+from ui.layers.view import layer_picture, suggestion, teaching_view
+from ui.layers.whatif import whatif_view
+from ui.loaders import get_states, show_error
+from ui.sidebar import settings
 
 st.title("Layers")
 st.markdown(text.INTRO)

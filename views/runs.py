@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from ui.figures.finetune import loss_curve
-from ui.finetune_state import get_db
+from ui.finetune.state import get_db
 
 st.title("Runs")
 st.markdown(

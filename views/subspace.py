@@ -5,10 +5,11 @@ import json
 import streamlit as st
 
 from ui.figures import subspace as figures
-from ui.finetune_state import get_db
-from ui.state import settings, show_error
-from ui.subspace_runs import comparison_view, pick_run
-from ui.subspace_state import get_report
+from ui.finetune.state import get_db
+from ui.loaders import show_error
+from ui.sidebar import settings
+from ui.subspace.runs import comparison_view, pick_run
+from ui.subspace.state import get_report
 
 st.title("Subspaces")
 st.markdown(

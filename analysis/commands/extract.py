@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands._common import TqdmProgress, add_common, extract_config_from_args, write_json
+from analysis.commands.options import TqdmProgress, add_common, extract_config_from_args, write_json
 from analysis.config import to_dict
 
 NAME = "extract"

@@ -6,9 +6,16 @@ import argparse
 import os
 import sys
 
-from analysis.commands._common import add_model_data, apply_cache, write_json
+from analysis.commands.options import (
+    StepBar,
+    add_model_data,
+    add_training_options,
+    apply_cache,
+    finetune_config,
+    parse_ints,
+    write_json,
+)
 from analysis.config import FINETUNE_METHODS
-from analysis.runs.options import StepBar, add_training_options, finetune_config, parse_ints
 
 NAME = "finetune"
 HELP = "fine-tune one strategy (layers, heads, adapters, LoRA, BitFit…) and record the run"

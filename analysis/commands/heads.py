@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands._common import TqdmProgress, add_common, extract_config_from_args, write_json
+from analysis.commands.options import TqdmProgress, add_common, extract_config_from_args, write_json
 from analysis.config import to_dict
-from analysis.heads_selection import PAGERANK_VARIANTS, SCOPES, SELECTORS
+from analysis.heads.selection_file import PAGERANK_VARIANTS, SCOPES, SELECTORS
 
 NAME = "heads"
 HELP = "rank every layer's attention heads by PageRank over richness and correlation (HiFi)"
@@ -38,9 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.heads import HeadSelectionConfig, analyse_heads, trainable_parameter_count
-    from analysis.heads_collect import HeadStatsConfig, head_stats
-    from analysis.heads_selection import save_selection
+    from analysis.heads.collect import HeadStatsConfig, head_stats
+    from analysis.heads.select import HeadSelectionConfig, analyse_heads, trainable_parameter_count
+    from analysis.heads.selection_file import save_selection
+    from analysis.models import load_model
 
     cfg = HeadStatsConfig(extract_config_from_args(args), xi=args.xi)
     selection_cfg = HeadSelectionConfig(
@@ -52,8 +53,6 @@ def run(args: argparse.Namespace) -> int:
         selector=args.selector,
         seed=args.selector_seed,
     )
-    from analysis.models import load_model
-
     loaded = load_model(cfg.extract.model)
     if selection_cfg.k > loaded.n_heads:  # say so before the long computation, not after it
         raise ValueError(

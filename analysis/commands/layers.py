@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from analysis.commands._common import TqdmProgress, add_common, extract_config_from_args, write_json
+from analysis.commands.options import TqdmProgress, add_common, extract_config_from_args, write_json
 
 NAME = "layers"
 HELP = "per-layer task-specialty ν, CCA, rank ϱ and linear probes; the best layer ℓ*"
@@ -44,7 +44,7 @@ def table(result: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.extract import extract_states
-    from analysis.layer_metrics import cached_layer_metrics, report
+    from analysis.layers.table import cached_layer_metrics, report
 
     cfg = extract_config_from_args(args)
     bar = TqdmProgress("hidden states")

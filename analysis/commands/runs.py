@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from analysis.commands._common import apply_cache, write_json
+from analysis.commands.options import apply_cache, write_json
 
 NAME = "runs"
 HELP = "list, show, export or cancel fine-tuning runs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands._common import TqdmProgress, apply_cache, write_json
+from analysis.commands.options import TqdmProgress, apply_cache, write_json
 
 NAME = "subspace"
 HELP = "spectrum and outlier weights of a run's fine-tuning trajectory; disable-experiment files"
@@ -38,15 +38,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.subspace import analyse_trajectory, outlier_positions_file, random_positions_like
-    from analysis.subspace_train import trajectory_of
+    from analysis.runs.db import RunsDB
+    from analysis.runs.execute import trajectory_folder
+    from analysis.subspace.outliers import outlier_positions_file, random_positions_like
+    from analysis.subspace.report import analyse_trajectory
+    from analysis.subspace.trajectory import open_trajectory
 
     apply_cache(args)
     if args.sigma <= 0 or args.top < 1:
         raise ValueError("--sigma must be positive and --top at least 1.")
     if args.random and not args.write_disable:
         raise ValueError("--random only applies with --write-disable FILE.")
-    traj = trajectory_of(args.run)
+    traj = open_trajectory(trajectory_folder(RunsDB(), args.run))
     bar = TqdmProgress("subspace")
     try:
         report = analyse_trajectory(

@@ -7,9 +7,16 @@ import os
 import sys
 import time
 
-from analysis.commands._common import add_model_data, apply_cache, write_json
-from analysis.runs.options import StepBar, add_training_options, finetune_config, parse_ints
-from analysis.runs.strategies import STRATEGY_NAMES
+from analysis.commands.options import (
+    StepBar,
+    add_model_data,
+    add_training_options,
+    apply_cache,
+    finetune_config,
+    parse_ints,
+    write_json,
+)
+from analysis.strategies import STRATEGY_NAMES
 
 NAME = "sweep"
 HELP = (
@@ -45,10 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compute_l_star(args: argparse.Namespace, loaded) -> int:
     """argmin ν over ℓ = 1..L on a sample of the train part (SPEC.md, "Layer metrics")."""
-    from analysis.commands._common import TqdmProgress, data_spec_from_args
+    from analysis.commands.options import TqdmProgress, data_spec_from_args
     from analysis.config import ExtractConfig, SampleSpec
     from analysis.extract import extract_states
-    from analysis.layer_metrics import layer_metrics, summary
+    from analysis.layers.table import layer_metrics, summary
 
     cfg = ExtractConfig(
         model=loaded.spec,
@@ -72,7 +79,7 @@ def compute_l_star(args: argparse.Namespace, loaded) -> int:
 
 
 def loaded_spec(args: argparse.Namespace):
-    from analysis.commands._common import model_spec_from_args
+    from analysis.commands.options import model_spec_from_args
 
     return model_spec_from_args(args)
 
@@ -80,7 +87,7 @@ def loaded_spec(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from analysis.models import load_model
     from analysis.runs.db import RunsDB
-    from analysis.runs.strategies import sweep_strategies
+    from analysis.strategies import sweep_strategies
 
     apply_cache(args)
     names = [n.strip() for n in args.strategies.split(",") if n.strip()]

@@ -1,8 +1,17 @@
 """One fine-tuning run, as a frozen, self-validating config (SPEC.md, "Strategies" and "Heads").
 
 The same object drives the page's form, the CLI, the runs database (``to_dict`` / ``from_dict``)
-and the engine. Checks that need the model's shape (layers within 1..L, heads within 0..H-1) run
-in `FinetuneConfig.check_model` once the model is loaded.
+and the engine. What every run shares (budget, optimiser, data sizes, device) are fields of
+`FinetuneConfig`; what only one method uses lives in that method's options, a small frozen
+dataclass that validates itself (`HeadsOptions`, `AdapterOptions`, `LoraOptions`,
+`SubspaceOptions`), as PEFT's ``LoraConfig`` does. Each setting's help text is declared once, in
+its field's metadata, and read by the CLI and the page (`analysis.config.help_of`). Checks that
+need the model's shape (layers within 1..L, heads within 0..H-1) run in
+`FinetuneConfig.check_model` once the model is loaded.
+
+The JSON form (``to_dict``) is flat, as stored in the runs database since its first version:
+``heads``, ``adapter_layers``, ``adapter_size``, ``lora_r``, ``lora_alpha``, ``lora_layers`` and
+``subspace_from`` sit beside the common keys.
 
 Default learning rates (short runs of a few hundred steps; override with ``lr``):
 
@@ -21,14 +30,14 @@ subspace, subspace-random     1e-2     a handful of coordinates per layer
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
-from analysis.config import FINETUNE_METHODS, POOLINGS, DataSpec, ModelSpec
+from analysis.config import FINETUNE_METHODS, POOLINGS, DataSpec, ModelSpec, setting
+from analysis.heads.selection_file import HeadSelection, layers_json
 
 METHOD_NAMES = FINETUNE_METHODS
 DEFAULT_LR: dict[str, float] = {
@@ -43,11 +52,6 @@ DEFAULT_LR: dict[str, float] = {
     "subspace-random": 1e-2,
 }
 TRAJECTORY_DTYPES = ("float32", "float16", "bfloat16")
-HEADS_FORMAT = "tunescope-heads/1"
-
-HeadSelection = tuple[
-    tuple[int, tuple[int, ...]], ...
-]  # ((layer, (head, ...)), ...), layer 1-based
 
 
 def _is_int(value: Any) -> bool:
@@ -58,7 +62,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _layer_tuple(value: Any, what: str) -> tuple[int, ...]:
+def layer_list(value: Any, what: str) -> tuple[int, ...]:
+    """A sorted tuple of distinct 1-based layer numbers, or a ValueError naming ``what``."""
     try:
         layers = tuple(value)
     except TypeError:
@@ -76,59 +81,116 @@ def _layer_tuple(value: Any, what: str) -> tuple[int, ...]:
     return tuple(sorted(layers))
 
 
-def normalise_heads(value: Any) -> HeadSelection:
-    """((layer, (head, ...)), ...) sorted, from a dict {layer: heads} or pairs; validated."""
-    items = value.items() if isinstance(value, Mapping) else value
-    try:
-        pairs = [(layer, heads) for layer, heads in items]
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"Heads must map layers to head lists, e.g. {{1: [0, 3]}} (got {value!r})."
-        ) from None
-    out: dict[int, tuple[int, ...]] = {}
-    for layer, heads in pairs:
-        if isinstance(layer, str) and layer.strip().isdigit():
-            layer = int(layer)
-        if not _is_int(layer) or layer < 1:
-            raise ValueError(
-                f"Head selection: layers are numbered from 1 (0 is the embeddings); got {layer!r}."
-            )
-        if layer in out:
-            raise ValueError(f"Head selection lists layer {layer} twice.")
-        try:
-            chosen = tuple(heads)
-        except TypeError:
-            raise ValueError(f"Head selection of layer {layer} must be a list of heads.") from None
-        if not all(_is_int(h) and h >= 0 for h in chosen):
-            raise ValueError(
-                f"Head selection of layer {layer}: heads are numbered from 0 (got {list(chosen)!r})."
-            )
-        if len(set(chosen)) != len(chosen):
-            raise ValueError(f"Head selection of layer {layer} lists a head twice.")
-        if chosen:
-            out[layer] = tuple(sorted(chosen))
-    if not out:
-        raise ValueError("The head selection is empty: choose at least one head.")
-    return tuple(sorted(out.items()))
+# -- per-method options ------------------------------------------------------------------------
 
 
-def heads_from_file(path: str | Path) -> HeadSelection:
-    """Read the heads page's selection file ``{"format": "tunescope-heads/1", "layers": {"1": [0, 3]}}``."""
-    path = Path(path)
-    try:
-        payload = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"Heads file '{path}' does not exist.") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"Heads file '{path}' is not readable JSON: {exc}") from None
-    if not isinstance(payload, dict) or payload.get("format") != HEADS_FORMAT:
-        raise ValueError(
-            f"Heads file '{path}' is not a tunescope head selection (expected "
-            f'"format": "{HEADS_FORMAT}").'
-        )
-    if not isinstance(payload.get("layers"), dict):
-        raise ValueError(f"Heads file '{path}' has no \"layers\" object.")
-    return normalise_heads(payload["layers"])
+@dataclass(frozen=True)
+class HeadsOptions:
+    """Method ``heads`` (HiFi): the Q/K/V rows and bias entries of these heads train."""
+
+    heads: HeadSelection = setting(
+        help="the heads to train: a selection file from the Heads page or `analysis heads`"
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.heads, HeadSelection):
+            object.__setattr__(self, "heads", HeadSelection(self.heads))
+
+    def layers_used(self) -> tuple[int, ...]:
+        return tuple(layer for layer, _ in self.heads.layers)
+
+
+@dataclass(frozen=True)
+class AdapterOptions:
+    """Method ``adapter``: Houlsby adapters and the LayerNorms of the chosen layers train."""
+
+    layers: tuple[int, ...] | None = setting(
+        None, help="layers that get adapters, e.g. 3,4 (default: ℓ_bottom..ℓ_top, else all)"
+    )
+    size: int = setting(64, help="bottleneck units of each adapter")
+
+    def __post_init__(self) -> None:
+        if self.layers is not None:
+            object.__setattr__(self, "layers", layer_list(self.layers, "adapter_layers"))
+        if not _is_int(self.size) or self.size < 1:
+            raise ValueError(f"adapter_size must be a positive whole number (got {self.size!r}).")
+
+    def layers_used(self) -> tuple[int, ...]:
+        return self.layers or ()
+
+
+@dataclass(frozen=True)
+class LoraOptions:
+    """Method ``lora``: LoRA on query and value of the chosen layers (PEFT)."""
+
+    layers: tuple[int, ...] | None = setting(
+        None, help="layers that get LoRA, e.g. 3,4 (default: ℓ_bottom..ℓ_top, else all)"
+    )
+    r: int = setting(8, help="LoRA rank r")
+    alpha: float = setting(16, help="LoRA scale numerator: ΔW = (alpha / r) · B A")
+
+    def __post_init__(self) -> None:
+        if self.layers is not None:
+            object.__setattr__(self, "layers", layer_list(self.layers, "lora_layers"))
+        if not _is_int(self.r) or self.r < 1:
+            raise ValueError(f"lora_r must be a positive whole number (got {self.r!r}).")
+        if not _is_number(self.alpha) or not self.alpha > 0:
+            raise ValueError(f"lora_alpha must be positive (got {self.alpha!r}).")
+
+    def layers_used(self) -> tuple[int, ...]:
+        return self.layers or ()
+
+
+@dataclass(frozen=True)
+class SubspaceOptions:
+    """Methods ``subspace`` / ``subspace-random``: train inside a subspace of each layer.
+
+    ``subspace`` needs ``source``: the run (or trajectory folder) whose trajectory spans the
+    subspace; ``subspace-random`` takes its dimensions from ``source`` when given.
+    """
+
+    source: str | None = setting(
+        None, help="run id (or trajectory folder) whose trajectory spans the subspace"
+    )
+
+    def __post_init__(self) -> None:
+        if self.source is not None and (
+            not isinstance(self.source, str) or not self.source.strip()
+        ):
+            raise ValueError("subspace_from must be a run id or a trajectory folder.")
+
+    def layers_used(self) -> tuple[int, ...]:
+        return ()
+
+
+MethodOptions = HeadsOptions | AdapterOptions | LoraOptions | SubspaceOptions
+OptionsT = TypeVar("OptionsT", HeadsOptions, AdapterOptions, LoraOptions, SubspaceOptions)
+OPTIONS_OF: dict[str, type] = {
+    "heads": HeadsOptions,
+    "adapter": AdapterOptions,
+    "lora": LoraOptions,
+    "subspace": SubspaceOptions,
+    "subspace-random": SubspaceOptions,
+}
+# The flat JSON keys of each options class (``to_dict`` / ``from_dict``) → its field names.
+FLAT_KEYS: dict[type, dict[str, str]] = {
+    HeadsOptions: {"heads": "heads"},
+    AdapterOptions: {"adapter_layers": "layers", "adapter_size": "size"},
+    LoraOptions: {"lora_layers": "layers", "lora_r": "r", "lora_alpha": "alpha"},
+    SubspaceOptions: {"subspace_from": "source"},
+}
+FLAT_DEFAULTS: dict[str, Any] = {
+    "heads": None,
+    "adapter_layers": None,
+    "adapter_size": 64,
+    "lora_r": 8,
+    "lora_alpha": 16,
+    "lora_layers": None,
+    "subspace_from": None,
+}
+
+
+# -- the run -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -139,55 +201,56 @@ class FinetuneConfig:
       - ``full``: everything, embeddings included.
       - ``layers``: layers ℓ_bottom..ℓ_top of ``layers`` = (ℓ_bottom, ℓ_top, ℓ_head); embeddings
         only for (1, L, L).
-      - ``heads``: the Q/K/V rows and bias entries of the ``heads`` selection (HiFi).
-      - ``adapter``: Houlsby adapters (size ``adapter_size``) and the LayerNorms of
-        ``adapter_layers`` (default: ℓ_bottom..ℓ_top of ``layers`` if given, else every layer).
-      - ``lora``: LoRA (rank ``lora_r``, scale ``lora_alpha / lora_r``) on query and value of
-        ``lora_layers`` (default as for adapters).
+      - ``heads``: the Q/K/V rows and bias entries of a head selection (`HeadsOptions`).
+      - ``adapter``: Houlsby adapters and the LayerNorms of some layers (`AdapterOptions`).
+      - ``lora``: LoRA on query and value of some layers (`LoraOptions`).
       - ``bitfit``: every bias. ``frozen``: nothing but the classifier.
-      - ``subspace`` / ``subspace-random``: the subspace coordinates (analysis.subspace_train),
-        from the trajectory of run ``subspace_from``.
+      - ``subspace`` / ``subspace-random``: subspace coordinates (`SubspaceOptions`,
+        `analysis.finetune.subspace`).
+    options: the method's options; None takes the method's defaults (an error where the method
+      needs a choice: the heads of ``heads``, the source run of ``subspace``).
     layers: for ``layers`` required; for every other method only ℓ_head is used (the classifier
-      reads layer ℓ_head and the layers above it are removed), and for adapter / lora ℓ_bottom..ℓ_top
-      is the default placement. None = (1, L, L).
+      reads layer ℓ_head and the layers above it are removed), and for adapter / lora
+      ℓ_bottom..ℓ_top is the default placement. None = (1, L, L).
     lr: None picks the method's default (module docstring); after construction it is a float.
-    n_train: train examples used (a seeded random subset); None = all.
-    n_eval: at most this many dev and test examples are scored (the same subset for every run).
-    zero_weights: JSON file ``{param_name: [[row, col], ...]}`` of encoder entries set to zero
-      before training; names as in the loaded encoder's ``named_parameters()``.
-    mixed_precision: bf16 (or fp16 with loss scaling) autocast on CUDA; ignored on the CPU.
     """
 
-    model: ModelSpec = field(default_factory=ModelSpec)
-    data: DataSpec = field(default_factory=DataSpec)
-    method: str = "full"
-    layers: tuple[int, int, int] | None = None
-    heads: HeadSelection | None = None
-    adapter_layers: tuple[int, ...] | None = None
-    adapter_size: int = 64
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_layers: tuple[int, ...] | None = None
-    steps: int = 200
-    lr: float | None = None
-    batch_size: int = 16
-    max_length: int = 128
-    seed: int = 0
-    n_train: int | None = None
-    n_eval: int | None = 1000
-    eval_every: int = 50
-    pooling: str = "mean"
-    weight_decay: float = 0.01
-    warmup: float = 0.1
-    trajectory_every: int | None = None
-    trajectory_dtype: str = "float32"
-    subspace_from: str | None = None
-    zero_weights: str | None = None
-    device: str | None = None
-    mixed_precision: bool = True
+    model: ModelSpec = dataclasses.field(default_factory=ModelSpec)
+    data: DataSpec = dataclasses.field(default_factory=DataSpec)
+    method: str = setting("full", help="what trains besides the classifier")
+    layers: tuple[int, int, int] | None = setting(
+        None, help="ℓ_bottom,ℓ_top,ℓ_head, e.g. 1,3,3: layers ℓ_bottom..ℓ_top train, the "
+        "classifier reads ℓ_head and the layers above it are removed"
+    )  # fmt: skip
+    options: MethodOptions | None = setting(None, help="the method's own options")
+    steps: int = setting(200, help="optimizer steps")
+    lr: float | None = setting(
+        None, help="learning rate of the encoder's trained parameters (blank: the method's "
+        "default, 5e-5 full / layers, 2e-4 heads, 1e-3 adapter / BitFit / frozen, 5e-4 LoRA, "
+        "1e-2 subspace)"
+    )  # fmt: skip
+    batch_size: int = setting(16, help="examples per training step")
+    max_length: int = setting(128, help="tokens kept per example")
+    seed: int = setting(0, help="training seed (classifier init, data order, subsets)")
+    n_train: int | None = setting(None, help="train examples used, a seeded subset (default all)")
+    n_eval: int | None = setting(
+        1000, help="dev and test examples scored at most (the same subset for every run)"
+    )
+    eval_every: int = setting(50, help="score the dev part every k steps (model selection)")
+    pooling: str = setting("mean", help="mean of the real tokens, or the first token")
+    weight_decay: float = setting(0.01, help="AdamW weight decay of the matrices")
+    warmup: float = setting(0.1, help="share of the steps spent warming the learning rate up")
+    trajectory_every: int | None = setting(
+        None, help="snapshot every layer's weights every k steps (for the Subspaces page)"
+    )
+    trajectory_dtype: str = setting("float32", help="dtype the snapshots are stored in")
+    zero_weights: str | None = setting(
+        None, help="JSON file of encoder weights set to zero before training (disable experiment)"
+    )
+    device: str | None = setting(None, help="cpu, cuda:0… (default: the GPU when there is one)")
+    mixed_precision: bool = setting(True, help="bf16 / fp16 autocast on CUDA (ignored on CPU)")
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__
         if not isinstance(self.model, ModelSpec):
             raise ValueError("model must be a ModelSpec.")
         if not isinstance(self.data, DataSpec):
@@ -196,13 +259,11 @@ class FinetuneConfig:
             raise ValueError(
                 f"Unknown fine-tuning method {self.method!r}: choose one of {', '.join(METHOD_NAMES)}."
             )
-        self._check_layers(set_)
-        self._check_method_fields(set_)
-        self._check_training(set_)
+        self._check_layers()
+        self._check_options()
+        self._check_training()
 
-    # -- validation, in three parts ------------------------------------------------------------
-
-    def _check_layers(self, set_) -> None:
+    def _check_layers(self) -> None:
         if self.layers is None:
             if self.method == "layers":
                 raise ValueError(
@@ -224,58 +285,40 @@ class FinetuneConfig:
                 f"ℓ_head ({head}) must not be below ℓ_top ({top}): the layers above ℓ_head are "
                 "removed, so they cannot be trained."
             )
-        set_(self, "layers", layers)
+        object.__setattr__(self, "layers", layers)
 
-    def _check_method_fields(self, set_) -> None:
-        method = self.method
-        if self.heads is not None:
-            if method != "heads":
-                raise ValueError("A head selection is only used by method 'heads'.")
-            set_(self, "heads", normalise_heads(self.heads))
-        elif method == "heads":
-            raise ValueError("Method 'heads' needs a head selection (heads or a heads file).")
-        for name, owner in (("adapter_layers", "adapter"), ("lora_layers", "lora")):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if method != owner:
-                raise ValueError(f"{name} is only used by method '{owner}'.")
-            set_(self, name, _layer_tuple(value, name))
-        for name in ("adapter_size", "lora_r"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"{name} must be a positive whole number (got {value!r}).")
-        if not _is_number(self.lora_alpha) or not self.lora_alpha > 0:
-            raise ValueError(f"lora_alpha must be positive (got {self.lora_alpha!r}).")
-        head = self.head_layer
-        if head is not None:
-            for name, chosen in (
-                ("adapter_layers", self.adapter_layers),
-                ("lora_layers", self.lora_layers),
-                ("heads", tuple(layer for layer, _ in self.heads or ())),
-            ):
-                if chosen and max(chosen) > head:
-                    raise ValueError(
-                        f"{name} uses layer {max(chosen)}, above ℓ_head = {head}: the layers above "
-                        "ℓ_head are removed."
-                    )
-        if method == "subspace" and not self.subspace_from:
+    def _check_options(self) -> None:
+        wanted = OPTIONS_OF.get(self.method)
+        options = self.options
+        if wanted is None:
+            if options is not None:
+                raise ValueError(
+                    f"Method {self.method!r} takes no options ({type(options).__name__} "
+                    "belongs to another method)."
+                )
+            return
+        if options is None:
+            if self.method == "heads":
+                raise ValueError("Method 'heads' needs a head selection (a heads file).")
+            options = wanted()
+        if not isinstance(options, wanted):
+            raise ValueError(
+                f"Method {self.method!r} takes {wanted.__name__}, not {type(options).__name__}."
+            )
+        if self.method == "subspace" and not options.source:
             raise ValueError(
                 "Method 'subspace' needs subspace_from: the run whose trajectory to use."
             )
-        if self.subspace_from is not None:
-            if method not in ("subspace", "subspace-random"):
-                raise ValueError(
-                    "subspace_from is only used by methods subspace / subspace-random."
-                )
-            if not isinstance(self.subspace_from, str) or not self.subspace_from.strip():
-                raise ValueError("subspace_from must be a run id.")
-        if self.zero_weights is not None and (
-            not isinstance(self.zero_weights, str) or not self.zero_weights.strip()
-        ):
-            raise ValueError("zero_weights must be the path of a JSON file.")
+        head = self.head_layer
+        used = options.layers_used()
+        if head is not None and used and max(used) > head:
+            raise ValueError(
+                f"{self.method} uses layer {max(used)}, above ℓ_head = {head}: the layers above "
+                "ℓ_head are removed."
+            )
+        object.__setattr__(self, "options", options)
 
-    def _check_training(self, set_) -> None:
+    def _check_training(self) -> None:
         positive_ints = {
             "steps": "the number of optimizer steps",
             "batch_size": "the batch size",
@@ -288,9 +331,9 @@ class FinetuneConfig:
                     f"{name} ({what}) must be a positive whole number (got {value!r})."
                 )
         lr = DEFAULT_LR[self.method] if self.lr is None else self.lr
-        if not _is_number(lr) or math.isnan(lr) or math.isinf(lr) or lr <= 0:
+        if not _is_number(lr) or not math.isfinite(lr) or lr <= 0:
             raise ValueError(f"The learning rate must be a positive finite number (got {lr!r}).")
-        set_(self, "lr", float(lr))
+        object.__setattr__(self, "lr", float(lr))
         if not _is_int(self.max_length) or not 8 <= self.max_length <= 4096:
             raise ValueError(
                 f"Max length must be between 8 and 4096 tokens (got {self.max_length!r})."
@@ -310,12 +353,12 @@ class FinetuneConfig:
         wd = self.weight_decay
         if not _is_number(wd) or not math.isfinite(wd) or wd < 0:
             raise ValueError(f"Weight decay must be a finite number ≥ 0 (got {wd!r}).")
-        set_(self, "weight_decay", float(wd))
+        object.__setattr__(self, "weight_decay", float(wd))
         if not _is_number(self.warmup) or not 0 <= self.warmup < 1:
             raise ValueError(
                 f"warmup is the share of steps spent warming up, in [0, 1) (got {self.warmup!r})."
             )
-        set_(self, "warmup", float(self.warmup))
+        object.__setattr__(self, "warmup", float(self.warmup))
         every = self.trajectory_every
         if every is not None and (not _is_int(every) or every < 1):
             raise ValueError(
@@ -326,6 +369,10 @@ class FinetuneConfig:
                 f"Unknown trajectory dtype {self.trajectory_dtype!r}: choose one of "
                 f"{', '.join(TRAJECTORY_DTYPES)}."
             )
+        if self.zero_weights is not None and (
+            not isinstance(self.zero_weights, str) or not self.zero_weights.strip()
+        ):
+            raise ValueError("zero_weights must be the path of a JSON file.")
         if self.device is not None:
             import torch
 
@@ -345,13 +392,32 @@ class FinetuneConfig:
         """ℓ_head when given (the model is cut there); None = the model's top layer L."""
         return self.layers[2] if self.layers is not None else None
 
+    @property
+    def heads(self) -> HeadSelection | None:
+        """The head selection of method ``heads`` (None for every other method)."""
+        return self.options.heads if isinstance(self.options, HeadsOptions) else None
+
+    @property
+    def subspace_from(self) -> str | None:
+        """The source run of the subspace methods (None for every other method)."""
+        return self.options.source if isinstance(self.options, SubspaceOptions) else None
+
+    def options_for(self, options_class: type[OptionsT]) -> OptionsT:
+        """The options, checked to be of ``options_class`` (a preparer asks for its own)."""
+        if not isinstance(self.options, options_class):
+            raise TypeError(
+                f"Method {self.method!r} has {type(self.options).__name__}, not "
+                f"{options_class.__name__}."
+            )
+        return self.options
+
     def resolved_layers(self, n_layers: int) -> tuple[int, int, int]:
         """(ℓ_bottom, ℓ_top, ℓ_head) with the default (1, L, L) filled in."""
         return self.layers if self.layers is not None else (1, n_layers, n_layers)
 
     def placement(self, n_layers: int) -> tuple[int, ...]:
         """Layers that get adapters / LoRA: the explicit list, else ℓ_bottom..ℓ_top, else all."""
-        explicit = {"adapter": self.adapter_layers, "lora": self.lora_layers}.get(self.method)
+        explicit = getattr(self.options, "layers", None)
         if explicit is not None:
             return explicit
         bottom, top, _ = self.resolved_layers(n_layers)
@@ -359,55 +425,97 @@ class FinetuneConfig:
 
     def check_model(self, n_layers: int, n_heads: int) -> None:
         """The checks that need the model: every layer within 1..L, every head within 0..H-1."""
-        used: list[tuple[str, int]] = []
-        if self.layers is not None:
-            used += [("layers", x) for x in self.layers]
-        used += [("adapter_layers", x) for x in self.adapter_layers or ()]
-        used += [("lora_layers", x) for x in self.lora_layers or ()]
-        used += [("heads", layer) for layer, _ in self.heads or ()]
+        used = [("layers", x) for x in self.layers or ()]
+        used += [(self.method, x) for x in (self.options.layers_used() if self.options else ())]
         for name, layer in used:
             if layer > n_layers:
                 raise ValueError(
                     f"{name} uses layer {layer}, but this model has {n_layers} layers (1..{n_layers})."
                 )
-        for layer, heads in self.heads or ():
-            if max(heads) >= n_heads:
-                raise ValueError(
-                    f"Head selection of layer {layer} uses head {max(heads)}, but this model has "
-                    f"{n_heads} heads per layer (0..{n_heads - 1})."
-                )
+        if self.heads is not None:
+            self.heads.check_fits(n_layers, n_heads)
 
     # -- JSON --------------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (tuples become lists; heads become {"layer": [heads]})."""
+        """A flat, JSON-ready dict (tuples become lists; heads become {"layer": [heads]})."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "options":
+                out.update(self._flat_options())
+                continue
             if f.name in ("model", "data"):
-                value = {g.name: getattr(value, g.name) for g in fields(value)}
-            elif f.name == "heads" and value is not None:
-                value = {str(layer): list(heads) for layer, heads in value}
+                value = dataclasses.asdict(value)
             elif isinstance(value, tuple):
                 value = list(value)
             out[f.name] = value
         return out
 
+    def _flat_options(self) -> dict[str, Any]:
+        flat = dict(FLAT_DEFAULTS)
+        if self.options is not None:
+            for key, name in FLAT_KEYS[type(self.options)].items():
+                value = getattr(self.options, name)
+                if isinstance(value, HeadSelection):
+                    value = layers_json(value.layers)
+                elif isinstance(value, tuple):
+                    value = list(value)
+                flat[key] = value
+        return flat
+
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> FinetuneConfig:
-        """Inverse of `to_dict` (unknown keys are an error, missing keys take their defaults)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(payload) - known)
+        """Inverse of `to_dict` (unknown keys are an error, missing keys take their defaults).
+
+        A flat method key that the method does not use must hold its default (``heads`` for
+        method ``full`` is an error, not silently dropped).
+        """
+        own = {f.name for f in fields(cls)} - {"options"}
+        unknown = sorted(set(payload) - own - set(FLAT_DEFAULTS))
         if unknown:
             raise ValueError(f"Unknown fine-tuning config keys: {', '.join(unknown)}.")
-        kwargs = dict(payload)
+        kwargs = {k: v for k, v in payload.items() if k in own}
         for name, spec_class in (("model", ModelSpec), ("data", DataSpec)):
             if isinstance(kwargs.get(name), Mapping):
                 try:
                     kwargs[name] = spec_class(**kwargs[name])
                 except TypeError as exc:
                     raise ValueError(f"Bad {name} spec in a fine-tuning config: {exc}") from None
-        for name in ("layers", "adapter_layers", "lora_layers"):
-            if isinstance(kwargs.get(name), list):
-                kwargs[name] = tuple(kwargs[name])
+        if isinstance(kwargs.get("layers"), list):
+            kwargs["layers"] = tuple(kwargs["layers"])
+        method = kwargs.get("method", "full")
+        flat = {k: v for k, v in payload.items() if k in FLAT_DEFAULTS}
+        kwargs["options"] = options_from_flat(method, flat)
         return cls(**kwargs)
+
+
+def options_from_flat(method: str, flat: Mapping[str, Any]) -> MethodOptions | None:
+    """The options of ``method`` from flat keys (``lora_r``, ``heads``…); None = the defaults.
+
+    A key that belongs to another method must be absent or hold its default.
+    """
+    wanted = OPTIONS_OF.get(method)
+    mine = FLAT_KEYS.get(wanted, {}) if wanted else {}
+    for key, value in flat.items():
+        if key not in mine and value != FLAT_DEFAULTS[key]:
+            owners = [m for m, c in OPTIONS_OF.items() if key in FLAT_KEYS[c]]
+            raise ValueError(
+                f"{key} is only used by method{'s' if len(owners) > 1 else ''} "
+                f"{' / '.join(repr(o) for o in owners)}."
+            )
+    if wanted is None:
+        return None
+    given = {name: flat[key] for key, name in mine.items() if flat.get(key) is not None}
+    if wanted is HeadsOptions and "heads" not in given:
+        return None  # FinetuneConfig says what is missing
+    for name in ("layers",):
+        if isinstance(given.get(name), list):
+            given[name] = tuple(given[name])
+    return wanted(**given)
+
+
+def flat_config(**kwargs: Any) -> FinetuneConfig:
+    """A config from flat keyword arguments, as the JSON form names them
+    (``flat_config(method="lora", lora_r=4, layers=(1, 3, 3))``)."""
+    return FinetuneConfig.from_dict(kwargs)

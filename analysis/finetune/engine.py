@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
-import json
 import math
 import random
 import threading
@@ -41,25 +40,27 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
-from analysis.extract import encode_all
+from analysis.data import TaskData, load_data
+from analysis.extract import Tokenized, pad_id_of, texts_of, tokenize
 from analysis.finetune.config import FinetuneConfig
-from analysis.finetune.methods import (
-    Prepared,
-    embeddings_train,
-    prepare_method,
-    trainable_layers,
-)
+from analysis.finetune.methods import embeddings_train, prepare_method, trainable_layers
 from analysis.finetune.model import EncoderClassifier, truncated_copy, use_fast_attention
+from analysis.finetune.prepared import MethodInputs, Prepared
 from analysis.models import LoadedModel, load_model
 from analysis.progress import Cancelled, Progress, no_progress, scaled
 from analysis.scores import task_score
+from analysis.subspace.outliers import apply_zero_weights
+from analysis.subspace.trajectory import Trajectory, TrajectoryRecorder, as_trajectory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 EVAL_SUBSET_SEED = 0  # dev / test subsets are the same for every run, whatever its seed
 StepCallback = Callable[[int, dict[str, float]], None]
@@ -115,46 +116,27 @@ def _json_safe(value: Any) -> Any:
 
 @dataclass
 class EncodedPart:
-    """One data part, tokenized once (truncated, unpadded)."""
+    """One data part, tokenized once (truncated, unpadded), and its labels."""
 
-    input_ids: list[list[int]]
-    special: list[list[int]]
-    token_types: list[list[int]] | None
+    tokens: Tokenized
     labels: torch.Tensor  # (N,) int64 class ids or float32 targets
 
     def __len__(self) -> int:
-        return len(self.input_ids)
+        return len(self.tokens)
 
     def batch(self, rows: Sequence[int], pad_id: int, device: torch.device) -> dict:
-        """Rows padded to their own longest: input_ids, attention_mask, special_tokens_mask (B, S)."""
-        width = max(len(self.input_ids[i]) for i in rows)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        special = torch.ones((len(rows), width), dtype=torch.long)
-        types = torch.zeros((len(rows), width), dtype=torch.long) if self.token_types else None
-        for r, i in enumerate(rows):
-            n = len(self.input_ids[i])
-            ids[r, :n] = torch.tensor(self.input_ids[i])
-            attention[r, :n] = 1
-            special[r, :n] = torch.tensor(self.special[i])
-            if types is not None:
-                types[r, :n] = torch.tensor(self.token_types[i])
-        out = {"input_ids": ids, "attention_mask": attention, "special_tokens_mask": special}
-        if types is not None:
-            out["token_type_ids"] = types
-        return {k: v.to(device, non_blocking=True) for k, v in out.items()}
+        """Rows padded to their own longest: input_ids, attention_mask, special_tokens_mask
+        [, token_type_ids], each (B, S), on ``device``."""
+        padded = self.tokens.pad(rows, pad_id)
+        return {k: v.to(device, non_blocking=True) for k, v in padded.items()}
 
 
-def encode_part(tokenizer, rows: pd.DataFrame, max_length: int, regression: bool) -> EncodedPart:
-    pairs = rows["text_pair"].astype(str).tolist() if "text_pair" in rows else None
-    enc = encode_all(tokenizer, rows["text"].astype(str).tolist(), pairs, max_length)
+def encode_part(
+    tokenizer: PreTrainedTokenizerBase, rows: pd.DataFrame, max_length: int, regression: bool
+) -> EncodedPart:
+    tokens = tokenize(tokenizer, *texts_of(rows), max_length)
     dtype = np.float32 if regression else np.int64
-    return EncodedPart(
-        input_ids=enc["input_ids"],
-        special=enc["special_tokens_mask"],
-        token_types=enc.get("token_type_ids"),
-        labels=torch.tensor(rows["label"].to_numpy(dtype=dtype)),
-    )
+    return EncodedPart(tokens=tokens, labels=torch.tensor(rows["label"].to_numpy(dtype=dtype)))
 
 
 def _subset(rows: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
@@ -233,43 +215,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def zero_entries(encoder: nn.Module, path: str | Path, removed: set[str] = frozenset()) -> int:
-    """Set the entries listed in ``path`` ({param_name: [[row, col], ...]}) to zero; returns the count.
-
-    Names are those of the loaded encoder's ``named_parameters()``; names in ``removed`` (the
-    layers above ℓ_head, cut away) are skipped.
-    """
-    path = Path(path)
-    try:
-        payload = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"Zero-weights file '{path}' does not exist.") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"Zero-weights file '{path}' is not readable JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise ValueError(f"Zero-weights file '{path}' must hold {{param_name: [[row, col], ...]}}.")
-    params = dict(encoder.named_parameters())
-    count = 0
-    with torch.no_grad():
-        for name, entries in payload.items():
-            if name in removed:
-                continue
-            if name not in params:
-                raise ValueError(
-                    f"Zero-weights file names '{name}', which is not an encoder parameter."
-                )
-            param = params[name]
-            index = torch.as_tensor(entries, dtype=torch.long).reshape(-1, param.ndim)
-            shape = torch.tensor(param.shape)
-            if len(index) and ((index < 0).any() or (index >= shape).any()):
-                raise ValueError(
-                    f"Zero-weights file: an entry of '{name}' lies outside its shape {tuple(param.shape)}."
-                )
-            param[tuple(index.T.to(param.device))] = 0
-            count += len(index)
-    return count
-
-
 def _autocast(device: torch.device, enabled: bool):
     """(context factory, dtype or None): bf16 where supported, else fp16; CUDA only."""
     if not enabled or device.type != "cuda":
@@ -298,8 +243,7 @@ def predict(
     autocast,
 ) -> np.ndarray:
     """Class ids (N,) or regression outputs (N,), batches sorted by length."""
-    lengths = np.array([len(ids) for ids in part.input_ids])
-    order = np.argsort(-lengths, kind="stable")
+    order = np.argsort(-part.tokens.lengths(), kind="stable")
     out = np.empty(len(part), dtype=np.float64)
     model.eval()
     with torch.inference_mode():
@@ -337,6 +281,7 @@ def build_model(
     loaded: LoadedModel,
     n_outputs: int,
     device: torch.device | str | None = None,
+    inputs: MethodInputs | None = None,
 ) -> Built:
     """Seed, copy the encoder up to ℓ_head, zero ``cfg.zero_weights``, add the classifier and let
     the method choose what trains. The shared ``loaded.model`` is never touched."""
@@ -349,12 +294,12 @@ def build_model(
     if cfg.zero_weights:
         kept = {name for name, _ in encoder.named_parameters()}
         removed = {name for name, _ in loaded.model.named_parameters()} - kept
-        zero_entries(encoder, cfg.zero_weights, removed=removed)
+        apply_zero_weights(encoder, cfg.zero_weights, skip=removed)
     use_fast_attention(encoder)
     model = EncoderClassifier(
         encoder, loaded.family, n_outputs, cfg.head_layer, cfg.pooling, loaded.n_layers
     )
-    prepared = prepare_method(model, cfg)
+    prepared = prepare_method(model, cfg, inputs)
     model.to(device)
     prepared.grad_masks = {p: m.to(p.device) for p, m in prepared.grad_masks.items()}
     kept = model.n_layers_kept
@@ -415,17 +360,6 @@ def train_step(
     return float(loss.detach())
 
 
-def _trajectory_recorder_class():
-    try:
-        from analysis.subspace import TrajectoryRecorder
-    except ImportError as exc:
-        raise ValueError(
-            "Recording a trajectory needs analysis.subspace.TrajectoryRecorder, which is not "
-            f"available: {exc}"
-        ) from None
-    return TrajectoryRecorder
-
-
 @dataclass
 class TaskParts:
     """The encoded parts of one task, as a run uses them."""
@@ -438,7 +372,9 @@ class TaskParts:
     n_outputs: int  # C, or 1 for regression
 
 
-def encode_task(cfg: FinetuneConfig, tokenizer, data) -> TaskParts:
+def encode_task(
+    cfg: FinetuneConfig, tokenizer: PreTrainedTokenizerBase, data: TaskData
+) -> TaskParts:
     """Check the labels, take the train subset (``n_train``, seeded by the run) and the dev / test
     subsets (``n_eval``, the same for every run), and tokenize each part once."""
     regression = data.task_type == "regression"
@@ -500,6 +436,99 @@ class BestState:
         return True
 
 
+class TrainingLoop:
+    """What lives across the steps of one run: the model, its optimiser and schedule, mixed
+    precision, the curves, the best dev state and the step timings.
+
+    ``train`` runs the steps (with cancel, callbacks, dev evaluation and trajectory snapshots);
+    ``finish`` restores the best dev state and scores the test part once.
+    """
+
+    def __init__(
+        self, cfg: FinetuneConfig, built: Built, parts: TaskParts, pad_id: int, device: torch.device
+    ) -> None:
+        self.cfg, self.built, self.parts = cfg, built, parts
+        self.model, self.prepared = built.model, built.prepared
+        self.pad_id, self.device = pad_id, device
+        self.optimizer, self.scheduler = make_optimizer(self.prepared, cfg)
+        self.autocast, amp_dtype = _autocast(device, cfg.mixed_precision)
+        self.scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+        self.loss_fn = nn.MSELoss() if parts.regression else nn.CrossEntropyLoss()
+        self.eval_batch = max(cfg.batch_size, 32)
+        self.curves: dict[str, list[list[float]]] = {"train_loss": [], "dev": []}
+        self.best = BestState()
+        self.step_times: list[float] = []
+        self._window: list[float] = []  # train losses since the last evaluation
+
+    def score(self, part: EncodedPart) -> float:
+        predictions = predict(
+            self.model, part, self.pad_id, self.device, self.eval_batch, self.autocast
+        )
+        return score_part(self.parts.metric, part, predictions, self.parts.regression)
+
+    def train(
+        self,
+        should_stop: Callable[[], bool] | None,
+        on_step: StepCallback | None,
+        on_eval: StepCallback | None,
+        recorder: TrajectoryRecorder | None,
+        memory: PeakMemory,
+        progress: Progress,
+    ) -> None:
+        cfg, train = self.cfg, self.parts.train
+        batches = _batch_order(len(train), cfg.batch_size, np.random.default_rng(cfg.seed))
+        if recorder is not None:
+            recorder.maybe_record(0)
+        self.model.train()
+        start = time.perf_counter()
+        for step in range(1, cfg.steps + 1):
+            if should_stop is not None and should_stop():
+                raise Cancelled(f"Fine-tuning cancelled at step {step - 1} of {cfg.steps}.")
+            t0 = time.perf_counter()
+            rows = next(batches)
+            loss = train_step(
+                self.model,
+                train.batch(rows, self.pad_id, self.device),
+                train.labels[rows].to(self.device),
+                self.loss_fn,
+                self.optimizer,
+                self.scheduler,
+                self.prepared,
+                self.scaler,
+                self.autocast,
+            )  # fmt: skip  (a Python float: the device has finished, so the time below is real)
+            self.step_times.append(time.perf_counter() - t0)
+            memory.sample()
+            if recorder is not None:
+                recorder.maybe_record(step)
+            self.curves["train_loss"].append([step, loss])
+            self._window.append(loss)
+            if on_step is not None:
+                elapsed = time.perf_counter() - start
+                on_step(
+                    step,
+                    {"loss": loss, "lr": self.scheduler.get_last_lr()[0], "elapsed_s": elapsed,
+                     "eta_s": elapsed / step * (cfg.steps - step)},
+                )  # fmt: skip
+            progress(step / cfg.steps, f"Step {step}/{cfg.steps}, loss {loss:.4f}")
+            if self.parts.dev is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
+                self._evaluate(step, on_eval)
+
+    def _evaluate(self, step: int, on_eval: StepCallback | None) -> None:
+        dev_score = self.score(self.parts.dev)
+        self.curves["dev"].append([step, dev_score])
+        self.best.offer(step, dev_score, self.model)
+        if on_eval is not None:
+            on_eval(step, {"dev": dev_score, "train_loss": float(np.mean(self._window))})
+        self._window.clear()
+
+    def finish(self) -> float:
+        """Restore the best dev state (if it is not the last one) and score the test part."""
+        if self.best.restore(self.model, self.cfg.steps) and self.prepared.after_step is not None:
+            self.prepared.after_step()
+        return self.score(self.parts.test)
+
+
 def run_finetune(
     cfg: FinetuneConfig,
     *,
@@ -509,7 +538,8 @@ def run_finetune(
     on_eval: StepCallback | None = None,
     run_dir: str | Path | None = None,
     loaded: LoadedModel | None = None,
-    data=None,
+    data: TaskData | None = None,
+    trajectory: Trajectory | Path | str | None = None,
 ) -> FinetuneResult:
     """Fine-tune as ``cfg`` says and report (module docstring).
 
@@ -518,125 +548,77 @@ def run_finetune(
     should_stop() is polled before every step and raises `analysis.progress.Cancelled`;
     run_dir: where the trajectory goes (``run_dir/trajectory``); needed with trajectory_every.
     loaded / data: an already loaded model / `analysis.data.TaskData` (else loaded from cfg).
+    trajectory: the subspace methods' source trajectory (a folder or an opened one); default:
+    ``cfg.subspace_from`` when that names a trajectory folder. A run id is resolved by the runs
+    layer (`analysis.runs.execute`), which knows where each run keeps its files.
     """
     progress = progress or no_progress
     start_wall = time.perf_counter()
-    recorder_class = _trajectory_recorder_class() if cfg.trajectory_every else None
     if cfg.trajectory_every and run_dir is None:
         raise ValueError("Recording a trajectory needs a run folder (run_dir).")
-
     progress(0.0, "Loading model and data")
     if loaded is None:
         loaded = load_model(cfg.model, device=cfg.device)
     cfg.check_model(loaded.n_layers, loaded.n_heads)
-    if data is None:
-        from analysis.data import load_data
-
-        data = load_data(cfg.data)
-    parts = encode_task(cfg, loaded.tokenizer, data)
+    parts = encode_task(cfg, loaded.tokenizer, data if data is not None else load_data(cfg.data))
+    inputs = MethodInputs(trajectory=_source_trajectory(cfg, trajectory))
     device = torch.device(cfg.device) if cfg.device else loaded.device
-    pad_id = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
-    eval_batch = max(cfg.batch_size, 32)
-
-    recorder = None
-    trajectory_meta = None
     trajectory_dir = Path(run_dir) / "trajectory" if cfg.trajectory_every else None
+
+    recorder: TrajectoryRecorder | None = None
     memory = PeakMemory(device)
     try:
-        built = build_model(cfg, loaded, parts.n_outputs, device)
-        model, prepared = built.model, built.prepared
-        optimizer, scheduler = make_optimizer(prepared, cfg)
-        autocast, amp_dtype = _autocast(device, cfg.mixed_precision)
-        scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
-        loss_fn = nn.MSELoss() if parts.regression else nn.CrossEntropyLoss()
-
-        def score(part: EncodedPart) -> float:
-            predictions = predict(model, part, pad_id, device, eval_batch, autocast)
-            return score_part(parts.metric, part, predictions, parts.regression)
-
-        curves: dict[str, list[list[float]]] = {"train_loss": [], "dev": []}
-        best = BestState()
-        step_times: list[float] = []
-        window: list[float] = []  # train losses since the last evaluation
-        batches = _batch_order(len(parts.train), cfg.batch_size, np.random.default_rng(cfg.seed))
-        train_progress = scaled(progress, 0.05, 0.95)
-        if recorder_class is not None:
-            recorder = recorder_class(
-                trajectory_dir,
-                list(model.layers),
-                cfg.trajectory_every,
-                cfg.trajectory_dtype,
-                family=model.family,
-            )
-            recorder.maybe_record(0)
-        model.train()
-        train_start = time.perf_counter()
-        for step in range(1, cfg.steps + 1):
-            if should_stop is not None and should_stop():
-                raise Cancelled(f"Fine-tuning cancelled at step {step - 1} of {cfg.steps}.")
-            t0 = time.perf_counter()
-            rows = next(batches)
-            batch = parts.train.batch(rows, pad_id, device)
-            labels = parts.train.labels[rows].to(device)
-            loss = train_step(
-                model, batch, labels, loss_fn, optimizer, scheduler, prepared, scaler, autocast
-            )  # returns a Python float, so the device has finished: the time below is real
-            step_times.append(time.perf_counter() - t0)
-            memory.sample()
-            if recorder is not None:
-                recorder.maybe_record(step)
-            curves["train_loss"].append([step, loss])
-            window.append(loss)
-            if on_step is not None:
-                elapsed = time.perf_counter() - train_start
-                metrics = {
-                    "loss": loss,
-                    "lr": scheduler.get_last_lr()[0],
-                    "elapsed_s": elapsed,
-                    "eta_s": elapsed / step * (cfg.steps - step),
-                }
-                on_step(step, metrics)
-            train_progress(step / cfg.steps, f"Step {step}/{cfg.steps}, loss {loss:.4f}")
-            if parts.dev is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
-                dev_score = score(parts.dev)
-                curves["dev"].append([step, dev_score])
-                best.offer(step, dev_score, model)
-                if on_eval is not None:
-                    on_eval(step, {"dev": dev_score, "train_loss": float(np.mean(window))})
-                window.clear()
-        if best.restore(model, cfg.steps) and prepared.after_step is not None:
-            prepared.after_step()
+        built = build_model(cfg, loaded, parts.n_outputs, device, inputs)
+        loop = TrainingLoop(cfg, built, parts, pad_id_of(loaded.tokenizer), device)
+        if cfg.trajectory_every:
+            recorder = TrajectoryRecorder(
+                trajectory_dir, list(built.model.layers), cfg.trajectory_every,
+                cfg.trajectory_dtype, family=built.model.family,
+            )  # fmt: skip
+        loop.train(should_stop, on_step, on_eval, recorder, memory, scaled(progress, 0.05, 0.95))
         progress(0.95, "Scoring the test part")
-        test_score = score(parts.test)
+        test_score = loop.finish()
     finally:
         peak_mb = memory.stop()
-        if recorder is not None:
-            trajectory_meta = recorder.close()
+        trajectory_meta = recorder.close() if recorder is not None else None
     progress(1.0, "Done")
 
-    timed = step_times[1:] if len(step_times) > 1 else step_times
+    timed = loop.step_times[1:] if len(loop.step_times) > 1 else loop.step_times
     has_dev = parts.dev is not None
     return FinetuneResult(
         score=test_score if math.isfinite(test_score) else None,
         metric=parts.metric,
-        dev_score=best.score if has_dev and math.isfinite(best.score) else None,
+        dev_score=loop.best.score if has_dev and math.isfinite(loop.best.score) else None,
         n_trainable=built.n_trainable,
         n_params=built.n_params,
         share=built.n_trainable / built.n_params,
-        layers_forward=model.n_layers_kept,
+        layers_forward=built.model.n_layers_kept,
         layers_backward=built.layers_backward,
         wall_s=time.perf_counter() - start_wall,
         step_time_s=float(np.mean(timed)),
         peak_mem_mb=peak_mb,
         seed=cfg.seed,
         config=cfg.to_dict(),
-        curves=curves,
+        curves=loop.curves,
         trajectory_dir=str(trajectory_dir) if trajectory_dir is not None else None,
-        best_step=best.step if has_dev else cfg.steps,
-        description=prepared.description,
+        best_step=loop.best.step if has_dev else cfg.steps,
+        description=built.prepared.description,
         device=str(device),
         n_train=len(parts.train),
         n_dev=len(parts.dev) if has_dev else 0,
         n_test=len(parts.test),
         trajectory=trajectory_meta,
     )
+
+
+def _source_trajectory(
+    cfg: FinetuneConfig, given: Trajectory | Path | str | None
+) -> Trajectory | None:
+    """The subspace methods' trajectory: the one given, else ``cfg.subspace_from`` when it is a
+    trajectory folder (a run id needs the runs database: `analysis.runs.execute` resolves it)."""
+    if given is not None:
+        return as_trajectory(given)
+    source = cfg.subspace_from
+    if source and (Path(source).expanduser() / "index.json").is_file():
+        return as_trajectory(Path(source).expanduser())
+    return None

@@ -24,8 +24,9 @@ import copy
 import torch
 from torch import nn
 
+from analysis.config import POOLINGS
 from analysis.extract import model_inputs, pool
-from analysis.models import LoadedModel, encoder_layers
+from analysis.models import LoadedModel, config_dims, encoder_layers
 
 
 def truncate_encoder(encoder: nn.Module, head_layer: int) -> None:
@@ -105,8 +106,8 @@ class EncoderClassifier(nn.Module):
         n_layers_total: int | None = None,
     ) -> None:
         super().__init__()
-        if pooling not in ("mean", "first"):
-            raise ValueError(f"Unknown pooling {pooling!r}: choose mean or first.")
+        if pooling not in POOLINGS:
+            raise ValueError(f"Unknown pooling {pooling!r}: choose {' or '.join(POOLINGS)}.")
         if n_outputs < 1:
             raise ValueError(f"A classifier needs at least one output (got {n_outputs}).")
         n_layers = n_layers_total or len(encoder_layers(encoder))
@@ -114,7 +115,7 @@ class EncoderClassifier(nn.Module):
         if getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # unused: the fresh classifier reads the pooled states
         config = encoder.config
-        d_model = getattr(config, "hidden_size", None) or config.dim
+        d_model, n_heads = config_dims(config)
         dropout = getattr(config, "hidden_dropout_prob", None)
         if dropout is None:
             dropout = getattr(config, "dropout", 0.1)
@@ -123,6 +124,7 @@ class EncoderClassifier(nn.Module):
         self.pooling = pooling
         self.n_layers_total = n_layers
         self.n_outputs = n_outputs
+        self.d_model, self.n_heads = d_model, n_heads
         self.classifier = ClassifierHead(d_model, n_outputs, float(dropout))
 
     @property

@@ -30,9 +30,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+from analysis.cache import default_root
+from analysis.io import atomic_write_json, atomic_write_text
+
+if TYPE_CHECKING:
+    from analysis.finetune.config import FinetuneConfig
+
 
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 FINAL_STATUSES = ("done", "failed", "cancelled")
@@ -127,8 +134,6 @@ class RunNotFound(ValueError):
 def db_path(root: Path | str | None = None) -> Path:
     """``<cache root>/runs.sqlite``; the root defaults to ``analysis.cache.default_root()``."""
     if root is None:
-        from analysis.cache import default_root
-
         root = default_root()
     return Path(root) / "runs.sqlite"
 
@@ -177,7 +182,7 @@ def _row_dict(cursor: sqlite3.Cursor, row: tuple) -> dict[str, Any]:
     return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
 
 
-def _config_fields(cfg: Any) -> dict[str, Any]:
+def _config_fields(cfg: FinetuneConfig | dict[str, Any]) -> dict[str, Any]:
     """The columns a run's config fills: model, data, method, label, seed and the full JSON."""
     config = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
     model = config.get("model") or {}
@@ -295,7 +300,7 @@ class RunsDB:
     # ---- writing ------------------------------------------------------------------------------
     def enqueue(
         self,
-        cfg: Any,
+        cfg: FinetuneConfig | dict[str, Any],
         sweep_id: str | None = None,
         strategy: str | None = None,
         *,
@@ -516,6 +521,21 @@ class RunsDB:
                 frame[column] = pd.to_numeric(frame[column], errors="coerce")
         return frame
 
+    def trajectory_dir(self, run_ref: str) -> Path:
+        """The trajectory folder of a finished run that recorded one (a clear ValueError else)."""
+        run = self.get_run(run_ref)
+        folder = (run.get("result") or {}).get("trajectory_dir")
+        if not folder:
+            if run["status"] != "done":
+                raise ValueError(
+                    f"Run {run['id']} is {run['status']}: its trajectory is not complete."
+                )
+            raise ValueError(
+                f"Run {run['id']} recorded no trajectory: fine-tune with trajectory capture on "
+                "(trajectory_every) to find a subspace."
+            )
+        return Path(folder)
+
     def steps(self, run_id: str, kind: str | None = None) -> pd.DataFrame:
         """Per-step metrics of a run, long format: step, kind, key, value, t (sorted by step)."""
         sql = "SELECT step, kind, key, value, t FROM steps WHERE run_id = ?"
@@ -571,13 +591,13 @@ class RunsDB:
 
     def export_json(self, path: Path | str, with_steps: bool = True, **filters: Any) -> int:
         records = self.export_records(with_steps=with_steps, **filters)
-        Path(path).write_text(json.dumps(records, indent=1, default=str))
+        atomic_write_json(path, records)
         return len(records)
 
     def export_csv(self, path: Path | str, **filters: Any) -> int:
         """One row a run: its columns, the result's headline fields and the config as JSON."""
         frame = self.list_runs(**filters).drop(columns=["result_json"])
-        frame.to_csv(path, index=False)
+        atomic_write_text(path, frame.to_csv(index=False))
         return len(frame)
 
 

@@ -12,10 +12,14 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from analysis.progress import Cancelled
 from analysis.runs.db import RunsDB
+
+if TYPE_CHECKING:
+    from analysis.finetune.config import FinetuneConfig
+    from analysis.models import LoadedModel
 
 StepListener = Callable[[int, dict[str, float]], None]
 
@@ -38,12 +42,26 @@ def run_dir_for(db: RunsDB, run_id: str) -> Path:
     return db.path.parent / "runs" / run_id
 
 
+def trajectory_folder(db: RunsDB, source: str) -> Path:
+    """The trajectory folder ``source`` names: the folder itself, or the folder of a run of this
+    database (an id, or a unique part of one) that recorded a trajectory."""
+    folder = Path(source).expanduser()
+    if (folder / "index.json").is_file():
+        return folder
+    return db.trajectory_dir(source)
+
+
+def source_trajectory(db: RunsDB, cfg: FinetuneConfig) -> Path | None:
+    """The trajectory of the subspace methods' source run (``cfg.subspace_from``), if any."""
+    return trajectory_folder(db, cfg.subspace_from) if cfg.subspace_from else None
+
+
 def execute_run(
     db: RunsDB,
     run_id: str,
-    cfg: Any,
+    cfg: FinetuneConfig,
     *,
-    loaded: Any = None,
+    loaded: LoadedModel | None = None,
     on_step: StepListener | None = None,
     on_progress: Callable[[float, str], None] | None = None,
     cancel_poll_s: float = 0.5,
@@ -55,7 +73,7 @@ def execute_run(
     the foreground) records the run as cancelled and is re-raised; SystemExit (the worker being
     stopped) records it as failed and is re-raised.
     """
-    from analysis.finetune import run_finetune
+    from analysis.finetune.engine import run_finetune  # torch: only once a run starts
 
     last_poll = [0.0]
     last_progress = [0.0, ""]
@@ -93,6 +111,7 @@ def execute_run(
             on_eval=record_eval,
             run_dir=run_dir_for(db, run_id),
             loaded=loaded,
+            trajectory=source_trajectory(db, cfg),
         )
     except Cancelled:
         db.mark_cancelled(run_id, "cancelled by the user")

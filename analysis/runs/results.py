@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from analysis.runs.db import RESULT_COLUMNS
-from analysis.runs.strategies import family_of, n_tuned_layers
+from analysis.strategies import family_of, n_tuned_layers
 
 RESULT_TABLE_COLUMNS = [
     "id",
@@ -112,7 +113,7 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
     return out[columns]
 
 
-def pareto_front(n_trainable: Any, score: Any) -> np.ndarray:
+def pareto_front(n_trainable: ArrayLike, score: ArrayLike) -> np.ndarray:
     """Boolean mask of the points no other point beats: none has ≤ parameters and a higher score
     (or fewer parameters and an equal score). NaNs are never on the front."""
     x = np.asarray(n_trainable, dtype=float)

@@ -24,9 +24,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analysis.runs.db import RunsDB, db_path
+
+if TYPE_CHECKING:
+    from analysis.config import ModelSpec
+    from analysis.finetune.config import FinetuneConfig
+    from analysis.models import LoadedModel
+
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_IDLE_TIMEOUT_S = 120.0
@@ -177,7 +183,7 @@ def ensure_workers(root: Path | str | None = None, idle_timeout: float | None = 
     return [ensure_worker(root, device, idle_timeout) for device in all_devices()]
 
 
-def _on_device(cfg: Any, device: str) -> Any:
+def _on_device(cfg: FinetuneConfig, device: str) -> FinetuneConfig:
     """The config to run on this worker's device (an explicit device in the config wins)."""
     has_device = dataclasses.is_dataclass(cfg) and "device" in {
         f.name for f in dataclasses.fields(cfg)
@@ -192,9 +198,9 @@ class _Models:
 
     def __init__(self) -> None:
         self.key: tuple | None = None
-        self.loaded: Any = None
+        self.loaded: LoadedModel | None = None
 
-    def get(self, spec: Any, device: str) -> Any:
+    def get(self, spec: ModelSpec, device: str) -> LoadedModel:
         key = (spec, device)
         if key != self.key:
             from analysis.models import load_model
@@ -214,7 +220,7 @@ def serve(
 ) -> int:
     """Work through the queue until idle for ``idle_timeout`` s. Returns how many runs it ran
     (or -1 when another worker already serves this device)."""
-    from analysis.finetune import FinetuneConfig
+    from analysis.finetune.config import FinetuneConfig
 
     root = Path(root) if root is not None else db_path().parent
     device = device or default_device()

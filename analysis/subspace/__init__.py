@@ -1,6 +1,6 @@
 """Intrinsic task subspaces of fine-tuning (SPEC.md "Subspaces", paper 003).
 
-Four stages, each usable on its own (one module each, all re-exported here):
+Four stages, each usable on its own, one module each:
 
 1. **Recording** (``trajectory``: `TrajectoryRecorder`, `open_trajectory`): during a fine-tuning run, every ``every`` optimiser steps,
    each encoder layer's parameters are flattened into one vector θ ∈ R^D (D = the layer's parameter
@@ -16,9 +16,10 @@ Four stages, each usable on its own (one module each, all re-exported here):
    `apply_zero_weights`): the JSON file of weights to zero before fine-tuning, for the outliers or
    for as many random weights.
 
-``report`` puts them together for the CLI and the page (`analyse_trajectory`) and sorts finished
-runs into the paper's comparisons (`comparison_table`). Training inside a subspace lives in
-`analysis.subspace_train`.
+``report`` puts them together for the CLI and the page (`analyse_trajectory`). Training inside a
+subspace is a fine-tuning method (`analysis.finetune.subspace`); the runs of the paper's
+comparisons are planned and grouped in `analysis.runs.comparisons`. Nothing here imports the
+fine-tuning engine or the runs database: this package only reads and writes trajectories.
 
 Trajectory folder, format version 1::
 
@@ -36,66 +37,3 @@ Within a layer the flattened order is fixed and documented: the layer's ``named_
 sorted by name, each tensor flattened row-major (``reshape(-1)``), concatenated. ``index.json``
 lists every parameter with its name, shape and offset, so a coordinate maps back to an entry.
 """
-
-from analysis.subspace.outliers import (
-    N_SIGMA,
-    PART_KINDS,
-    TOP_K,
-    LayerOutliers,
-    abs_profile,
-    apply_zero_weights,
-    describe_entry,
-    final_update,
-    find_outliers,
-    outlier_positions,
-    outlier_positions_file,
-    param_part,
-    positions_by_param,
-    random_positions_like,
-    read_zero_weights,
-    recurring_dims,
-    subspace_update,
-    write_zero_weights,
-)
-from analysis.subspace.report import (
-    COMPARISON_GROUPS,
-    SubspaceReport,
-    analyse_trajectory,
-    comparison_group,
-    comparison_table,
-    summarise_comparison,
-)
-from analysis.subspace.spectrum import (
-    LayerSpectrum,
-    LayerSVD,
-    load_layer_svd,
-    spectrum_all_layers,
-    svd_recipe,
-    trajectory_svd,
-)
-from analysis.subspace.trajectory import (
-    DTYPES,
-    FORMAT,
-    FORMAT_VERSION,
-    ParamSlot,
-    Trajectory,
-    TrajectoryError,
-    TrajectoryRecorder,
-    flatten_layer,
-    infer_family,
-    layer_prefixes,
-    layer_slots,
-    open_trajectory,
-)
-
-__all__ = [
-    "COMPARISON_GROUPS", "DTYPES", "FORMAT", "FORMAT_VERSION", "N_SIGMA", "PART_KINDS", "TOP_K",
-    "LayerOutliers", "LayerSVD", "LayerSpectrum", "ParamSlot", "SubspaceReport", "Trajectory",
-    "TrajectoryError", "TrajectoryRecorder", "abs_profile", "analyse_trajectory",
-    "apply_zero_weights", "comparison_group", "comparison_table", "describe_entry",
-    "final_update", "find_outliers", "flatten_layer", "infer_family", "layer_prefixes",
-    "layer_slots", "load_layer_svd", "open_trajectory", "outlier_positions",
-    "outlier_positions_file", "param_part", "positions_by_param", "random_positions_like",
-    "read_zero_weights", "recurring_dims", "spectrum_all_layers", "subspace_update",
-    "summarise_comparison", "svd_recipe", "trajectory_svd", "write_zero_weights",
-]  # fmt: skip

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from analysis.io import atomic_write_json, read_json
 from analysis.models import LAYER_PARTS
-from analysis.subspace.trajectory import Trajectory, as_trajectory, atomic_write_bytes
+from analysis.subspace.trajectory import Trajectory, as_trajectory
 
 N_SIGMA = 3.0
 TOP_K = 10
@@ -210,9 +210,7 @@ def positions_by_param(
 
 def write_zero_weights(positions: dict[str, list[list[int]]], path: Path | str) -> dict[str, Any]:
     """Write a ``zero_weights`` JSON file atomically; returns {path, n_weights, n_params}."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, json.dumps(positions, indent=1, sort_keys=True).encode())
+    atomic_write_json(path, dict(sorted(positions.items())))
     return {
         "path": str(path),
         "n_weights": sum(map(len, positions.values())),
@@ -260,32 +258,39 @@ def random_positions_like(
 
 def read_zero_weights(path: Path | str) -> dict[str, list[list[int]]]:
     """Read and check a ``zero_weights`` file: {name: [[row, col] or [i], …]}."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"Cannot read zero-weights file {path}: {exc}") from exc
+    data = read_json(path, "zero-weights file")
     if not isinstance(data, dict) or not all(
         isinstance(v, list) and all(isinstance(e, list) for e in v) for v in data.values()
     ):
-        raise ValueError(f"{path} is not a zero-weights file ({{param name: [[row, col], ...]}}).")
+        raise ValueError(
+            f"The zero-weights file '{path}' must hold {{param name: [[row, col], ...]}}."
+        )
     return data
 
 
 @torch.no_grad()
-def apply_zero_weights(model: nn.Module, positions: dict[str, list[list[int]]] | Path | str) -> int:
+def apply_zero_weights(
+    model: nn.Module,
+    positions: dict[str, list[list[int]]] | Path | str,
+    skip: Iterable[str] = (),
+) -> int:
     """Set the named entries of ``model``'s parameters to zero; returns how many were zeroed.
 
     Names are full names inside ``model`` (e.g. 'encoder.layer.2.attention.self.query.weight'
-    for a base encoder). Each position has one index per tensor dimension.
+    for a base encoder). Each position has one index per tensor dimension. Names in ``skip``
+    are ignored (a run cut at ℓ_head skips the removed layers' weights).
     """
     if not isinstance(positions, dict):
         positions = read_zero_weights(positions)
     params = dict(model.named_parameters())
+    skipped = set(skip)
     count = 0
     for name, entries in positions.items():
+        if name in skipped:
+            continue
         if name not in params:
             raise ValueError(
-                f"The model has no parameter {name!r} (zero-weights file from another model?)."
+                f"The model has no parameter {name!r}: is the zero-weights file from another model?"
             )
         param = params[name]
         if not entries:

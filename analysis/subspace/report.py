@@ -1,9 +1,7 @@
-"""Everything about one trajectory for the CLI and the page, and the runs that compare subspaces."""
+"""Everything about one trajectory for the CLI and the page: spectrum, update and outliers."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,97 +128,3 @@ def analyse_trajectory(
         del u
     report(1.0, "done")
     return SubspaceReport(traj, centre, spectra, outliers, profiles, recurring_dims(outliers))
-
-
-# ----------------------------------------------------------------------------------------------
-# Comparing runs: intrinsic vs random subspace vs frozen vs full; outliers vs random weights zeroed
-
-COMPARISON_GROUPS = (
-    "full",
-    "intrinsic subspace",
-    "random subspace",
-    "frozen",
-    "outliers zeroed",
-    "random weights zeroed",
-)
-
-
-def comparison_group(
-    config: dict[str, Any],
-    source: Sequence[str],
-    outlier_file: str | None,
-    random_files: Sequence[str] = (),
-) -> str | None:
-    """Which bar of the comparison a run's config belongs to (None: not part of it).
-
-    ``source``: the names of the subspace's run (its id and/or trajectory folder), matched
-    against ``subspace_from``; ``outlier_file`` / ``random_files``: the zero-weights files of the
-    disable experiment, matched against ``zero_weights``.
-    """
-    method = config.get("method")
-    zero = config.get("zero_weights")
-    if method in ("subspace", "subspace-random"):
-        if config.get("subspace_from") not in source:
-            return None
-        return "intrinsic subspace" if method == "subspace" else "random subspace"
-    if method == "frozen" and not zero:
-        return "frozen"
-    if method == "full":
-        if not zero:
-            return "full"
-        if outlier_file and zero == outlier_file:
-            return "outliers zeroed"
-        if zero in random_files:
-            return "random weights zeroed"
-    return None
-
-
-def comparison_table(
-    runs: pd.DataFrame,
-    source: Sequence[str],
-    outlier_file: str | None = None,
-    random_files: Sequence[str] = (),
-) -> pd.DataFrame:
-    """Completed runs (``RunsDB.list_runs`` rows, with ``config_json``) sorted into the groups.
-
-    Columns: id, group, seed, score, metric, n_trainable.
-    """
-    rows = []
-    for _, run in runs.iterrows():
-        if run.get("status") != "done" or not isinstance(run.get("config_json"), str):
-            continue
-        group = comparison_group(json.loads(run["config_json"]), source, outlier_file, random_files)
-        if group is not None:
-            rows.append(
-                {
-                    "id": run["id"],
-                    "group": group,
-                    "seed": run["seed"],
-                    "score": run["score"],
-                    "metric": run.get("metric"),
-                    "n_trainable": run.get("n_trainable"),
-                }
-            )
-    return pd.DataFrame(rows, columns=["id", "group", "seed", "score", "metric", "n_trainable"])
-
-
-def summarise_comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """Per group: n_seeds, mean score, score_sem = std(ddof=1)/√n (NaN with one seed), n_trainable."""
-    columns = ["group", "n_seeds", "score", "score_sem", "n_trainable"]
-    if table.empty:
-        return pd.DataFrame(columns=columns)
-    scores = table.assign(score=pd.to_numeric(table["score"], errors="coerce"))
-    out = (
-        scores.groupby("group", sort=False)
-        .agg(
-            n_seeds=("score", "count"),
-            score=("score", "mean"),
-            score_std=("score", "std"),
-            n_trainable=("n_trainable", "mean"),
-        )
-        .reset_index()
-    )
-    out["score_sem"] = out["score_std"] / np.sqrt(out["n_seeds"].clip(lower=1))
-    out.loc[out["n_seeds"] < 2, "score_sem"] = np.nan
-    order = {g: i for i, g in enumerate(COMPARISON_GROUPS)}
-    return out.sort_values("group", key=lambda s: s.map(order)).reset_index(drop=True)[columns]

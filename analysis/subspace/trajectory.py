@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import bisect
-import contextlib
 import hashlib
 import json
 import math
-import os
-import tempfile
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 
+from analysis.io import atomic_save_tensors, atomic_write_json
 from analysis.models import LAYER_PARTS
 
 FORMAT = "tunescope-trajectory"
@@ -73,36 +70,6 @@ def layer_prefixes(root: nn.Module, layers: Sequence[nn.Module]) -> list[str]:
             )
         prefixes.append(names[id(layer)] + ".")
     return prefixes
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> int:
-    """Write a safetensors file atomically; return its size in bytes."""
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path.stat().st_size
 
 
 class TrajectoryRecorder:
@@ -241,7 +208,7 @@ class TrajectoryRecorder:
             ],
             "snapshots": self._snapshots,
         }
-        atomic_write_bytes(self.folder / "index.json", json.dumps(index, indent=1).encode())
+        atomic_write_json(self.folder / "index.json", index)
 
 
 def infer_family(param_names: Iterable[str]) -> str | None:

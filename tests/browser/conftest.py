@@ -13,6 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # browser_utils, beside this file
 from browser_utils import wait_idle
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,250 @@
+"""CLI-only code shared by the subcommands: options, the glue from argparse to configs, progress
+bars and JSON output. Help texts come from the configs' field metadata (`analysis.config.help_of`),
+so the CLI and the page say the same thing. Nothing in the library imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from analysis.config import (
+    PARTS,
+    POOLINGS,
+    SAMPLE_SCHEMES,
+    DataSpec,
+    ExtractConfig,
+    ModelSpec,
+    SampleSpec,
+    help_of,
+    parse_ints,
+)
+from analysis.finetune.config import (
+    AdapterOptions,
+    FinetuneConfig,
+    HeadsOptions,
+    LoraOptions,
+    SubspaceOptions,
+)
+from analysis.io import atomic_write_text
+
+if TYPE_CHECKING:
+    from analysis.finetune.config import MethodOptions
+
+
+# -- model, data and sample ----------------------------------------------------------------------
+
+
+def add_model_data(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="minilm", help=help_of(ModelSpec, "name"))
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help=help_of(ModelSpec, "trust_remote_code")
+    )
+    parser.add_argument("--data", default="movie-snippets", help=help_of(DataSpec, "name"))
+    parser.add_argument("--text-col", default=None, help=help_of(DataSpec, "text_col"))
+    parser.add_argument("--text-pair-col", default=None, help=help_of(DataSpec, "text_pair_col"))
+    parser.add_argument("--label-col", default=None, help=help_of(DataSpec, "label_col"))
+    parser.add_argument("--split-seed", type=int, default=0, help=help_of(DataSpec, "split_seed"))
+    add_cache(parser)
+
+
+def add_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache", default=None, help="cache folder (default: ./cache)")
+
+
+def add_common(parser: argparse.ArgumentParser, n_default: int = 1000) -> None:
+    """Model, data, sample and pooling options: everything an extraction needs."""
+    add_model_data(parser)
+    parser.add_argument("--n", type=int, default=n_default, help=help_of(SampleSpec, "n"))
+    parser.add_argument("--seed", type=int, default=0, help=help_of(SampleSpec, "seed"))
+    parser.add_argument("--part", default="train", choices=PARTS, help=help_of(SampleSpec, "part"))
+    parser.add_argument(
+        "--scheme", default="random", choices=SAMPLE_SCHEMES, help=help_of(SampleSpec, "scheme")
+    )
+    parser.add_argument("--share", type=float, default=None, help=help_of(SampleSpec, "share"))
+    parser.add_argument(
+        "--pooling", default="mean", choices=POOLINGS, help=help_of(ExtractConfig, "pooling")
+    )
+    parser.add_argument(
+        "--max-length", type=int, default=128, help=help_of(ExtractConfig, "max_length")
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=32, help=help_of(ExtractConfig, "batch_size")
+    )
+
+
+def apply_cache(args: argparse.Namespace) -> None:
+    if getattr(args, "cache", None):
+        os.environ["TUNESCOPE_CACHE"] = str(Path(args.cache).expanduser().resolve())
+
+
+def model_spec_from_args(args: argparse.Namespace) -> ModelSpec:
+    if args.trust_remote_code:
+        print(
+            f"warning: trust_remote_code is on for {args.model}: its own code will run.",
+            file=sys.stderr,
+        )
+    return ModelSpec(args.model, trust_remote_code=args.trust_remote_code)
+
+
+def data_spec_from_args(args: argparse.Namespace) -> DataSpec:
+    return DataSpec(
+        args.data,
+        text_col=args.text_col,
+        text_pair_col=args.text_pair_col,
+        label_col=args.label_col,
+        split_seed=args.split_seed,
+    )
+
+
+def extract_config_from_args(args: argparse.Namespace) -> ExtractConfig:
+    apply_cache(args)
+    return ExtractConfig(
+        model=model_spec_from_args(args),
+        data=data_spec_from_args(args),
+        sample=SampleSpec(
+            n=args.n, seed=args.seed, part=args.part, scheme=args.scheme, share=args.share
+        ),
+        pooling=args.pooling,
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+    )
+
+
+# -- fine-tuning runs ------------------------------------------------------------------------------
+
+
+def add_training_options(parser: argparse.ArgumentParser) -> None:
+    """What every run needs besides its method (budget, optimiser, data sizes, device), and each
+    method's own options."""
+
+    def add(flag: str, cls: type, name: str, **kwargs: Any) -> None:
+        parser.add_argument(flag, help=help_of(cls, name), **kwargs)
+
+    add("--steps", FinetuneConfig, "steps", type=int, default=200)
+    add("--lr", FinetuneConfig, "lr", type=float, default=None)
+    add("--batch-size", FinetuneConfig, "batch_size", type=int, default=16)
+    add("--max-length", FinetuneConfig, "max_length", type=int, default=128)
+    add("--n-train", FinetuneConfig, "n_train", type=int, default=None)
+    add("--n-eval", FinetuneConfig, "n_eval", type=int, default=1000)
+    add("--eval-every", FinetuneConfig, "eval_every", type=int, default=50)
+    add("--pooling", FinetuneConfig, "pooling", default="mean", choices=POOLINGS)
+    add("--device", FinetuneConfig, "device", default=None)
+    parser.add_argument(
+        "--no-mixed-precision", action="store_true", help="keep float32 on the GPU too"
+    )
+    add("--heads", HeadsOptions, "heads", default=None)
+    add("--adapter-layers", AdapterOptions, "layers", default=None)
+    add("--lora-layers", LoraOptions, "layers", default=None)
+    add("--lora-r", LoraOptions, "r", type=int, default=8)
+    add("--trajectory-every", FinetuneConfig, "trajectory_every", type=int, default=None)
+    add("--subspace-from", SubspaceOptions, "source", default=None)
+    add("--zero-weights", FinetuneConfig, "zero_weights", default=None)
+
+
+def method_options(args: argparse.Namespace, method: str) -> MethodOptions | None:
+    """The options of ``method`` from the parsed flags (None: the method has none)."""
+    from analysis.heads.selection_file import load_selection
+
+    if method == "heads":
+        return HeadsOptions(load_selection(args.heads)) if args.heads else None
+    if method == "adapter":
+        return AdapterOptions(layers=parse_ints(args.adapter_layers, "--adapter-layers"))
+    if method == "lora":
+        return LoraOptions(layers=parse_ints(args.lora_layers, "--lora-layers"), r=args.lora_r)
+    if method in ("subspace", "subspace-random"):
+        return SubspaceOptions(args.subspace_from)
+    return None
+
+
+def finetune_config(
+    args: argparse.Namespace,
+    *,
+    method: str,
+    layers: tuple[int, ...] | None,
+    seed: int,
+) -> FinetuneConfig:
+    """A FinetuneConfig from parsed options plus one method / layers / seed."""
+    return FinetuneConfig(
+        model=model_spec_from_args(args),
+        data=data_spec_from_args(args),
+        method=method,
+        layers=layers,
+        options=method_options(args, method),
+        steps=args.steps,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        seed=seed,
+        n_train=args.n_train,
+        n_eval=args.n_eval,
+        eval_every=args.eval_every,
+        pooling=args.pooling,
+        trajectory_every=args.trajectory_every,
+        zero_weights=args.zero_weights,
+        device=args.device,
+        mixed_precision=not args.no_mixed_precision,
+    )
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+class TqdmProgress:
+    """A progress callback that drives one tqdm bar on stderr."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self.bar = None  # created on the first report, so an early error prints alone
+
+    def __call__(self, fraction: float, message: str = "") -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=1000, desc=self.description, file=sys.stderr, leave=False)
+        self.bar.n = int(1000 * min(max(fraction, 0.0), 1.0))
+        if message:
+            self.bar.set_postfix_str(message, refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class StepBar:
+    """A tqdm bar over a run's steps, showing the loss; also shows progress messages."""
+
+    def __init__(self, total: int, description: str) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=description, file=sys.stderr, unit="step")
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        self.bar.n = step
+        loss = metrics.get("loss")
+        if loss is not None:
+            self.bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
+        self.bar.refresh()
+
+    def message(self, fraction: float, message: str = "") -> None:
+        if message and self.bar.n == 0:
+            self.bar.set_postfix_str(message, refresh=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def write_json(path: str | None, payload: dict[str, Any]) -> None:
+    """Write JSON atomically; '-' means stdout; None or "" writes nothing."""
+    if not path:
+        return
+    text = json.dumps(payload, indent=2, default=float)
+    if path == "-":
+        print(text)
+        return
+    atomic_write_text(path, text)

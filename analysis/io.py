@@ -1,0 +1,141 @@
+"""The one way tunescope writes files, and reads its JSON back with clear errors.
+
+Every file the project writes (cache entries, trajectory snapshots, head selections,
+zero-weights files, CLI reports, uploads, exports) goes through this module, so every write has
+the same guarantee: the content lands in a temporary sibling with a unique name, is flushed and
+fsync-ed, and is renamed over the target in one step. A reader therefore sees the old file or the
+new one, never half of one, and a writer killed mid-write leaves only a ``.tmp-*`` sibling that
+no reader takes for the real thing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+TMP_PREFIX = ".tmp-"
+
+
+def _temp_sibling(path: Path) -> tuple[int, Path]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}-", dir=path.parent)
+    return fd, Path(tmp)
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Rename ``tmp`` over ``path`` and make the rename itself durable."""
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    # A directory fsync makes the rename survive a power cut; some file systems refuse it.
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary sibling, fsync, rename); returns the path."""
+    path = Path(path)
+    fd, tmp = _temp_sibling(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _publish(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: Path | str, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path | str, payload: Any, indent: int | None = 1) -> Path:
+    """JSON of ``payload`` (non-JSON values through ``str``), written atomically."""
+    return atomic_write_text(path, json.dumps(payload, indent=indent, default=str))
+
+
+def atomic_save_tensors(path: Path | str, tensors: dict[str, torch.Tensor]) -> int:
+    """A safetensors file written atomically; returns its size in bytes."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    fd, tmp = _temp_sibling(path)
+    os.close(fd)
+    try:
+        save_file(tensors, str(tmp))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        _publish(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path.stat().st_size
+
+
+@contextlib.contextmanager
+def atomic_folder(target: Path | str) -> Iterator[Path]:
+    """Build a folder in a temporary sibling and rename it into place when the block ends.
+
+    Every file written inside is fsync-ed before the rename. If ``target`` already exists when
+    the block ends (another writer of the same content won the race), the new folder is
+    discarded and the existing one kept. An exception discards the temporary folder.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{target.name[:12]}-", dir=target.parent))
+    try:
+        yield tmp
+        for file in tmp.iterdir():
+            with open(file, "rb") as fh:
+                os.fsync(fh.fileno())
+        if target.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        _publish(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read_json(path: Path | str, what: str = "file") -> Any:
+    """Parse a JSON file; a missing, unreadable or malformed file is a ValueError naming it.
+
+    ``what`` says what the file is for the message ("zero-weights file", "selection file"…).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"The {what} '{path}' does not exist.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ValueError(f"Cannot read the {what} '{path}': {reason}.") from None
+    return parse_json(text, f"{what} '{path}'")
+
+
+def parse_json(text: str | bytes, what: str = "file") -> Any:
+    """Parse JSON text; malformed text is a ValueError naming ``what`` and the line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"The {what} is not valid JSON: {exc.msg} (line {exc.lineno}).") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"The {what} is not UTF-8 text.") from None

@@ -1,0 +1,278 @@
+"""Every metric for every layer of one extraction, ℓ* and its summary, disk-cached, as JSON."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import torch
+from threadpoolctl import threadpool_limits
+
+from analysis import strategies as gen
+from analysis.cache import DiskCache
+from analysis.config import ExtractConfig, to_dict
+from analysis.layers.metrics import (
+    CCA_GRID,
+    DEFAULT_BINS,
+    METRICS,
+    ArrayLike,
+    Split,
+    as_float64,
+    as_labels,
+    bin_scores,
+    cca_score,
+    encode_classes,
+    nu,
+    rank_metric,
+    rho,
+    split_indices,
+    zeta,
+)
+from analysis.layers.probe import PROBE_C, RIDGE_ALPHA, new_probe, probe_score
+from analysis.progress import Progress
+
+if TYPE_CHECKING:
+    from sklearn.linear_model import LogisticRegression
+
+    from analysis.extract import LayerStates
+
+
+def blas_threads() -> threadpool_limits:
+    """Limit BLAS to TUNESCOPE_BLAS_THREADS threads (default 1) for the per-layer fits.
+
+    Each fit is small (d ≤ ~1,024); on a shared CPU, or beside torch's own OpenMP threads,
+    two spin-waiting BLAS threads ran the four metrics 13× slower than one (27 s vs 2.1 s for
+    MiniLM, N = 2,000, on this project's 2-core machine).
+    """
+    return threadpool_limits(
+        limits=int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")), user_api="blas"
+    )
+
+
+def _reporting(layers: range, report: Progress) -> Iterator[int]:
+    for layer in layers:
+        report(layer / len(layers), f"layer {layer} of {len(layers) - 1}")
+        yield layer
+    report(1.0, "all layers done")
+
+
+def _layer_row(
+    layer: int,
+    h: np.ndarray,
+    classes: np.ndarray,
+    raw: np.ndarray,
+    split: Split,
+    metric: str,
+    which: Sequence[str],
+    probe: LogisticRegression,
+) -> dict[str, float]:
+    """One layer's metrics; h: (N, d) float64. Metrics not in ``which`` are NaN, and so are CCA
+    and the probe when the sample is too small for their held-out parts (a few examples)."""
+    held_out = np.concatenate([split.dev, split.test])  # the probe selects nothing on dev
+    cca_ok = len(split.dev) >= 2 and len(split.test) >= 2
+    probe_ok = len(held_out) >= 1 and len(np.unique(raw[split.train])) >= 2
+    return {
+        "layer": layer,
+        "nu": nu(h, classes) if "nu" in which else np.nan,
+        "cca": cca_score(h, classes, split=split) if "cca" in which and cca_ok else np.nan,
+        "rank": rank_metric(h, classes) if "rank" in which else np.nan,
+        "probe": (
+            probe_score(h[split.train], raw[split.train], h[held_out], raw[held_out], metric, probe)
+            if "probe" in which and probe_ok
+            else np.nan
+        ),
+    }
+
+
+def layer_metrics(
+    states: ArrayLike,
+    labels: ArrayLike,
+    metric: str = "accuracy",
+    seed: int = 0,
+    which: Sequence[str] = METRICS,
+    n_bins: int = DEFAULT_BINS,
+    progress: Progress | None = None,
+) -> pd.DataFrame:
+    """Every metric for every layer: a DataFrame with columns layer, nu, cca, rank, probe.
+
+    states: (L+1, N, d), layer 0 = embeddings; labels: (N,); metric: the task's score
+    (``spearman`` marks a regression task). One seeded stratified 80/10/10 split of the N examples
+    serves CCA (fit on train, λ chosen on dev, scored on test) and the probes (fit on train, scored
+    on dev ∪ test: the probe has fixed settings and selects nothing on dev, so both parts are
+    held out, and twice the examples halve the score's noise variance).
+    Regression: the probe is ridge regression scored by Spearman on the raw scores, while ν, CCA
+    and ϱ use `bin_scores(labels, n_bins)`; ``df.attrs["label_note"]`` says so.
+    Metrics left out of ``which`` are NaN. ``df.attrs`` also holds task_type, metric, n, seed.
+    """
+    unknown = set(which) - set(METRICS)
+    if unknown:
+        raise ValueError(f"Unknown metrics {sorted(unknown)}: choose from {', '.join(METRICS)}.")
+    if len(states) < 2:
+        raise ValueError("layer_metrics needs states of shape (L+1, N, d) with L ≥ 1.")
+    raw = as_labels(labels)
+    regression = metric == "spearman"
+    classes = bin_scores(raw, n_bins) if regression else encode_classes(raw)[0]
+    split = split_indices(classes, seed)
+    report = progress or (lambda f, m="": None)
+    probe = new_probe(int(classes.max()) + 1, warm_start=True)
+    n_layers = len(states)
+    with blas_threads():
+        rows = [
+            _layer_row(layer, as_float64(states[layer]), classes, raw, split, metric, which, probe)
+            for layer in _reporting(range(n_layers), report)
+        ]
+    df = pd.DataFrame(rows, columns=["layer", *METRICS])
+    df["layer"] = df["layer"].astype(int)
+    df.attrs.update(
+        task_type="regression" if regression else "classification",
+        metric=metric,
+        n=len(raw),
+        seed=seed,
+        n_classes=int(classes.max()) + 1,
+        label_note=(
+            f"Regression task: ν, CCA and ϱ use the scores cut into {int(classes.max()) + 1} "
+            "quantile bins; the probe is ridge regression scored by Spearman."
+            if regression
+            else ""
+        ),
+    )
+    return df
+
+
+def summary(df: pd.DataFrame) -> dict[str, Any]:
+    """ℓ* = argmin ν over ℓ = 1..L, ζ of the ν curve, and ρ(metric, probe) for nu, cca, rank."""
+    body = df[df["layer"] >= 1].sort_values("layer")
+    nu_curve = body["nu"].to_numpy(dtype=float)
+    finite = np.isfinite(nu_curve)
+    l_star = (
+        int(body["layer"].to_numpy()[finite][np.argmin(nu_curve[finite])]) if finite.any() else None
+    )
+    return {
+        "l_star": l_star,
+        "zeta": zeta(nu_curve),
+        "rho": {m: rho(body[m], body["probe"]) for m in ("nu", "cca", "rank")},
+    }
+
+
+def strategies(l_star: int, n_layers: int) -> dict[str, list[tuple[int, int, int]]]:
+    """The (ℓ_bottom, ℓ_top, ℓ_head) strategies ℓ* implies (SPEC.md, "Strategies"), from the one
+    home of the paper's generators, `analysis.strategies`. ℓ*-up is empty when ℓ* = L."""
+    if not 1 <= l_star <= n_layers:
+        raise ValueError(f"ℓ* must lie in 1..{n_layers} (got {l_star}).")
+    return {
+        "l_star_down": sorted(gen.l_star_down(l_star, n_layers)),
+        "l_star_up": gen.l_star_up(l_star, n_layers),
+        "baselines": gen.baselines(n_layers),
+    }
+
+
+# --- cached, and as JSON -------------------------------------------------------------------------
+
+# Bump when a change to this module changes the numbers; it is part of every metrics cache key.
+METRICS_VERSION = "2"
+
+
+def states_key(layer_states: LayerStates) -> str:
+    """The disk-cache key of an extraction (analysis.extract.LayerStates): the SHA-256 of its
+    recipe (model weights, data, sample, pooling, max length), so equal keys mean equal states."""
+    return Path(layer_states.meta["cache_path"]).name
+
+
+def metrics_recipe(
+    layer_states: LayerStates, seed: int, n_bins: int = DEFAULT_BINS
+) -> dict[str, Any]:
+    """What decides the metric numbers: the states and the metric settings."""
+    return {
+        "states": states_key(layer_states),
+        "metric": layer_states.metric,
+        "seed": seed,
+        "n_bins": n_bins,
+        "split": [0.8, 0.1, 0.1],
+        "cca_grid": list(CCA_GRID),
+        "probe_c": PROBE_C,
+        "ridge_alpha": RIDGE_ALPHA,
+        "version": METRICS_VERSION,
+    }
+
+
+def cached_layer_metrics(
+    layer_states: LayerStates,
+    seed: int = 0,
+    n_bins: int = DEFAULT_BINS,
+    cache: DiskCache | None = None,
+    progress: Progress | None = None,
+) -> tuple[pd.DataFrame, bool]:
+    """`layer_metrics` of one extraction, served from the disk cache when already computed.
+
+    layer_states: analysis.extract.LayerStates. Returns (df, hit); df.attrs as in `layer_metrics`
+    plus ``seconds`` (compute time of the first run).
+    """
+    cache = cache or DiskCache()
+    recipe = metrics_recipe(layer_states, seed, n_bins)
+
+    def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        start = time.perf_counter()
+        df = layer_metrics(
+            layer_states.states, layer_states.labels, layer_states.metric, seed, METRICS, n_bins,
+            progress,
+        )  # fmt: skip
+        values = torch.tensor(df[list(METRICS)].to_numpy(dtype=np.float64))  # (L+1, 4)
+        return {"values": values}, {**df.attrs, "seconds": time.perf_counter() - start}
+
+    tensors, meta, hit = cache.get_or_compute("layer_metrics", recipe, compute)
+    values = tensors["values"].numpy()
+    df = pd.DataFrame(values, columns=list(METRICS))
+    df.insert(0, "layer", np.arange(len(df)))
+    df.attrs.update(meta)
+    return df, hit
+
+
+def finite(value: object) -> object:
+    """NaN / ±inf become null: strict JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def report(cfg: ExtractConfig, df: pd.DataFrame, hit: bool = False) -> dict[str, Any]:
+    """The JSON of the CLI and the page's download: model, data, n, pooling, layers (layer, nu,
+    cca, rank, probe each), l_star, zeta, rho {nu, cca, rank}, plus context. cfg: the
+    ExtractConfig of the states; df: a `layer_metrics` frame. NaN / inf become null."""
+    summ = summary(df)
+    n_layers = int(df["layer"].max())
+    rows = [
+        {"layer": int(r["layer"]), **{m: finite(float(r[m])) for m in METRICS}}
+        for r in df.to_dict("records")
+    ]
+    rho = {k: finite(v) for k, v in summ["rho"].items()}
+    return {
+        "model": cfg.model.name,
+        "data": cfg.data.name,
+        "n": cfg.sample.n,
+        "pooling": cfg.pooling,
+        "seed": cfg.sample.seed,
+        "sample": to_dict(cfg.sample),
+        "max_length": cfg.max_length,
+        "task_type": df.attrs.get("task_type"),
+        "metric": df.attrs.get("metric"),
+        "label_note": df.attrs.get("label_note", ""),
+        "n_layers": n_layers,
+        "layers": rows,
+        "l_star": summ["l_star"],
+        "zeta": finite(summ["zeta"]),
+        "rho": rho,
+        "abs_rho": {k: None if v is None else abs(v) for k, v in rho.items()},
+        "strategies": (
+            {k: [list(s) for s in v] for k, v in strategies(summ["l_star"], n_layers).items()}
+            if summ["l_star"] is not None
+            else None
+        ),
+        "cache_hit": hit,
+        "seconds": df.attrs.get("seconds"),
+    }

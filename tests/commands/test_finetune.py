@@ -1,0 +1,106 @@
+"""The finetune / sweep / runs subcommands end to end on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from analysis.cli import main
+from analysis.runs.db import RunsDB
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_args(model_dir: Path, *extra: str) -> list[str]:
+    return [
+        "--model", str(model_dir), "--data", "movie-snippets",
+        "--batch-size", "4", "--n-train", "32", "--n-eval", "16", "--device", "cpu", *extra,
+    ]  # fmt: skip
+
+
+def test_finetune_writes_the_json_schema_and_records_the_run(tiny_bert_dir, tmp_path, capsys):
+    out = tmp_path / "result.json"
+    argv = ["finetune", *tiny_args(tiny_bert_dir, "--method", "layers", "--layers", "1,1,2")]
+    assert (
+        main([*argv, "--steps", "3", "--eval-every", "2", "--seed", "1", "--json", str(out)]) == 0
+    )
+    result = json.loads(out.read_text())
+    for key in ("score", "metric", "n_trainable", "n_params", "wall_s", "peak_mem_mb", "config"):
+        assert key in result, key
+    assert result["metric"] == "accuracy" and 0.0 <= result["score"] <= 1.0
+    assert 0 < result["n_trainable"] < result["n_params"]
+    assert result["config"]["layers"] == [1, 1, 2] and result["config"]["seed"] == 1
+    assert [step for step, _ in result["curves"]["train_loss"]] == [1, 2, 3]
+    assert [step for step, _ in result["curves"]["dev"]] == [2, 3]
+    run = RunsDB().get_run(result["run_id"])
+    assert run["status"] == "done" and run["result"]["score"] == result["score"]
+    assert "accuracy" in capsys.readouterr().out
+
+    # runs list / show / export / cancel
+    assert main(["runs", "list"]) == 0
+    assert result["run_id"] in capsys.readouterr().out
+    assert main(["runs", "show", result["run_id"][-6:], "--json", str(tmp_path / "r.json")]) == 0
+    shown = json.loads((tmp_path / "r.json").read_text())
+    assert shown["steps"] and shown["result"]["run_id"] == result["run_id"]
+    assert main(["runs", "export", "--csv", str(tmp_path / "a.csv"), "--method", "layers"]) == 0
+    assert result["run_id"] in (tmp_path / "a.csv").read_text()
+    assert main(["runs", "export", "--json", str(tmp_path / "a.json")]) == 0
+    assert json.loads((tmp_path / "a.json").read_text())[0]["id"] == result["run_id"]
+    assert main(["runs", "cancel", result["run_id"]]) == 0  # done stays done
+    assert RunsDB().get_run(result["run_id"])["status"] == "done"
+    assert main(["runs", "show", "no-such-run"]) == 2
+
+
+def test_bad_input_is_one_clear_line(tiny_bert_dir, capsys):
+    argv = ["finetune", *tiny_args(tiny_bert_dir, "--method", "layers", "--layers", "1,x")]
+    assert main(argv) == 2
+    assert "--layers" in capsys.readouterr().err
+
+
+def test_sweep_plans_from_computed_l_star_and_runs_in_the_foreground(tiny_bert_dir, tmp_path):
+    plan = tmp_path / "plan.json"
+    argv = ["sweep", *tiny_args(tiny_bert_dir), "--strategies", "down,up,baselines,bitfit"]
+    assert main([*argv, "--n", "40", "--seeds", "0,1", "--dry-run", "--json", str(plan)]) == 0
+    payload = json.loads(plan.read_text())
+    assert payload["n_layers"] == 2 and payload["l_star"] in (1, 2)
+    labels = [r["label"] for r in payload["runs"]]
+    assert len(labels) == 2 * len(set(labels)) and "bitfit" in labels
+    assert RunsDB().list_runs().empty  # a dry run queues nothing
+
+    out = tmp_path / "sweep.json"
+    argv = ["sweep", *tiny_args(tiny_bert_dir), "--strategies", "down", "--l-star", "1"]
+    assert main([*argv, "--seeds", "0", "--steps", "2", "--foreground", "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["status"] for r in runs] == ["done", "done"]  # (1, 1, 1) and (1, 1, 2)
+    table = RunsDB().list_runs(sweep_id=json.loads(out.read_text())["sweep_id"])
+    assert sorted(table["label"]) == ["(1, 1, 1)", "(1, 1, 2)"]
+    assert set(table["strategy"]) == {"ℓ*-down"}
+
+
+def test_ctrl_c_records_the_run_as_cancelled(tiny_bert_dir):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "analysis", "finetune", *tiny_args(tiny_bert_dir)]
+    command += ["--method", "frozen", "--steps", "100000", "--eval-every", "100000"]
+    child = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    db = RunsDB()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            runs = db.list_runs()
+            if not runs.empty and len(db.steps(runs["id"].iloc[0])) > 0:
+                break
+            time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err[-2000:]
+    run = db.get_run(db.list_runs()["id"].iloc[0])
+    assert run["status"] == "cancelled" and run["result"] is None

@@ -1,0 +1,180 @@
+"""FinetuneConfig and the per-method options: validation with clear messages, defaults, the flat
+JSON round trip, help texts declared once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from analysis.config import DataSpec, ModelSpec, help_of
+from analysis.finetune.config import (
+    DEFAULT_LR,
+    METHOD_NAMES,
+    AdapterOptions,
+    FinetuneConfig,
+    HeadsOptions,
+    LoraOptions,
+    SubspaceOptions,
+    flat_config,
+)
+from analysis.heads.selection_file import HeadSelection, SelectionError
+
+
+def test_defaults_are_valid_and_lr_follows_the_method():
+    for method in METHOD_NAMES:
+        extra = {
+            "layers": {"layers": (1, 2, 3)},
+            "heads": {"heads": {1: [0]}},
+            "subspace": {"subspace_from": "run-1"},
+        }.get(method, {})
+        cfg = flat_config(method=method, **extra)
+        assert cfg.lr == DEFAULT_LR[method]
+    assert FinetuneConfig(lr=3e-5).lr == 3e-5
+    assert DEFAULT_LR["full"] < DEFAULT_LR["heads"] < DEFAULT_LR["adapter"]
+
+
+def test_round_trip_through_json():
+    cfg = FinetuneConfig(
+        model=ModelSpec("some/folder"),
+        data=DataSpec("glue/mrpc", split_seed=3),
+        method="heads",
+        layers=(1, 2, 4),
+        options=HeadsOptions(HeadSelection({2: [3, 0], 1: [1]}, model="m", settings={"k": 2})),
+        steps=7,
+        lr=1e-4,
+        n_train=50,
+        trajectory_every=2,
+        zero_weights="/tmp/z.json",
+    )
+    payload = json.loads(json.dumps(cfg.to_dict()))
+    assert payload["heads"] == {"1": [1], "2": [0, 3]}
+    assert payload["layers"] == [1, 2, 4]
+    back = FinetuneConfig.from_dict(payload)
+    assert back == cfg  # the selection's provenance is not part of the run's identity
+    assert back.heads.layers == ((1, (1,)), (2, (0, 3)))
+    assert hash(back) == hash(cfg)
+    lora = flat_config(method="lora", lora_layers=[2, 1], lora_r=4)
+    assert lora.to_dict()["lora_layers"] == [1, 2] and lora.to_dict()["lora_r"] == 4
+    assert FinetuneConfig.from_dict(json.loads(json.dumps(lora.to_dict()))) == lora
+    assert set(lora.to_dict()) == set(FinetuneConfig().to_dict())  # one flat set of keys
+
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(ValueError, match="Unknown fine-tuning config keys: colour"):
+        FinetuneConfig.from_dict({"colour": "red"})
+    with pytest.raises(ValueError, match="Bad model spec"):
+        FinetuneConfig.from_dict({"model": {"name": "minilm", "size": 3}})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"method": "prune"}, "Unknown fine-tuning method 'prune'"),
+        ({"method": "layers"}, "needs layers"),
+        (
+            {"method": "layers", "layers": (3, 2, 4)},
+            r"ℓ_bottom \(3\) must not be above ℓ_top \(2\)",
+        ),
+        ({"method": "layers", "layers": (1, 3, 2)}, r"ℓ_head \(2\) must not be below ℓ_top \(3\)"),
+        ({"method": "layers", "layers": (0, 1, 1)}, "numbered from 1"),
+        ({"method": "layers", "layers": (1, 2)}, "three whole numbers"),
+        ({"steps": 0}, "steps"),
+        ({"steps": 2.5}, "steps"),
+        ({"lr": 0.0}, "learning rate"),
+        ({"lr": -1e-3}, "learning rate"),
+        ({"lr": math.nan}, "learning rate"),
+        ({"lr": math.inf}, "learning rate"),
+        ({"batch_size": 0}, "batch"),
+        ({"max_length": 4}, "Max length"),
+        ({"n_train": 1}, "n_train"),
+        ({"n_eval": 0}, "n_eval"),
+        ({"eval_every": 0}, "evaluation interval"),
+        ({"pooling": "max"}, "Unknown pooling"),
+        ({"weight_decay": -0.1}, "Weight decay"),
+        ({"warmup": 1.0}, "warmup"),
+        ({"trajectory_every": 0}, "trajectory_every"),
+        ({"trajectory_dtype": "int8"}, "trajectory dtype"),
+        ({"method": "heads"}, "needs a head selection"),
+        ({"method": "full", "heads": {1: [0]}}, "only used by method 'heads'"),
+        ({"method": "heads", "heads": {0: [1]}}, "numbered from 1"),
+        ({"method": "heads", "heads": {1: [-1]}}, "0-based head numbers"),
+        ({"method": "heads", "heads": {1: []}}, "no heads"),
+        ({"method": "heads", "heads": {3: [0]}, "layers": (1, 2, 2)}, "above ℓ_head"),
+        ({"method": "adapter", "adapter_layers": (1, 4), "layers": (1, 2, 3)}, "above ℓ_head"),
+        ({"method": "adapter", "adapter_layers": (2, 2)}, "twice"),
+        ({"method": "lora", "adapter_layers": (1,)}, "only used by method 'adapter'"),
+        ({"method": "lora", "lora_r": 0}, "lora_r"),
+        ({"method": "adapter", "adapter_size": 0}, "adapter_size"),
+        ({"method": "subspace"}, "needs subspace_from"),
+        ({"method": "full", "subspace_from": "r1"}, "only used by methods 'subspace'"),
+        ({"device": "quantum"}, "Unknown device"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_invalid_configs_say_why(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        flat_config(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: LoraOptions(r=0), "lora_r"),
+        (lambda: LoraOptions(alpha=-1), "lora_alpha"),
+        (lambda: LoraOptions(layers=(0,)), "numbered from 1"),
+        (lambda: AdapterOptions(size=0), "adapter_size"),
+        (lambda: AdapterOptions(layers=()), "empty"),
+        (lambda: SubspaceOptions(" "), "subspace_from"),
+        (lambda: HeadsOptions({1: []}), "no heads"),
+        (lambda: FinetuneConfig(method="full", options=LoraOptions()), "takes no options"),
+        (lambda: FinetuneConfig(method="lora", options=AdapterOptions()), "takes LoraOptions"),
+        (lambda: FinetuneConfig(method="heads"), "needs a head selection"),
+    ],
+)
+def test_options_validate_themselves(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_method_options_default_and_are_typed():
+    assert FinetuneConfig(method="lora").options == LoraOptions()
+    assert FinetuneConfig(method="adapter").options.size == 64
+    assert FinetuneConfig(method="full").options is None
+    cfg = FinetuneConfig(method="heads", options=HeadsOptions({1: [0]}))
+    assert cfg.options_for(HeadsOptions).heads.n_selected == 1
+    with pytest.raises(TypeError, match="not LoraOptions"):
+        cfg.options_for(LoraOptions)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.options.heads = None
+
+
+def test_help_texts_are_declared_once_and_shared():
+    from analysis.cli import build_parser
+
+    assert "LoRA rank" in help_of(LoraOptions, "r")
+    finetune = build_parser()._subparsers._group_actions[0].choices["finetune"]
+    helps = {a.dest: a.help for a in finetune._actions}
+    assert helps["lora_r"] == help_of(LoraOptions, "r")
+    assert helps["steps"] == help_of(FinetuneConfig, "steps")
+    assert helps["heads"] == help_of(HeadsOptions, "heads")
+
+
+def test_check_model_needs_layers_and_heads_within_the_model():
+    FinetuneConfig(method="layers", layers=(1, 6, 6)).check_model(n_layers=6, n_heads=12)
+    with pytest.raises(ValueError, match="this model has 6 layers"):
+        FinetuneConfig(method="layers", layers=(1, 7, 7)).check_model(n_layers=6, n_heads=12)
+    with pytest.raises(ValueError, match="this model has 6 layers"):
+        flat_config(method="lora", lora_layers=(7,)).check_model(n_layers=6, n_heads=12)
+    with pytest.raises(SelectionError, match="12 heads per layer"):
+        flat_config(method="heads", heads={2: [12]}).check_model(n_layers=6, n_heads=12)
+
+
+def test_placement_defaults():
+    assert FinetuneConfig(method="adapter").placement(4) == (1, 2, 3, 4)
+    assert FinetuneConfig(method="adapter", layers=(2, 3, 4)).placement(4) == (2, 3)
+    assert flat_config(method="lora", lora_layers=(4, 1)).placement(4) == (1, 4)
+    assert FinetuneConfig().resolved_layers(6) == (1, 6, 6)
+    assert FinetuneConfig(layers=(1, 1, 3)).head_layer == 3

@@ -1,0 +1,127 @@
+"""The worker process: queue, cancel, one worker per device, and surviving SIGKILL mid-run."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from analysis.config import DataSpec, ModelSpec
+from analysis.runs.db import RunsDB
+from analysis.runs.worker import WorkerLock, ensure_worker, lock_path, serve, worker_pid
+
+pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
+
+
+def tiny_config(model_dir: Path, steps: int, seed: int = 0):
+    from analysis.finetune.config import FinetuneConfig
+
+    return FinetuneConfig(
+        model=ModelSpec(str(model_dir)),
+        data=DataSpec("movie-snippets"),
+        method="layers",
+        layers=(1, 1, 2),
+        steps=steps,
+        batch_size=4,
+        n_train=32,
+        n_eval=16,
+        eval_every=max(steps, 1),
+        seed=seed,
+        device="cpu",
+    )
+
+
+def wait_for(condition, timeout: float = 60.0, what: str = "", log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    detail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{detail}")
+
+
+def reap(pid: int) -> None:
+    """Collect our own child's exit status (it is ours: ensure_worker started it)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    return Path(os.environ["TUNESCOPE_CACHE"])
+
+
+def test_worker_runs_the_queue_and_records_a_cancelled_run(root, tiny_bert_dir):
+    db = RunsDB(root / "runs.sqlite")
+    short = db.enqueue(tiny_config(tiny_bert_dir, steps=3))
+    long = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
+    pid = ensure_worker(root, device="cpu", idle_timeout=1.0)
+    log = root / "worker.log"
+    assert ensure_worker(root, device="cpu") == pid  # one worker per device
+    wait_for(lambda: db.get_run(short)["status"] == "done", what="the short run", log=log)
+    result = db.get_run(short)["result"]
+    assert result["run_id"] == short and result["metric"] == "accuracy"
+    assert result["n_trainable"] > 0 and result["layers_forward"] == 2
+    assert db.steps(short, kind="train")["step"].max() == 3
+    wait_for(lambda: len(db.steps(long)) > 0, what="steps of the long run", log=log)
+    assert db.request_cancel(long) == "running"
+    wait_for(lambda: db.get_run(long)["status"] == "cancelled", what="the cancel", log=log)
+    assert db.get_run(long)["result"] is None
+    wait_for(lambda: worker_pid(root, "cpu") is None, what="the idle worker to exit", log=log)
+    reap(pid)
+
+
+def test_database_survives_sigkill_mid_run(root, tiny_bert_dir):
+    db = RunsDB(root / "runs.sqlite")
+    run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
+    pid = ensure_worker(root, device="cpu", idle_timeout=30.0)
+    wait_for(
+        lambda: len(db.steps(run_id, kind="train")) >= 12,
+        what="recorded steps",
+        log=root / "worker.log",
+    )
+    os.kill(pid, signal.SIGKILL)
+    reap(pid)
+    before = db.steps(run_id)
+    assert db.get_run(run_id)["status"] == "running"  # nobody has noticed yet
+    db.close()
+    # A fresh connection on the file the killed process was writing.
+    with sqlite3.connect(root / "runs.sqlite") as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    reopened = RunsDB(root / "runs.sqlite")
+    after = reopened.steps(run_id)
+    assert len(after) >= len(before) and after["step"].max() >= before["step"].max()
+    # The next worker to start marks it failed; it never reads as a result.
+    assert serve(root, device="cpu", idle_timeout=0.0, poll_s=0.01) == 0
+    run = reopened.get_run(run_id)
+    assert run["status"] == "failed" and "worker died" in run["error"]
+    assert run["result"] is None
+
+
+def test_second_worker_for_a_device_exits_and_stale_lock_is_taken_over(root):
+    lock = WorkerLock(lock_path(root, "cpu"))
+    assert lock.acquire()
+    assert worker_pid(root, "cpu") == os.getpid()
+    assert serve(root, device="cpu", idle_timeout=0.0) == -1
+    lock.release()
+    # A lock file left by a dead process (nobody holds the flock) does not block anyone.
+    lock_path(root, "cpu").write_text("999999\n")
+    assert worker_pid(root, "cpu") is None
+    assert serve(root, device="cpu", idle_timeout=0.0) == 0
+
+
+def test_a_run_that_crashes_is_recorded_as_failed_with_its_message(root, tiny_bert_dir):
+    db = RunsDB(root / "runs.sqlite")
+    cfg = tiny_config(tiny_bert_dir, steps=2).to_dict()
+    cfg["layers"] = [1, 1, 5]  # the tiny model has 2 layers: the engine refuses it
+    run_id = db.enqueue(cfg)
+    assert serve(root, device="cpu", idle_timeout=0.0, poll_s=0.01) == 1
+    run = db.get_run(run_id)
+    assert run["status"] == "failed" and "2 layers" in run["error"] and run["result"] is None

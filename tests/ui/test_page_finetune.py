@@ -1,0 +1,143 @@
+"""AppTest of the Fine-tune and Runs pages on a tiny model, with a real background worker."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+from apptest_utils import errors, make_app, open_page
+
+from analysis.heads.selection_file import FORMAT
+from analysis.runs.db import RunsDB
+from analysis.runs.worker import worker_pid
+
+pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
+
+
+def widget(elements, label: str):
+    return next(w for w in elements if w.label == label)
+
+
+def wait_for(condition, timeout: float = 90.0, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    log = Path(os.environ["TUNESCOPE_CACHE"]) / "worker.log"
+    raise AssertionError(f"timed out: {what}\n{log.read_text()[-3000:] if log.exists() else ''}")
+
+
+def fill_form(at, steps: int, seeds: str = "0") -> None:
+    widget(at.radio, "What to launch").set_value("One run per seed")
+    widget(at.selectbox, "Method (one run)").set_value("layers")
+    widget(at.number_input, "ℓ_bottom").set_value(1)
+    widget(at.number_input, "ℓ_top").set_value(1)
+    widget(at.number_input, "ℓ_head").set_value(2)
+    widget(at.number_input, "Steps").set_value(steps)
+    widget(at.number_input, "Batch size").set_value(4)
+    widget(at.number_input, "Train examples (0 = all)").set_value(32)
+    widget(at.number_input, "Dev/test examples scored").set_value(16)
+    widget(at.number_input, "Dev score every k steps").set_value(1000)
+    widget(at.text_input, "Seeds").set_value(seeds)
+
+
+def test_finetune_page_launches_runs_that_outlive_reruns(tiny_bert_dir, monkeypatch):
+    monkeypatch.setenv("TUNESCOPE_WORKER_IDLE_S", "2")
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert not errors(at)
+    assert any("No finished run" in i.value for i in at.info)
+
+    # Estimate before anything ran: a quick timing in this process, and it says so.
+    fill_form(at, steps=4)
+    widget(at.button, "Estimate time").click().run()
+    assert not errors(at)
+    assert any("timed just now" in i.value for i in at.info)
+    db = RunsDB()
+    assert db.list_runs().empty  # estimating starts nothing
+
+    fill_form(at, steps=4)
+    widget(at.button, "Queue").click().run()
+    assert not errors(at), errors(at)
+    assert any("Queued 1 run" in s.value for s in at.success)
+    run_id = db.list_runs()["id"].iloc[0]
+    # The worker is its own process: reruns and page switches do not touch it.
+    at.run()
+    at.switch_page("views/data.py").run()
+    at.switch_page("views/finetune.py").run()
+    wait_for(lambda: db.get_run(run_id)["status"] == "done", what="the queued run")
+    at.run()
+    assert not errors(at)
+    table = next(d.value for d in at.dataframe if "n_tuned_layers" in d.value.columns)
+    assert table["id"].tolist() == [run_id] and table["n_tuned_layers"].tolist() == [1]
+    assert len(at.get("plotly_chart")) >= 3  # score vs layers, vs parameters, costs
+
+    # A second estimate now comes from the measured run.
+    fill_form(at, steps=4)
+    widget(at.button, "Estimate time").click().run()
+    assert any("measured: median of 1 earlier run(s) of (1, 1, 2)" in i.value for i in at.info)
+
+    # A long run, cancelled from the live queue.
+    fill_form(at, steps=100_000)
+    widget(at.button, "Queue").click().run()
+    long_id = db.list_runs(status=["queued", "running"])["id"].iloc[0]
+    wait_for(lambda: len(db.steps(long_id)) > 0, what="steps of the long run")
+    at.run()
+    next(b for b in at.button if b.key == f"ft_cancel_{long_id}").click().run()
+    wait_for(lambda: db.get_run(long_id)["status"] == "cancelled", what="the cancel")
+    assert db.get_run(long_id)["result"] is None
+
+    # The Runs page lists both, shows one, exports.
+    at.switch_page("views/runs.py").run()
+    assert not errors(at)
+    assert set(at.dataframe[0].value["id"]) == {run_id, long_id}
+    assert [m.value for m in at.metric][:1] == ["cancelled"]  # newest first
+    assert len(at.get("download_button")) == 2
+    wait_for(lambda: worker_pid() is None, what="the idle worker to exit")
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
+def test_sweep_estimate_expands_strategies_and_queues_nothing(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=10, seeds="0,1")
+    widget(at.radio, "What to launch").set_value("A sweep of strategies")
+    widget(at.multiselect, "Strategies (sweep)").set_value(["down", "bitfit"])
+    widget(at.number_input, "ℓ* (best-specialised layer)").set_value(1)
+    widget(at.button, "Estimate time").click().run()
+    assert not errors(at), errors(at)
+    # ℓ*-down of ℓ* = 1 on L = 2: (1, 1, 1) and (1, 1, 2); plus BitFit; × 2 seeds.
+    estimate = next(i.value for i in at.info if "Estimated training time" in i.value)
+    assert "for 6 run(s)" in estimate and "timed just now" in estimate
+    assert RunsDB().list_runs().empty
+
+
+def test_bad_form_input_is_a_clear_message(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=10)
+    widget(at.text_input, "Learning rate").set_value("fast")
+    widget(at.button, "Queue").click().run()
+    assert not at.exception
+    assert any("learning rate" in e.lower() for e in errors(at))
+    widget(at.selectbox, "Method (one run)").set_value("heads")
+    widget(at.text_input, "Learning rate").set_value("")
+    widget(at.button, "Queue").click().run()
+    assert any("head selection" in e for e in errors(at))
+    assert RunsDB().list_runs().empty
+
+
+def test_l_star_and_heads_from_other_pages_are_used(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.session_state["l_star"] = 2
+    at.session_state["head_selection"] = {"format": FORMAT, "layers": {"1": [0, 2], "2": [3]}}
+    open_page(at, "views/finetune.py")
+    assert any("ℓ* = 2, from the Layers page" in i.value for i in at.info)
+    assert widget(at.number_input, "ℓ* (best-specialised layer)").value == 2
+    fill_form(at, steps=10)
+    widget(at.selectbox, "Method (one run)").set_value("heads")
+    widget(at.button, "Estimate time").click().run()
+    assert not errors(at), errors(at)
+    assert any("one heads run" in i.value for i in at.info)

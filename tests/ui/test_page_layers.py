@@ -1,0 +1,184 @@
+"""The Layers page (AppTest on a tiny model) and its figure builders (fig.data / fig.layout)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from apptest_utils import errors, make_app, open_page
+
+from analysis.config import ExtractConfig, SampleSpec
+from analysis.layers import table, teaching, whatif
+from ui.figures import layers as figures
+from ui.layers.whatif import parse_ladder, plan
+
+PAGE = "views/layers.py"
+
+
+def layers_page(tiny_bert_dir, monkeypatch, n: int = 40):
+    return open_page(make_app(tiny_bert_dir, monkeypatch, n=n), PAGE)
+
+
+def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeypatch):
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at)
+    table = at.dataframe[0].value
+    assert list(table.columns) == ["layer", "nu", "cca", "rank", "probe"]
+    assert table["layer"].tolist() == [0, 1, 2]
+    l_star = at.session_state["l_star"]["l_star"]
+    assert l_star == int(table.loc[table["layer"] >= 1].set_index("layer")["nu"].idxmin())
+    assert next(m.value for m in at.metric if m.label == "ℓ*") == str(l_star)
+    assert any(f"ℓ\\* = {l_star}" in i.value for i in at.info)  # the suggestion box
+    assert len(at.latex) >= 6  # ν, ℓ*, CCA, ϱ, ρ, ζ
+    charts = at.get("plotly_chart")
+    assert len(charts) == 3  # metrics, layer picture, teaching scatter
+    teaching = [m for m in at.metric if m.label == "CCA score"]
+    assert teaching and 0 < float(teaching[0].value) <= 1
+
+
+def test_layer_slider_and_teaching_sliders_rerun_cleanly(tiny_bert_dir, monkeypatch):
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    nu_before = next(m.value for m in at.metric if m.label == "ν (lower = tighter, further apart)")
+    at.slider(key="layers_pic_layer_2").set_value(0).run()
+    assert not errors(at)
+    at.slider(key="teach_spread").set_value(0.3).run()
+    assert not errors(at)
+    nu_after = next(m.value for m in at.metric if m.label == "ν (lower = tighter, further apart)")
+    assert float(nu_after) < float(nu_before)  # tighter classes, lower ν
+
+
+def test_whatifs_run_and_show_every_group(tiny_bert_dir, monkeypatch):
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    at.multiselect(key="whatif_shares").set_value([0.25])
+    at.text_input(key="whatif_ladder").set_value("20")
+    at.number_input(key="whatif_seeds").set_value(2)
+    next(b for b in at.button if b.label == "Run what-ifs").click()
+    at.run()
+    assert not errors(at)
+    results = at.session_state["layers_whatif"]["results"]
+    assert list(results) == ["pooling", "imbalance", "scarcity", "seeds"]
+    pooling = results["pooling"]["table"]
+    assert pooling["setting"].tolist() == ["mean", "first"]
+    assert results["seeds"]["curves"]["setting"].nunique() == 2
+    assert len(at.get("plotly_chart")) == 3 + 4 * 2 + 1  # + one band figure more for seeds
+
+
+def test_bad_settings_show_a_message_and_teaching_still_works(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.sidebar.number_input(key="cfg_n").set_value(2).run()
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    assert errors(at)
+    assert any(m.label == "CCA score" for m in at.metric)
+
+
+def test_regression_data_bins_the_scores_and_colours_by_score(tiny_bert_dir, monkeypatch, tmp_path):
+    words = ["the", "a", "good", "bad", "movie", "film", "not", "very"]
+    rows = [
+        {"text": " ".join(words[(i + k) % len(words)] for k in range(5)), "label": (i % 11) * 0.47}
+        for i in range(80)
+    ]
+    path = tmp_path / "scores.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    monkeypatch.setenv("TUNESCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = open_page(make_app(tiny_bert_dir, monkeypatch, n=60, data=str(path)), PAGE)
+    assert not errors(at)
+    assert any("quantile bins" in w.value for w in at.warning)
+    assert any("regression" in w.value.lower() for w in at.warning)
+    # the what-ifs offer no imbalance for scores
+    assert at.multiselect(key="whatif_shares").disabled
+
+
+# ----------------------------------------------------------------------------------- plans
+
+
+def test_whatif_plan_and_ladder():
+    cfg = ExtractConfig(sample=SampleSpec(n=100, seed=4))
+    groups = plan(cfg, True, [0.5, 0.1], [20, 50], 3, classification=True)
+    assert list(groups) == ["pooling", "imbalance", "scarcity", "seeds"]
+    assert [c.pooling for c in groups["pooling"].values()] == ["mean", "first"]
+    share = groups["imbalance"]["p = 0.1"].sample
+    assert (share.n, share.scheme, share.share, share.seed) == (100, "share", 0.1, 4)
+    assert [c.sample.n for c in groups["scarcity"].values()] == [20, 50]
+    assert groups["scarcity"]["N = 20"].sample.scheme == "balanced"
+    assert [c.sample.seed for c in groups["seeds"].values()] == [4, 5, 6]
+    regression = plan(cfg, False, [0.5], [20], 1, classification=False)
+    assert (
+        list(regression) == ["scarcity"]
+        and regression["scarcity"]["N = 20"].sample.scheme == "random"
+    )
+    assert parse_ladder("500, 200;200") == [200, 500]
+    with pytest.raises(ValueError, match="whole numbers"):
+        parse_ladder("200, many")
+
+
+# ----------------------------------------------------------------------------------- figures
+
+
+def frame() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"layer": [0, 1, 2, 3], "nu": [5.0, 2.0, 0.5, 1.0], "cca": [0.2, 0.5, 0.9, 0.8],
+         "rank": [9.0, 7.0, 4.0, 5.0], "probe": [0.6, 0.7, 0.9, 0.85]}
+    )  # fmt: skip
+
+
+def test_metrics_figure_has_four_panels_log_nu_and_l_star():
+    fig = figures.metrics_figure(frame(), l_star=2, probe_label="accuracy")
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    assert [t.name for t in lines] == ["ν", "CCA", "ϱ", "probe"]
+    assert list(lines[0].y) == [5.0, 2.0, 0.5, 1.0]
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type != "log"
+    star = next(t for t in fig.data if t.name == "ℓ*")
+    assert list(star.x) == [2] and list(star.y) == [0.5]
+    assert sum(1 for s in fig.layout.shapes if s.x0 == 2) == 4  # the dashed ℓ* line on every panel
+    assert "accuracy" in fig.layout.annotations[3].text
+    assert "%{y:.6g}" in lines[0].hovertemplate
+
+
+def test_metrics_figure_linear_nu_axis_when_nu_has_zero():
+    df = frame()
+    df.loc[1, "nu"] = 0.0
+    assert figures.metrics_figure(df, l_star=1).layout.yaxis.type != "log"
+
+
+def test_layer_scatter_one_trace_per_class_or_a_colour_scale():
+    xy = np.random.default_rng(0).standard_normal((30, 2))
+    labels = np.arange(30) % 3
+    fig = figures.layer_scatter(xy, labels, ("a", "b", "c"), layer=2, method="pca")
+    assert [t.name for t in fig.data] == ["a", "b", "c"]
+    assert len(fig.data[1].x) == 10 and fig.layout.xaxis.title.text == "PC1"
+    reg = figures.layer_scatter(xy, np.linspace(0, 5, 30), (), 1, "umap", regression=True)
+    assert len(reg.data) == 1 and reg.data[0].marker.colorscale is not None
+
+
+def test_whatif_figures_overlay_settings_and_band():
+    settings = {"p = 0.5": frame(), "p = 0.1": frame().assign(nu=lambda d: d.nu * 3)}
+    for df in settings.values():
+        df.attrs["n"] = 100
+    curves, table = whatif.compare_settings(settings)
+    fig = figures.whatif_figure(curves, "nu")
+    assert [t.name for t in fig.data] == ["p = 0.5", "p = 0.1"] and fig.layout.yaxis.type == "log"
+    bars = figures.whatif_bars(table)
+    assert list(bars.data[0].x) == ["p = 0.5", "p = 0.1"] and len(bars.data) == 2
+    band = figures.band_figure(curves, whatif.seed_band(curves), "nu")
+    assert band.data[0].fill == "toself" and band.data[-1].name == "mean"
+    assert list(band.data[-1].y) == [10.0, 4.0, 1.0, 2.0]
+
+
+def test_teaching_scatter_2d_and_3d():
+    x, y = teaching.synthetic_classes(3, 2, 3.0, 1.0, 20, 0)
+    fig = figures.teaching_scatter(x, y)
+    assert len(fig.data) == 6 and fig.data[0].type == "scatter"
+    x3, y3 = teaching.synthetic_classes(2, 3, 3.0, 1.0, 20, 0)
+    assert figures.teaching_scatter(x3, y3).data[0].type == "scatter3d"
+
+
+def test_report_json_is_strict():
+    df = frame()
+    df.attrs.update(task_type="classification", metric="accuracy")
+    result = table.report(ExtractConfig(), df)
+    text = json.dumps(result, allow_nan=False)
+    assert json.loads(text)["l_star"] == 2

@@ -1,0 +1,103 @@
+"""The Subspaces page: a recorded run → spectrum, update map, outliers, comparison, queueing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from apptest_utils import errors, make_app, open_page
+from transformers import AutoModel
+
+from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.model import EncoderClassifier
+from analysis.runs.db import RunsDB
+from analysis.subspace import trajectory
+from ui.figures import subspace as figures
+
+PAGE = "views/subspace.py"
+
+
+def recorded_run(tmp_path, model_dir) -> str:
+    """A finished 'full' run of the tiny model whose trajectory has a planted outlier."""
+    model = EncoderClassifier(AutoModel.from_pretrained(model_dir), "bert", 2)
+    rec = trajectory.TrajectoryRecorder(tmp_path / "traj", model.layers, every=1)
+    rec.maybe_record(0)
+    g = torch.Generator().manual_seed(0)
+    for step in range(1, 5):
+        with torch.no_grad():
+            for p in model.encoder.parameters():
+                p.add_(1e-3 * torch.randn(p.shape, generator=g))
+            for layer in model.layers:  # the same hidden dimension in both layers
+                layer.output.dense.weight[3, 5] += 0.3
+        rec.maybe_record(step)
+    info = rec.close()
+    db = RunsDB()
+    cfg = FinetuneConfig(method="full", trajectory_every=1).to_dict()
+    cfg["model"]["name"] = str(model_dir)
+    run_id = db.enqueue(cfg)
+    db.claim_next(worker_pid=1)
+    db.finish(run_id, {"score": 0.7, "metric": "accuracy", "trajectory_dir": str(tmp_path / "traj"),
+                       "trajectory": info})  # fmt: skip
+    return run_id
+
+
+def test_page_without_runs_offers_to_record_one(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
+    assert not errors(at)
+    assert any("No completed run" in i.value for i in at.info)
+
+
+def test_page_shows_spectrum_outliers_and_queues_comparisons(tiny_bert_dir, monkeypatch, tmp_path):
+    run_id = recorded_run(tmp_path, tiny_bert_dir)
+    import analysis.runs.worker
+
+    monkeypatch.setattr(analysis.runs.worker, "ensure_worker", lambda *a, **k: 4242)
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
+    assert not errors(at)
+    assert at.selectbox(key="sub_run").value == run_id
+    # spectrum, update map, recurring dims, and the comparison (the run itself is a 'full' run)
+    assert len(at.get("plotly_chart")) == 4
+    outliers = at.dataframe[0].value
+    top = outliers[outliers["layer"] == 2].iloc[0]
+    assert (top["param"], top["row"], top["col"]) == ("output.dense.weight", 3, 5)
+    assert top["kind"] == "FFN out" and top["hidden_dim"] == 3
+    assert at.get("plotly_chart")[2].proto.spec  # the recurring-dims bar chart
+    assert '"3"' in at.get("plotly_chart")[2].proto.spec  # hidden dim 3 recurs in 2 layers
+    assert at.dataframe[1].value["group"].tolist() == ["full"]
+
+    form_buttons = [b for b in at.button if "comparison" in b.label.lower()]
+    form_buttons[0].click().run()
+    assert not errors(at)
+    queued = RunsDB().list_runs(status="queued")
+    assert len(queued) == 3 * 6  # 3 seeds × (full, intrinsic, random, frozen, 2 disable runs)
+    configs = [json.loads(c) for c in queued["config_json"]]
+    assert {c["subspace_from"] for c in configs if c["method"] == "subspace"} == {run_id}
+    zero_files = {c["zero_weights"] for c in configs if c["zero_weights"]}
+    assert len(zero_files) == 4  # the outlier file and one random file per seed
+    for path in zero_files:
+        assert json.loads(Path(path).read_text())
+
+
+def test_figures_carry_the_data():
+    layers = [{"layer": 1, "explained_variance_ratio": [0.7, 0.2, 0.1]}]
+    fig = figures.spectrum(layers)
+    assert isinstance(fig, go.Figure)
+    assert np.allclose(fig.data[0].y, [0.7, 0.9, 1.0])
+    table = pd.DataFrame(
+        [{"layer": 1, "index": 50, "n_params": 100, "kind": "query", "param": "q.weight",
+          "row": 1, "col": 2, "value": 0.5}]
+    )  # fmt: skip
+    fig = figures.update_map({1: np.array([1.0, 4.0])}, {1: 2.0}, table)
+    assert fig.data[0].z.tolist() == [[0.5, 2.0]] and list(fig.data[1].x) == [0.5]
+    summary = pd.DataFrame(
+        {"group": ["full", "frozen"], "n_seeds": [3, 1], "score": [0.9, 0.6],
+         "score_sem": [0.01, np.nan], "n_trainable": [100, 10]}
+    )  # fmt: skip
+    fig = figures.comparison(summary, "accuracy")
+    assert list(fig.data[0].error_y.array) == [0.01, 0.0]
+    fig = figures.recurring_dims([{"hidden_dim": 7, "n_layers": 3, "layers": [1, 2, 3]}])
+    assert list(fig.data[0].x) == ["7"]

@@ -1,0 +1,226 @@
+"""The launch form of the fine-tune page: one run or a sweep, queued for the worker.
+
+A form, so moving a slider never starts anything: only "Estimate" and "Queue" act.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import streamlit as st
+
+from analysis.config import parse_ints
+from analysis.finetune.config import (
+    AdapterOptions,
+    FinetuneConfig,
+    HeadsOptions,
+    LoraOptions,
+    MethodOptions,
+)
+from analysis.heads.selection_file import HeadSelection
+from analysis.runs.db import run_label
+from analysis.strategies import STRATEGY_NAMES, middle_layer, sweep_strategies
+from ui.finetune.state import (
+    format_seconds,
+    heads_from_upload,
+    measured_step_time,
+    shared_heads,
+    shared_l_star,
+    timed_step_time,
+)
+
+if TYPE_CHECKING:
+    from analysis.config import ExtractConfig
+    from analysis.models import LoadedModel
+    from analysis.runs.db import RunsDB
+
+METHOD_HELP = {
+    "layers": "train layers ℓ_bottom..ℓ_top only; the classifier reads ℓ_head, layers above are removed",
+    "full": "train everything, embeddings included: the (1, L, L) baseline",
+    "heads": "HiFi: only the Q/K/V rows of the selected heads train",
+    "adapter": "Houlsby adapters in the chosen layers (plus their LayerNorms)",
+    "lora": "LoRA on query and value (PEFT), optionally in chosen layers only",
+    "bitfit": "only the biases train",
+    "frozen": "nothing but the classifier trains",
+}
+LR_HELP = (
+    "blank = the method's default: 5e-5 full / layers, 2e-4 heads, 1e-3 adapter / BitFit / "
+    "frozen, 5e-4 LoRA"
+)
+STRATEGY_HELP = (
+    "down: (ℓ_b, ℓ*, ℓ_h) for ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L} · up: (ℓ*+1, L, L) · "
+    "baselines: (1, L, L), (L−2, L, L), (L−1, L, L), (L, L, L) · middle: down and up of "
+    "ℓ_mid = L/2 + 1 · lora, bitfit, frozen, adapter, heads: whole-model baselines"
+)
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    values = parse_ints(text, what)
+    if not values:
+        raise ValueError(f"{what}: give at least one whole number.")
+    return values
+
+
+def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> None:
+    """Draw the form; on submit, estimate and/or queue the runs and start the worker."""
+    n_layers = loaded.n_layers
+    l_star_shared = shared_l_star(n_layers)
+    heads_shared = shared_heads()
+    with st.form("ft_launch"):
+        mode = st.radio(
+            "What to launch", ["One run per seed", "A sweep of strategies"], horizontal=True
+        )
+        left, right = st.columns(2)
+        method = left.selectbox(
+            "Method (one run)", list(METHOD_HELP), format_func=lambda m: f"{m} — {METHOD_HELP[m]}"
+        )
+        strategies = right.multiselect(
+            "Strategies (sweep)",
+            STRATEGY_NAMES,
+            default=["down", "up", "baselines"],
+            help=STRATEGY_HELP,
+        )
+        if l_star_shared is not None:
+            left.info(f"ℓ* = {l_star_shared}, from the Layers page (lowest ν).")
+        l_star = left.number_input(
+            "ℓ* (best-specialised layer)",
+            1,
+            n_layers,
+            l_star_shared or middle_layer(n_layers),
+            key="ft_l_star",
+            help="Taken from the Layers page when you computed it there.",
+        )
+        c1, c2, c3 = right.columns(3)
+        bottom = c1.number_input("ℓ_bottom", 1, n_layers, 1)
+        top = c2.number_input("ℓ_top", 1, n_layers, int(l_star))
+        head = c3.number_input("ℓ_head", 1, n_layers, int(l_star))
+        placement = left.multiselect(
+            "Adapter / LoRA layers", list(range(1, n_layers + 1)), default=[int(l_star)]
+        )
+        upload = right.file_uploader(
+            "Heads file (method heads)",
+            type=["json"],
+            help="Default: the Heads page's selection." if heads_shared else None,
+        )
+        a, b, c, d = st.columns(4)
+        steps = a.number_input("Steps", 1, 100_000, 200, step=50)
+        lr_text = b.text_input("Learning rate", "", placeholder="method default", help=LR_HELP)
+        batch_size = c.number_input("Batch size", 1, 1024, 16)
+        seeds_text = d.text_input("Seeds", "0", help="comma-separated, e.g. 0,1,2")
+        n_train = a.number_input("Train examples (0 = all)", 0, 10_000_000, 2000, step=500)
+        n_eval = b.number_input("Dev/test examples scored", 1, 1_000_000, 500, step=100)
+        eval_every = c.number_input("Dev score every k steps", 1, 100_000, 50)
+        first, second, _ = st.columns([1, 1, 4])
+        estimate_only = first.form_submit_button("Estimate time")
+        queue = second.form_submit_button("Queue", type="primary")
+    if not (estimate_only or queue):
+        return
+    seeds = _ints(seeds_text, "Seeds")
+    heads = heads_from_upload(upload.getvalue()) if upload is not None else heads_shared
+    common = dict(
+        model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=_learning_rate(lr_text),
+        batch_size=int(batch_size), max_length=extract_cfg.max_length, pooling=extract_cfg.pooling,
+        n_train=int(n_train) or None, n_eval=int(n_eval), eval_every=int(eval_every),
+    )  # fmt: skip
+    if mode.startswith("One"):
+        plan = [
+            ("single", method, (int(bottom), int(top), int(head)) if method == "layers" else None)
+        ]
+    else:
+        plan = [
+            (s.family, s.method, s.layers)
+            for s in sweep_strategies(strategies, n_layers, int(l_star))
+        ]
+    placement = placement if mode.startswith("One") else []  # sweep baselines: whole model
+    configs = [
+        (family, _config(common, m, layers, seed, heads, placement))
+        for family, m, layers in plan
+        for seed in seeds
+    ]
+    _show_estimate(db, configs, loaded, time_now=estimate_only)
+    if queue:
+        _queue(db, configs, sweep=not mode.startswith("One"))
+
+
+def _learning_rate(text: str) -> float | None:
+    if not text.strip():
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(
+            f"The learning rate must be a number such as 5e-5 (got {text!r})."
+        ) from None
+
+
+def _config(
+    common: dict,
+    method: str,
+    layers: tuple[int, int, int] | None,
+    seed: int,
+    heads: HeadSelection | None,
+    placement: list[int],
+) -> FinetuneConfig:
+    options: MethodOptions | None = None
+    if method == "heads":
+        if heads is None:
+            raise ValueError(
+                "Method heads needs a head selection: upload a file or pick heads on the Heads page."
+            )
+        options = HeadsOptions(heads)
+    elif method == "adapter":
+        options = AdapterOptions(layers=tuple(sorted(placement)) or None)
+    elif method == "lora":
+        options = LoraOptions(layers=tuple(sorted(placement)) or None)
+    return FinetuneConfig(method=method, layers=layers, seed=seed, options=options, **common)
+
+
+def _show_estimate(db: RunsDB, configs: list, loaded: LoadedModel, time_now: bool) -> None:
+    """Steps × seconds per step, summed over the runs. Seconds per step: measured on earlier runs
+    of this model; else, on "Estimate time", timed now on one run per method."""
+    total, sources, timed = 0.0, set(), {}
+    for _, cfg in configs:
+        per_step, source = measured_step_time(db, cfg, run_label(cfg.to_dict()))
+        if per_step is None and time_now:
+            if cfg.method not in timed:
+                timed[cfg.method] = timed_step_time(cfg, loaded)
+            per_step = timed[cfg.method]
+            source = f"timed just now on 2 steps of one {cfg.method} run (others alike)"
+        if per_step is None:
+            st.info(
+                "No earlier run of this model to estimate from: press **Estimate time** for a "
+                "quick timing of 2 steps here."
+            )
+            return
+        total += per_step * cfg.steps
+        sources.add(source)
+    st.info(
+        f"Estimated training time: **{format_seconds(total)}** for {len(configs)} run(s) "
+        "(steps × seconds per step; loading data and scoring dev/test come on top). "
+        f"Source: {_sources(sources)}."
+    )
+
+
+def _sources(sources: set[str]) -> str:
+    if len(sources) <= 2:
+        return "; ".join(sorted(sources))
+    kinds = {"measured" if s.startswith("measured") else "timed" for s in sources}
+    if kinds == {"measured"}:
+        return "measured on earlier runs of this model (same layers where possible, else method)"
+    return "measured on earlier runs where possible, else timed just now on 2 steps per method"
+
+
+def _queue(db: RunsDB, configs: list, sweep: bool) -> None:
+    from analysis.runs.worker import ensure_workers
+
+    sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S") if sweep else None
+    ids = [
+        db.enqueue(cfg, sweep_id=sweep_id, strategy=None if family == "single" else family)
+        for family, cfg in configs
+    ]
+    pids = ensure_workers(db.path.parent)
+    st.success(
+        f"Queued {len(ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. Background worker(s) (pid {', '.join(map(str, pids))}, "
+        "one per device) train them one after another; you can switch pages or close the tab."
+    )

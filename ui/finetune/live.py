@@ -1,0 +1,89 @@
+"""The live queue: polls the runs database every 2 s and redraws running runs (loss curve, step,
+ETA, a Cancel button), the queue, and the latest finished runs. Only this fragment reruns."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import streamlit as st
+
+from ui.figures.finetune import loss_curve
+from ui.finetune.state import format_seconds, get_db
+
+if TYPE_CHECKING:
+    from analysis.runs.db import RunsDB
+
+RECENT = 6
+
+
+@st.fragment(run_every=2)
+def queue_view() -> None:
+    from analysis.runs.worker import ensure_workers, worker_pids
+
+    db = get_db()
+    db.reap_dead()
+    active = db.list_runs(status=["queued", "running"])
+    queued = active[active["status"] == "queued"]
+    running = active[active["status"] == "running"]
+    root = db.path.parent
+    pids = worker_pids(root)
+    if not queued.empty and not pids:
+        ensure_workers(root)  # a queue with nobody serving it: start the workers
+        pids = worker_pids(root)
+    serving = ", ".join(f"{device} (pid {pid})" for device, pid in pids.items())
+    st.caption(
+        f"Workers: {serving or 'none (one starts when something is queued)'} · "
+        f"{len(running)} running · {len(queued)} queued · refreshes every 2 s"
+    )
+    for _, run in running.iloc[::-1].iterrows():
+        _running_card(db, run)
+    if not queued.empty:
+        st.markdown("**Queued** (oldest first)")
+        st.dataframe(
+            queued.iloc[::-1][["id", "method", "label", "seed", "strategy", "created"]],
+            hide_index=True,
+            width="stretch",
+        )
+        if st.button("Cancel every queued run", key="ft_cancel_queued"):
+            for run_id in queued["id"]:
+                db.request_cancel(run_id)
+            st.rerun(scope="fragment")
+    recent = db.list_runs(status=["done", "failed", "cancelled"], limit=RECENT)
+    if not recent.empty:
+        st.markdown("**Latest finished**")
+        st.dataframe(
+            recent[
+                ["id", "status", "method", "label", "seed", "score", "metric", "wall_s", "error"]
+            ],
+            hide_index=True,
+            width="stretch",
+        )
+
+
+def _running_card(db: RunsDB, run: pd.Series) -> None:
+    steps = db.steps(run["id"])
+    total = json.loads(run["config_json"]).get("steps") or 1
+    train = steps[steps["kind"] == "train"].pivot_table(index="step", columns="key", values="value")
+    with st.container(border=True):
+        head, button = st.columns([5, 1])
+        if train.empty:
+            head.markdown(
+                f"**{run['label']}** seed {run['seed']} · {run['message'] or 'starting…'}"
+            )
+            head.progress(float(run["progress"] or 0.0))
+        else:
+            last = train.iloc[-1]
+            step = int(train.index[-1])
+            head.markdown(
+                f"**{run['label']}** ({run['method']}) seed {run['seed']} · step {step}/{total} · "
+                f"loss {last.get('loss', float('nan')):.4f} · ETA {format_seconds(last.get('eta_s'))}"
+            )
+            head.progress(min(step / total, 1.0))
+            st.plotly_chart(loss_curve(steps), width="stretch", key=f"ft_curve_{run['id']}")
+        if run["cancel_requested"]:
+            button.caption("cancelling…")
+        elif button.button("Cancel", key=f"ft_cancel_{run['id']}"):
+            db.request_cancel(run["id"])
+            st.rerun(scope="fragment")

@@ -1,0 +1,89 @@
+"""Results against baselines: the first paper's Figure 4, score vs trainable parameters with the
+Pareto frontier, costs per method, the compute a cut model saves, and a downloadable table."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from analysis.runs import results
+from ui.figures import finetune as figures
+from ui.finetune.state import get_db
+
+
+@st.fragment(run_every=10)
+def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> None:
+    db = get_db()
+    runs = db.list_runs(model=model, data=data)
+    table = results.results_table(runs, l_star=l_star, n_layers=n_layers)
+    if table.empty:
+        st.info("No finished run of this model on this data yet: queue some in the form above.")
+        return
+    summary = results.summarise(table)
+    metric = str(table["metric"].dropna().iloc[0]) if table["metric"].notna().any() else "score"
+    st.caption(
+        f"{len(table)} finished run(s) of this model and data · refreshes every 10 s · families: "
+        f"as queued by a sweep, else judged against ℓ* = {l_star}"
+    )
+
+    st.subheader("Score vs number of tuned layers")
+    st.markdown(
+        "Each dot is one strategy (ℓ_bottom, ℓ_top, ℓ_head): blue ℓ*-down (tune up to ℓ*), green "
+        "ℓ*-up (tune above ℓ*), red the usual baselines. The paper's claim: with a budget of ≤ 3 "
+        "tuned layers, ℓ*-down beats tuning the top layers. Circles: the model is cut at ℓ_head < L; "
+        "diamonds: the classifier reads the top layer L. Bars: the standard error over seeds:"
+    )
+    st.latex(r"\bar s \pm \frac{\mathrm{sd}(s_1,\dots,s_n)}{\sqrt{n}}\quad (n = \text{seeds})")
+    st.plotly_chart(figures.score_vs_layers(summary, metric, n_layers), width="stretch")
+
+    st.subheader("Score vs trainable parameters")
+    st.markdown(
+        "Where each method sits on the cost/benefit curve. The dotted line is the Pareto frontier: "
+        "the runs no other run beats with as few or fewer trainable parameters."
+    )
+    st.latex(r"\text{share} = n_\text{trainable} / n_\text{params}")
+    st.plotly_chart(figures.score_vs_params(summary, metric), width="stretch")
+
+    st.subheader("Wall-clock and peak memory")
+    st.markdown(
+        "Measured per run (mean over seeds). Peak memory is what the run added on top of the "
+        "process: the trainable copy, optimizer state and activations."
+    )
+    st.plotly_chart(figures.costs(summary), width="stretch")
+
+    saved = results.compute_saved(summary, n_layers)
+    st.subheader("Compute saved by cutting the model at ℓ_head")
+    if saved.empty:
+        st.info("Needs a full fine-tuning run and a run with ℓ_head < L, such as (1, ℓ*, ℓ*).")
+    else:
+        st.markdown(
+            "A run whose classifier reads layer ℓ_head < L never computes the layers above it. "
+            "Bars: what it saves against full fine-tuning; dots: its score."
+        )
+        st.latex(r"\text{saved} = 1 - t_\text{step} / t_\text{step}^{(1, L, L)}")
+        st.plotly_chart(figures.compute_saved(saved), width="stretch")
+        percent = st.column_config.NumberColumn(format="percent")
+        st.dataframe(
+            saved,
+            hide_index=True,
+            width="stretch",
+            column_config={
+                "layers_saved": percent,
+                "step_time_saved": percent,
+                "memory_saved": percent,
+            },
+        )
+
+    st.subheader("Every finished run")
+    st.dataframe(table, hide_index=True, width="stretch")
+    left, right = st.columns(2)
+    left.download_button(
+        "Download CSV", table.to_csv(index=False), "finetune_results.csv", "text/csv"
+    )
+    right.download_button(
+        "Download JSON",
+        json.dumps(json.loads(table.to_json(orient="records")), indent=1),
+        "finetune_results.json",
+        "application/json",
+    )

@@ -1,0 +1,1 @@
+"""The heads page's pieces (views/heads.py draws the page from them)."""

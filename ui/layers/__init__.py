@@ -1,0 +1,1 @@
+"""The layers page's pieces (views/layers.py draws the page from them)."""

@@ -1,0 +1,62 @@
+"""The Layers page's cached computations: metrics per extraction, 2-D pictures per layer.
+
+Metric tables are disk-cached by analysis.layer_metrics (keyed by the states' recipe and the
+metric settings) and kept in a small in-process LRU here, so moving a slider never recomputes
+states or metrics. The 2-D pictures are st.cache_data entries keyed by the same states key.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from analysis.layers.metrics import DEFAULT_BINS
+from analysis.layers.projection import project_2d
+from analysis.layers.table import cached_layer_metrics, states_key
+from ui.memo import ProgressMemo
+
+if TYPE_CHECKING:
+    import torch
+
+    from analysis.extract import LayerStates
+
+_METRICS: ProgressMemo[tuple[pd.DataFrame, bool]] = ProgressMemo(max_entries=24)
+
+
+def get_layer_metrics(
+    layer_states: LayerStates, seed: int, n_bins: int = DEFAULT_BINS, label: str = "Layer metrics"
+) -> tuple[pd.DataFrame, bool]:
+    """(df, hit) of analysis.layer_metrics.cached_layer_metrics, with a progress bar on a miss."""
+    df, hit = _METRICS.get(
+        (states_key(layer_states), seed, n_bins),
+        label,
+        lambda progress: cached_layer_metrics(
+            layer_states, seed=seed, n_bins=n_bins, progress=progress
+        ),
+    )
+    return df.copy(), hit
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _projection(key: str, layer: int, method: str, seed: int, _states: torch.Tensor) -> np.ndarray:
+    return project_2d(_states[layer], method, seed)
+
+
+def projection(layer_states: LayerStates, layer: int, method: str, seed: int) -> np.ndarray:
+    """(N, 2) picture of one layer (PCA or UMAP), cached per states, layer, method and seed."""
+    return _projection(states_key(layer_states), layer, method, seed, layer_states.states)
+
+
+def has_projection(layer_states: LayerStates, layer: int, method: str, seed: int) -> bool:
+    """Whether this picture was already computed in this session (UMAP is drawn on request)."""
+    done = st.session_state.setdefault("layers_pictures", set())
+    return (states_key(layer_states), layer, method, seed) in done
+
+
+def mark_projection(layer_states: LayerStates, layer: int, method: str, seed: int) -> None:
+    st.session_state.setdefault("layers_pictures", set()).add(
+        (states_key(layer_states), layer, method, seed)
+    )

@@ -1,0 +1,57 @@
+"""The cached loaders every page uses: the model, the data, the pooled states.
+
+The model is loaded once per process (st.cache_resource) and never trained. Pooled states are
+kept in a small in-process LRU on top of the disk cache, so moving a slider never recomputes them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from analysis.cache import canonical_json
+from analysis.config import DataSpec, ExtractConfig, ModelSpec, to_dict
+from ui.memo import ProgressMemo
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=3)
+def _load_model(name: str, trust_remote_code: bool):
+    from analysis.models import load_model
+
+    return load_model(ModelSpec(name, trust_remote_code=trust_remote_code))
+
+
+def get_model(spec: ModelSpec):
+    """The process-wide shared LoadedModel (never trained: fine-tuning copies it)."""
+    return _load_model(spec.name, spec.trust_remote_code)
+
+
+@st.cache_resource(show_spinner="Loading the dataset…", max_entries=8)
+def _load_data(spec_json: str):
+    from analysis.data import load_data
+
+    return load_data(DataSpec(**json.loads(spec_json)))
+
+
+def get_data(spec: DataSpec):
+    return _load_data(canonical_json(to_dict(spec)))
+
+
+_STATES: ProgressMemo = ProgressMemo(max_entries=6)
+
+
+def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
+    """Pooled states of every layer (analysis.extract.LayerStates), with a progress bar on a miss."""
+    from analysis.extract import extract_states
+
+    return _STATES.get(
+        canonical_json(to_dict(cfg)),
+        label,
+        lambda progress: extract_states(cfg, progress=progress, loaded=get_model(cfg.model)),
+    )
+
+
+def show_error(exc: BaseException) -> None:
+    """A clear message for bad input; the app keeps serving."""
+    st.error(str(exc) or type(exc).__name__, icon="⚠️")

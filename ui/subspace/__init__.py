@@ -1,0 +1,1 @@
+"""The subspace page's pieces (views/subspace.py draws the page from them)."""

@@ -1,0 +1,75 @@
+"""Data of the subspace page: runs that recorded a trajectory, the per-trajectory report (kept in
+process, computed with a progress bar; the SVDs themselves are disk-cached), and the files of the
+disable experiment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from analysis.cache import default_root
+from analysis.subspace.report import SubspaceReport, analyse_trajectory
+from analysis.subspace.trajectory import open_trajectory
+from ui.memo import ProgressMemo
+
+if TYPE_CHECKING:
+    from analysis.runs.db import RunsDB
+
+_REPORTS: ProgressMemo[SubspaceReport] = ProgressMemo(max_entries=4)
+
+
+def trajectory_runs(db: RunsDB, model: str) -> pd.DataFrame:
+    """Completed runs of ``model`` that recorded a trajectory: id, data, method, label, seed, t,
+    trajectory_dir, config (newest first)."""
+    runs = db.list_runs(model=model, status="done")
+    rows = []
+    for _, run in runs.iterrows():
+        result = json.loads(run["result_json"]) if isinstance(run["result_json"], str) else {}
+        folder = result.get("trajectory_dir")
+        if not folder or not (Path(folder) / "index.json").is_file():
+            continue
+        meta = result.get("trajectory") or {}
+        rows.append(
+            {
+                "id": run["id"],
+                "data": run["data"],
+                "method": run["method"],
+                "label": run["label"],
+                "seed": run["seed"],
+                "t": max(int(meta.get("n_snapshots", 0)) - 1, 0),
+                "trajectory_dir": folder,
+                "config": json.loads(run["config_json"]),
+            }
+        )
+    columns = ["id", "data", "method", "label", "seed", "t", "trajectory_dir", "config"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def get_report(trajectory_dir: str, centre: bool) -> SubspaceReport:
+    """`analyse_trajectory` of a folder, once per process (an LRU of a few), with a progress bar."""
+    traj = open_trajectory(trajectory_dir)
+    return _REPORTS.get(
+        (trajectory_dir, traj.fingerprint, centre),
+        "Analysing the trajectory",
+        lambda progress: analyse_trajectory(traj, centre=centre, progress=progress),
+    )
+
+
+def disable_folder(run_id: str) -> Path:
+    """``<cache root>/subspace/<run id>/``: the zero-weights files of one trajectory run."""
+    return default_root() / "subspace" / run_id
+
+
+def outlier_file(run_id: str) -> str:
+    return str(disable_folder(run_id) / "zero-outliers.json")
+
+
+def random_file(run_id: str, seed: int) -> str:
+    return str(disable_folder(run_id) / f"zero-random-seed{seed}.json")
+
+
+def random_files(run_id: str) -> list[str]:
+    return [str(p) for p in sorted(disable_folder(run_id).glob("zero-random-seed*.json"))]
