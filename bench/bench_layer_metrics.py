@@ -52,7 +52,7 @@ def real_states(model: str, data: str, n: int, seed: int) -> tuple[np.ndarray, n
     return ls.states.numpy(), ls.labels.numpy(), ls.metric
 
 
-def time_layer(states, labels, split, metric: str, probe, times: dict[str, float]) -> None:
+def time_layer(states, labels, split, metric: str, times: dict[str, float]) -> None:
     """Add one layer's time per metric to ``times``."""
     h = metrics.as_float64(states)
     t = time.perf_counter()
@@ -66,9 +66,7 @@ def time_layer(states, labels, split, metric: str, probe, times: dict[str, float
     times["rank"] += time.perf_counter() - t
     t = time.perf_counter()
     held_out = np.concatenate([split.dev, split.test])
-    probes.probe_score(
-        h[split.train], labels[split.train], h[held_out], labels[held_out], metric, probe
-    )
+    probes.probe_score(h[split.train], labels[split.train], h[held_out], labels[held_out], metric)
     times["probe"] += time.perf_counter() - t
 
 
@@ -93,11 +91,10 @@ def main() -> None:
     # Per metric, each over every layer, the way layer_metrics runs them.
     split = metrics.split_indices(labels, args.seed)
     times = dict.fromkeys(metrics.METRICS, 0.0)
-    probe = probes.new_probe(len(np.unique(labels)), warm_start=True)
     with table.blas_threads():  # as layer_metrics runs them (TUNESCOPE_BLAS_THREADS, default 1)
         blas = {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
         for layer in range(n_layers1):
-            time_layer(states[layer], labels, split, metric, probe, times)
+            time_layer(states[layer], labels, split, metric, times)
     print(f"BLAS threads {sorted(blas)}; per metric, over every layer:")
     for name, seconds in times.items():
         print(

@@ -34,13 +34,14 @@ from analysis.layers.metrics import (
     split_indices,
     zeta,
 )
-from analysis.layers.probe import PROBE_C, RIDGE_ALPHA, new_probe, probe_score
+from analysis.layers.probe import CV_FOLDS, PROBE_GRID, fit_probe
 from analysis.progress import Progress
+from analysis.scores import task_score
 
 if TYPE_CHECKING:
-    from sklearn.linear_model import LogisticRegression
-
     from analysis.extract import LayerStates
+
+COLUMNS = (*METRICS, "probe_c")  # a metrics frame's columns after ``layer``
 
 
 def blas_threads() -> threadpool_limits:
@@ -70,24 +71,28 @@ def _layer_row(
     split: Split,
     metric: str,
     which: Sequence[str],
-    probe: LogisticRegression,
+    seed: int,
 ) -> dict[str, float]:
     """One layer's metrics; h: (N, d) float64. Metrics not in ``which`` are NaN, and so are CCA
-    and the probe when the sample is too small for their held-out parts (a few examples)."""
-    held_out = np.concatenate([split.dev, split.test])  # the probe selects nothing on dev
+    and the probe when the sample is too small for their held-out parts (a few examples).
+    ``probe_c``: the C the probe's cross-validation chose (NaN without a probe)."""
     cca_ok = len(split.dev) >= 2 and len(split.test) >= 2
-    probe_ok = len(held_out) >= 1 and len(np.unique(raw[split.train])) >= 2
-    return {
+    row = {
         "layer": layer,
         "nu": nu(h, classes) if "nu" in which else np.nan,
         "cca": cca_score(h, classes, split=split) if "cca" in which and cca_ok else np.nan,
         "rank": rank_metric(h, classes) if "rank" in which else np.nan,
-        "probe": (
-            probe_score(h[split.train], raw[split.train], h[held_out], raw[held_out], metric, probe)
-            if "probe" in which and probe_ok
-            else np.nan
-        ),
+        "probe": np.nan,
+        "probe_c": np.nan,
     }
+    # The probe chooses its C by CV inside the train part and selects nothing on dev, so both
+    # held-out parts score it (twice the examples halve the score's noise variance).
+    held_out = np.concatenate([split.dev, split.test])
+    if "probe" in which and len(held_out) >= 1 and len(np.unique(raw[split.train])) >= 2:
+        fit = fit_probe(h[split.train], raw[split.train], metric, seed=seed)
+        row["probe"] = task_score(metric, raw[held_out], fit.predict(h[held_out]))
+        row["probe_c"] = fit.c
+    return row
 
 
 def layer_metrics(
@@ -99,13 +104,14 @@ def layer_metrics(
     n_bins: int = DEFAULT_BINS,
     progress: Progress | None = None,
 ) -> pd.DataFrame:
-    """Every metric for every layer: a DataFrame with columns layer, nu, cca, rank, probe.
+    """Every metric for every layer: a DataFrame with columns layer, nu, cca, rank, probe,
+    probe_c (the probe's CV-chosen C).
 
     states: (L+1, N, d), layer 0 = embeddings; labels: (N,); metric: the task's score
     (``spearman`` marks a regression task). One seeded stratified 80/10/10 split of the N examples
-    serves CCA (fit on train, λ chosen on dev, scored on test) and the probes (fit on train, scored
-    on dev ∪ test: the probe has fixed settings and selects nothing on dev, so both parts are
-    held out, and twice the examples halve the score's noise variance).
+    serves CCA (fit on train, λ chosen on dev, scored on test) and the probes (C chosen by 3-fold
+    CV within train, refit on train, scored on dev ∪ test: the probe selects nothing on dev, so
+    both parts are held out, and twice the examples halve the score's noise variance).
     Regression: the probe is ridge regression scored by Spearman on the raw scores, while ν, CCA
     and ϱ use `bin_scores(labels, n_bins)`; ``df.attrs["label_note"]`` says so.
     Metrics left out of ``which`` are NaN. ``df.attrs`` also holds task_type, metric, n, seed.
@@ -120,14 +126,13 @@ def layer_metrics(
     classes = bin_scores(raw, n_bins) if regression else encode_classes(raw)[0]
     split = split_indices(classes, seed)
     report = progress or (lambda f, m="": None)
-    probe = new_probe(int(classes.max()) + 1, warm_start=True)
     n_layers = len(states)
     with blas_threads():
         rows = [
-            _layer_row(layer, as_float64(states[layer]), classes, raw, split, metric, which, probe)
+            _layer_row(layer, as_float64(states[layer]), classes, raw, split, metric, which, seed)
             for layer in _reporting(range(n_layers), report)
         ]
-    df = pd.DataFrame(rows, columns=["layer", *METRICS])
+    df = pd.DataFrame(rows, columns=["layer", *COLUMNS])
     df["layer"] = df["layer"].astype(int)
     df.attrs.update(
         task_type="regression" if regression else "classification",
@@ -175,7 +180,7 @@ def strategies(l_star: int, n_layers: int) -> dict[str, list[tuple[int, int, int
 # --- cached, and as JSON -------------------------------------------------------------------------
 
 # Bump when a change to this module changes the numbers; it is part of every metrics cache key.
-METRICS_VERSION = "2"
+METRICS_VERSION = "3"  # 3: the probe's C chosen by CV
 
 
 def states_key(layer_states: LayerStates) -> str:
@@ -195,8 +200,8 @@ def metrics_recipe(
         "n_bins": n_bins,
         "split": [0.8, 0.1, 0.1],
         "cca_grid": list(CCA_GRID),
-        "probe_c": PROBE_C,
-        "ridge_alpha": RIDGE_ALPHA,
+        "probe_grid": list(PROBE_GRID),
+        "probe_folds": CV_FOLDS,
         "version": METRICS_VERSION,
     }
 
@@ -222,12 +227,12 @@ def cached_layer_metrics(
             layer_states.states, layer_states.labels, layer_states.metric, seed, METRICS, n_bins,
             progress,
         )  # fmt: skip
-        values = torch.tensor(df[list(METRICS)].to_numpy(dtype=np.float64))  # (L+1, 4)
+        values = torch.tensor(df[list(COLUMNS)].to_numpy(dtype=np.float64))  # (L+1, 5)
         return {"values": values}, {**df.attrs, "seconds": time.perf_counter() - start}
 
     tensors, meta, hit = cache.get_or_compute("layer_metrics", recipe, compute)
     values = tensors["values"].numpy()
-    df = pd.DataFrame(values, columns=list(METRICS))
+    df = pd.DataFrame(values, columns=list(COLUMNS))
     df.insert(0, "layer", np.arange(len(df)))
     df.attrs.update(meta)
     return df, hit
@@ -247,7 +252,7 @@ def report(cfg: ExtractConfig, df: pd.DataFrame, hit: bool = False) -> dict[str,
     summ = summary(df)
     n_layers = int(df["layer"].max())
     rows = [
-        {"layer": int(r["layer"]), **{m: finite(float(r[m])) for m in METRICS}}
+        {"layer": int(r["layer"]), **{m: finite(float(r[m])) for m in COLUMNS if m in r}}
         for r in df.to_dict("records")
     ]
     rho = {k: finite(v) for k, v in summ["rho"].items()}

@@ -26,7 +26,7 @@ def test_cli_writes_the_documented_schema(tiny_bert_dir, tmp_path, capsys):
     layers = payload["layers"]
     assert [row["layer"] for row in layers] == [0, 1, 2]  # tiny model: L = 2, plus embeddings
     for row in layers:
-        assert set(row) == {"layer", "nu", "cca", "rank", "probe"}
+        assert set(row) == {"layer", "nu", "cca", "rank", "probe", "probe_c"}
         assert row["nu"] > 0 and 1 <= row["rank"] <= 20 and 0 <= row["probe"] <= 1
         assert -1 <= row["cca"] <= 1
     nus = {row["layer"]: row["nu"] for row in layers}

@@ -9,6 +9,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from analysis.layers import metrics, table, teaching, whatif
+from analysis.layers.probe import PROBE_GRID
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -231,7 +232,8 @@ def layered_states(n_layers: int = 4, n: int = 400, d: int = 12, seed: int = 0):
 def test_layer_metrics_frame_and_summary():
     states, y = layered_states()
     df = table.layer_metrics(torch.from_numpy(states), torch.from_numpy(y), "accuracy", seed=0)
-    assert list(df.columns) == ["layer", "nu", "cca", "rank", "probe"]
+    assert list(df.columns) == ["layer", "nu", "cca", "rank", "probe", "probe_c"]
+    assert df.loc[1:, "probe_c"].isin(PROBE_GRID).all()
     assert df["layer"].tolist() == [0, 1, 2, 3, 4]
     assert df["nu"].iloc[0] > df["nu"].iloc[2]
     s = table.summary(df)

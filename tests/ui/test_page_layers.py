@@ -25,7 +25,7 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
     at = layers_page(tiny_bert_dir, monkeypatch)
     assert not errors(at)
     table = at.dataframe[0].value
-    assert list(table.columns) == ["layer", "nu", "cca", "rank", "probe"]
+    assert list(table.columns) == ["layer", "nu", "cca", "rank", "probe", "probe_c"]
     assert table["layer"].tolist() == [0, 1, 2]
     l_star = at.session_state["l_star"]["l_star"]
     assert l_star == int(table.loc[table["layer"] >= 1].set_index("layer")["nu"].idxmin())
