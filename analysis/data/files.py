@@ -26,9 +26,6 @@ MAX_CLASSES = 30
 # The fewest usable rows a data set may have (each part needs at least one).
 MIN_ROWS = 10
 
-DEV_SHARE = 0.1
-TEST_SHARE = 0.1
-
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 TEXT_COLUMN_GUESSES = ("text", "sentence")
 LABEL_COLUMN_GUESSES = ("label", "labels")
