@@ -334,14 +334,26 @@ class RayRunner:
         self._data: OrderedDict[tuple, Any] = OrderedDict()  # file → ObjectRef of its bytes
         self._last_cancel_poll = 0.0
         self._last_refresh = float("-inf")
-        self.info = self.refresh()
-        self.info.check()
-        log(f"Ray cluster {self.info.describe()}")
+        self.this_node: dict[str, float] = {}  # this machine's node: its CPU and GPU
+        try:
+            self.info = self.refresh()
+            self.info.check()
+        except BaseException:
+            if self.started_here:
+                ray.shutdown()
+            raise
+        log(f"Ray cluster: {self.info.describe()}")
 
     # ---- the cluster ------------------------------------------------------------------------------
     def refresh(self) -> ClusterInfo:
         """Re-read the cluster (nodes come and go) and write the status file."""
+        import ray
+
         self.info = current_cluster(self.address, self.cpus_per_run)
+        for node in ray.nodes():
+            if node.get("NodeID") == self.node_id:
+                resources = node.get("Resources", {})
+                self.this_node = {k: float(resources.get(k, 0)) for k in ("CPU", "GPU")}
         self._last_refresh = time.monotonic()
         if self.status_root is not None:
             write_status(
@@ -364,14 +376,6 @@ class RayRunner:
     def busy(self) -> bool:
         return bool(self.flights)
 
-    def _driver_node_has_gpu(self) -> bool:
-        import ray
-
-        for node in ray.nodes():
-            if node.get("NodeID") == self.node_id:
-                return float(node.get("Resources", {}).get("GPU", 0)) >= 1
-        return False
-
     # ---- submitting ---------------------------------------------------------------------------------
     def submit(self, run: dict[str, Any]) -> None:
         """Start one claimed run on the cluster (or record at once why it cannot start)."""
@@ -388,9 +392,18 @@ class RayRunner:
             return
         options: dict[str, Any] = {"num_returns": "streaming"}
         pinned = inputs.pop("pinned")
-        wants_gpu = cfg.device != "cpu" and (
-            self._driver_node_has_gpu() if pinned else self.info.gpus >= 1
-        )
+        gpus = self.this_node.get("GPU", 0) if pinned else self.info.gpus
+        wants_gpu = cfg.device != "cpu" and gpus >= 1
+        if pinned and not wants_gpu and self.this_node.get("CPU", 0) < self.cpus_per_run:
+            message = (
+                "this run needs files of this machine (a local model folder, a zero-weights "
+                "file or a trajectory), but this machine's Ray node offers "
+                f"{self.this_node.get('CPU', 0):g} CPUs, fewer than the {self.cpus_per_run} a "
+                "run asks (was it started with --num-cpus 0?): train it with the local executor"
+            )
+            recorder.failed(message)
+            self.log(f"run {run_id}: failed before it started: {message}")
+            return
         if wants_gpu:
             options.update(num_cpus=1, num_gpus=1)
         else:

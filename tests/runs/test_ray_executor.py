@@ -25,6 +25,7 @@ from analysis.runs.executor import ExecutorChoice
 from analysis.runs.ray_executor import (
     LOCAL,
     ClusterInfo,
+    RayRunner,
     RayUnavailable,
     _train_stream,
     check_address,
@@ -114,24 +115,26 @@ def train_losses(db: RunsDB, run_id: str) -> list[float]:
 # -- end to end --------------------------------------------------------------------------------
 
 
-def test_sweep_through_the_cli_trains_on_ray_with_a_shipped_data_file(
-    ray_cluster, root, tiny_bert_dir, tmp_path
+def test_sweep_and_finetune_through_the_cli_train_on_ray(
+    ray_cluster, root, tiny_bert_dir, tmp_path, monkeypatch
 ):
     """``sweep --executor ray --ray-address …``: queued, trained by a Ray worker process that
-    connects to the cluster, results in the database; the local file's bytes travel to the task."""
+    connects to the cluster, results in the database; the local data file's bytes travel to the
+    tasks. Then ``finetune --executor ray`` follows its run on the same worker to the end."""
+    monkeypatch.setenv("TUNESCOPE_WORKER_IDLE_S", "60")  # one Ray worker for both commands
     data = tmp_path / "reviews.csv"
     texts = ["good fun", "awful plot", "great music", "dull script", "loved it", "hated it"] * 8
     pd.DataFrame({"review": [f"{t} {i}" for i, t in enumerate(texts)], "y": [0, 1] * 24}).to_csv(
         data, index=False
     )
-    argv = [
-        "sweep", "--model", str(tiny_bert_dir), "--data", str(data), "--text-col", "review",
-        "--label-col", "y", "--strategies", "down", "--l-star", "1", "--seeds", "0",
-        "--steps", "3", "--eval-every", "2", "--batch-size", "4", "--n-train", "24",
-        "--n-eval", "8", "--device", "cpu", "--executor", "ray", "--ray-address", ray_cluster,
-        "--json", str(tmp_path / "sweep.json"),
+    common = [
+        "--model", str(tiny_bert_dir), "--data", str(data), "--text-col", "review",
+        "--label-col", "y", "--steps", "3", "--eval-every", "2", "--batch-size", "4",
+        "--n-train", "24", "--n-eval", "8", "--device", "cpu",
+        "--executor", "ray", "--ray-address", ray_cluster,
     ]  # fmt: skip
-    assert main(argv) == 0
+    sweep = ["sweep", "--strategies", "down", "--l-star", "1", "--seeds", "0"]
+    assert main([*sweep, *common, "--json", str(tmp_path / "sweep.json")]) == 0
     payload = json.loads((tmp_path / "sweep.json").read_text())
     ids = [r["run_id"] for r in payload["runs"]]
     assert len(ids) == 2  # (1, 1, 1) and (1, 1, 2)
@@ -151,11 +154,21 @@ def test_sweep_through_the_cli_trains_on_ray_with_a_shipped_data_file(
         assert run["result"]["config"]["data"]["name"] == str(data)  # as queued
         assert db.steps(run_id, kind="train")["step"].max() == 3
         assert sorted(db.steps(run_id, kind="dev")["step"].unique()) == [2, 3]
-    assert f"Ray cluster {ray_cluster}" in log.read_text()
-    # Idle, the Ray worker exits (TUNESCOPE_WORKER_IDLE_S=2) and disconnects.
-    wait_for(lambda: worker_pid(root, RAY) is None, what="the idle Ray worker to exit", log=log)
+    assert f"Ray cluster: {ray_cluster}: 1 node(s), 2 CPUs" in log.read_text()
+
+    out = tmp_path / "run.json"
+    finetune = ["finetune", "--method", "layers", "--layers", "1,1,2", "--seed", "5"]
+    assert main([*finetune, *common, "--json", str(out)]) == 0, log.read_text()[-3000:]
+    result = json.loads(out.read_text())
+    assert worker_pid(root, RAY) == pid  # the same Ray worker trained it
+    assert db.get_run(result["run_id"])["device"] == f"ray:{HOST} cpu"
+    assert [step for step, _ in result["curves"]["train_loss"]] == [1, 2, 3]
+
+    os.kill(pid, signal.SIGTERM)  # stopped while idle: it disconnects and exits cleanly
+    wait_for(lambda: worker_pid(root, RAY) is None, what="the Ray worker to exit", log=log)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+    assert "exiting after 3 run(s)" in log.read_text()
 
 
 def test_a_run_on_ray_gives_the_same_numbers_as_the_local_executor(
@@ -257,6 +270,21 @@ def test_probe_asks_the_cluster_from_another_process(ray_cluster):
     info = probe_cluster(ray_cluster, cpus_per_run=2)
     assert (info.address, info.nodes, info.cpus, info.gpus) == (ray_cluster, 1, 2.0, 0.0)
     assert info.slots == 1 and "trains 1 run(s) at once (2 CPU(s) each)" in info.describe()
+
+
+def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
+    ray_cluster, root, tiny_bert_dir
+):
+    """A local model folder pins a run to this machine's node; a head node started with
+    ``--num-cpus 0`` could never run it, so it fails at once instead of waiting forever."""
+    db = RunsDB(root / "runs.sqlite")
+    run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
+    runner = RayRunner(db, log=lambda message: None)
+    runner.this_node = {"CPU": 0.0, "GPU": 0.0}
+    runner.submit(db.claim_next(os.getpid(), runner.device_label))
+    run = db.get_run(run_id)
+    assert run["status"] == "failed" and "offers 0 CPUs" in run["error"]
+    assert not runner.busy()
 
 
 # -- the pure pieces ---------------------------------------------------------------------------
