@@ -215,7 +215,7 @@ def ensure_ray_worker(
     """Start a detached Ray worker for ``address`` unless one is alive; return its pid.
 
     A live Ray worker serving another cluster is a ValueError: one queue, one Ray cluster at a
-    time. (The address is not checked here; `ExecutorChoice.check` does that before queueing.)
+    time. (The address is not checked here: `check_executor` does that before anything is queued.)
     """
     root = Path(root) if root is not None else db_path().parent
     address = resolve_address(address)
