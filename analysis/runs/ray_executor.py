@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import os
 import queue
@@ -99,10 +100,8 @@ def check_address(address: str | None) -> str:
     ``ray.init`` itself would retry an unreachable address for minutes.
     """
     address = resolve_address(address)
-    try:
-        import ray  # noqa: F401  (ray: only when a Ray cluster is asked for)
-    except ImportError:
-        raise RayUnavailable(f"Ray is not installed in this environment: {RAY_INSTALL}.") from None
+    if importlib.util.find_spec("ray") is None:  # (without importing it: the page stays light)
+        raise RayUnavailable(f"Ray is not installed in this environment: {RAY_INSTALL}.")
     if address in (LOCAL, "auto"):
         return address
     if address.startswith("ray://"):

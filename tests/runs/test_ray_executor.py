@@ -20,6 +20,7 @@ import torch
 
 from analysis.cli import main
 from analysis.config import DataSpec, ModelSpec
+from analysis.runs import ray_executor
 from analysis.runs.db import RunsDB
 from analysis.runs.executor import ExecutorChoice
 from analysis.runs.ray_executor import (
@@ -319,6 +320,9 @@ def test_cluster_slots_resources_and_addresses(monkeypatch):
         check_address("ray://h:10001")
     with pytest.raises(RayUnavailable, match="not HOST:PORT"):
         check_address("h:port")
+    monkeypatch.setattr(ray_executor.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RayUnavailable, match="Ray is not installed"):
+        check_address("h:1")
 
 
 def test_executor_choice_is_validated_and_remembered(root, capsys):
