@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from analysis.commands.options import (
     StepBar,
     add_model_data,
     add_training_options,
     apply_cache,
+    executor_from_args,
     finetune_config,
+    launch,
     parse_ints,
     write_json,
 )
@@ -33,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--queue",
         action="store_true",
-        help="queue the run for the background worker instead of running it here",
+        help="queue the run for the background worker instead of running it here "
+        "(with --executor ray the run trains on the cluster either way; without --queue this "
+        "command follows it to its end)",
     )
 
 
@@ -44,27 +49,27 @@ def run(args: argparse.Namespace) -> int:
     apply_cache(args)
     layers = parse_ints(args.layers, "--layers")
     cfg = finetune_config(args, method=args.method, layers=layers, seed=args.seed)
+    executor = executor_from_args(args)  # validates the executor flags before anything runs
     db = RunsDB()
-    if args.queue:
-        from analysis.runs.worker import ensure_worker, ensure_workers
-
-        run_id = db.enqueue(cfg)
-        pids = (
-            [ensure_worker(db.path.parent, args.device)]
-            if args.device
-            else ensure_workers(db.path.parent)
-        )
-        print(
-            f"queued run {run_id} (worker pid {', '.join(map(str, pids))}); follow it with `runs show {run_id}`"
-        )
-        write_json(args.json, {"run_id": run_id, "status": "queued"})
-        return 0
-    run_id = db.enqueue(cfg, running_pid=os.getpid(), device=cfg.device)
-    bar = StepBar(cfg.steps, f"{run_id} {db.get_run(run_id)['label']}")
-    try:
-        status = execute_run(db, run_id, cfg, on_step=bar.step, on_progress=bar.message)
-    finally:
-        bar.close()
+    if args.queue or executor.executor == "ray":
+        (run_id,), workers = launch(args, db, [(cfg, None)])
+        if args.queue:
+            print(f"queued run {run_id} ({workers}); follow it with `runs show {run_id}`")
+            write_json(args.json, {"run_id": run_id, "status": "queued"})
+            return 0
+        print(f"run {run_id} queued for the Ray cluster ({workers})", file=sys.stderr)
+        bar = StepBar(cfg.steps, f"{run_id} {db.get_run(run_id)['label']}")
+        try:
+            status = follow(db, run_id, bar)
+        finally:
+            bar.close()
+    else:
+        run_id = db.enqueue(cfg, running_pid=os.getpid(), device=cfg.device)
+        bar = StepBar(cfg.steps, f"{run_id} {db.get_run(run_id)['label']}")
+        try:
+            status = execute_run(db, run_id, cfg, on_step=bar.step, on_progress=bar.message)
+        finally:
+            bar.close()
     run = db.get_run(run_id)
     if status != "done":
         print(f"run {run_id} {status}: {run['error'] or ''}".rstrip(": "), file=sys.stderr)
@@ -76,6 +81,43 @@ def run(args: argparse.Namespace) -> int:
     print(f"run {run_id}: {summary_line(result)}")
     write_json(args.json, result)
     return 0
+
+
+def follow(db, run_id: str, bar: StepBar, poll_s: float = 0.5, cancel_wait_s: float = 60.0) -> str:
+    """Show a run that a worker trains (on a Ray cluster) until it ends; returns its status.
+
+    Ctrl-C asks the worker to cancel it, waits for the cancel to be recorded and re-raises.
+    A queue that no Ray worker serves any more (it could not connect) is a ValueError: the run
+    stays queued.
+    """
+    from analysis.runs.db import FINAL_STATUSES
+    from analysis.runs.worker import RAY, worker_pid
+
+    root = db.path.parent
+    try:
+        while True:
+            run = db.get_run(run_id)
+            if run["status"] in FINAL_STATUSES:
+                return run["status"]
+            if run["status"] == "queued" and worker_pid(root, RAY) is None:
+                raise ValueError(
+                    f"The Ray worker ended without taking run {run_id} (see "
+                    f"{root / 'worker.log'}); the run stays queued for the next worker."
+                )
+            last = db.latest_steps([run_id])
+            if not last.empty:
+                bar.step(int(last["step"].iloc[0]), {"loss": float(last["loss"].iloc[0])})
+            elif run["message"]:
+                bar.message(float(run["progress"] or 0.0), run["message"])
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        db.request_cancel(run_id)
+        deadline = time.monotonic() + cancel_wait_s
+        while time.monotonic() < deadline:
+            if db.get_run(run_id)["status"] in FINAL_STATUSES:
+                break
+            time.sleep(poll_s)
+        raise
 
 
 def summary_line(result: dict) -> str:

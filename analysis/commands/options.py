@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +32,11 @@ from analysis.finetune.config import (
     SubspaceOptions,
 )
 from analysis.io import atomic_write_text
+from analysis.runs.executor import EXECUTORS, ExecutorChoice
 
 if TYPE_CHECKING:
     from analysis.finetune.config import MethodOptions
+    from analysis.runs.db import RunsDB
 
 
 # -- model, data and sample ----------------------------------------------------------------------
@@ -144,6 +147,57 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     add("--trajectory-every", FinetuneConfig, "trajectory_every", type=int, default=None)
     add("--subspace-from", SubspaceOptions, "source", default=None)
     add("--zero-weights", FinetuneConfig, "zero_weights", default=None)
+    add_executor_options(parser)
+
+
+# -- where queued runs train ---------------------------------------------------------------------
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """``--executor local|ray``, ``--ray-address``, ``--ray-cpus-per-run`` (every command that
+    launches runs gets them through `add_training_options`)."""
+    group = parser.add_argument_group("where queued runs train")
+    group.add_argument(
+        "--executor",
+        default="local",
+        choices=EXECUTORS,
+        help=help_of(ExecutorChoice, "executor"),
+    )
+    group.add_argument("--ray-address", default=None, help=help_of(ExecutorChoice, "ray_address"))
+    group.add_argument(
+        "--ray-cpus-per-run", type=int, default=1, help=help_of(ExecutorChoice, "cpus_per_run")
+    )
+
+
+def executor_from_args(args: argparse.Namespace) -> ExecutorChoice:
+    if args.executor != "ray" and (args.ray_address or args.ray_cpus_per_run != 1):
+        raise ValueError("--ray-address and --ray-cpus-per-run go with --executor ray.")
+    return ExecutorChoice(
+        executor=args.executor,
+        ray_address=args.ray_address,
+        cpus_per_run=args.ray_cpus_per_run,
+        device=args.device,
+    )
+
+
+def launch(
+    args: argparse.Namespace,
+    db: RunsDB,
+    runs: Sequence[tuple[FinetuneConfig, str | None]],
+    sweep_id: str | None = None,
+) -> tuple[list[str], str]:
+    """Queue ``runs`` ((config, strategy) pairs) and start the workers ``args`` choose.
+
+    The one way a command launches runs: the executor is checked first (an unreachable Ray
+    cluster is a ValueError — ``error: …``, exit 2 — with nothing queued), then the runs are
+    queued, then the right workers start. Returns the run ids and a line naming the workers.
+    """
+    from analysis.runs.worker import check_executor, start_workers
+
+    executor = executor_from_args(args)
+    check_executor(executor)
+    ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=strategy) for cfg, strategy in runs]
+    return ids, start_workers(executor, db.path.parent)
 
 
 def method_options(args: argparse.Namespace, method: str) -> MethodOptions | None:

@@ -12,7 +12,9 @@ from analysis.commands.options import (
     add_model_data,
     add_training_options,
     apply_cache,
+    executor_from_args,
     finetune_config,
+    launch,
     parse_ints,
     write_json,
 )
@@ -90,6 +92,13 @@ def run(args: argparse.Namespace) -> int:
     from analysis.strategies import sweep_strategies
 
     apply_cache(args)
+    executor = executor_from_args(args)
+    if args.foreground and executor.executor != "local":
+        raise ValueError("--foreground trains here, one run after another: drop --executor ray.")
+    if not (args.dry_run or args.foreground):
+        from analysis.runs.worker import check_executor
+
+        check_executor(executor)  # before the model loads: an unreachable cluster fails fast
     names = [n.strip() for n in args.strategies.split(",") if n.strip()]
     seeds = parse_ints(args.seeds, "--seeds") or (0,)
     loaded = load_model(loaded_spec(args), device=args.device)
@@ -120,15 +129,8 @@ def run(args: argparse.Namespace) -> int:
     db = RunsDB()
     sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S")
     if not args.foreground:
-        from analysis.runs.worker import ensure_worker, ensure_workers
-
-        ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=s.family) for s, cfg in configs]
-        pids = (
-            [ensure_worker(db.path.parent, args.device)]
-            if args.device
-            else ensure_workers(db.path.parent)
-        )
-        print(f"queued {len(ids)} runs as {sweep_id} (worker pid {', '.join(map(str, pids))})")
+        ids, workers = launch(args, db, [(cfg, s.family) for s, cfg in configs], sweep_id)
+        print(f"queued {len(ids)} runs as {sweep_id} ({workers})")
         payload["sweep_id"] = sweep_id
         payload["runs"] = [{"run_id": i, "status": "queued"} for i in ids]
         write_json(args.json, payload)

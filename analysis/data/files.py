@@ -33,6 +33,12 @@ LABEL_COLUMN_GUESSES = ("label", "labels")
 
 def load_file(spec: DataSpec) -> TaskData:
     """The task in the local file ``spec.name`` (see `analysis.data.load_data` for the rules)."""
+    path, stat = checked_file(spec)
+    return read_file_task(spec, str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def checked_file(spec: DataSpec) -> tuple[Path, os.stat_result]:
+    """The resolved path of the local file ``spec.name`` and its stat, within the size limit."""
     path = resolve_file(spec.name.strip())
     stat = path.stat()
     limit = max_file_bytes()
@@ -41,7 +47,7 @@ def load_file(spec: DataSpec) -> TaskData:
             f"{path.name} is {stat.st_size / 1e6:.1f} MB, over the {limit / 1e6:g} MB limit for "
             f"data files: use a smaller file or raise the limit with {MAX_FILE_ENV}."
         )
-    return read_file_task(spec, str(path), stat.st_mtime_ns, stat.st_size)
+    return path, stat
 
 
 def max_file_bytes() -> int:
@@ -225,6 +231,15 @@ def read_file_task(spec: DataSpec, resolved: str, mtime_ns: int, size: int) -> T
         raw = path.read_bytes()
     except OSError as exc:
         raise DataError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    return task_from_bytes(spec, raw, path)
+
+
+def task_from_bytes(spec: DataSpec, raw: bytes, path: Path) -> TaskData:
+    """The task in a file's content ``raw``; ``path`` names it (its suffix picks the reader).
+
+    The same TaskData as reading the file itself: the fingerprint hashes the content, not the
+    path. The Ray executor uses it on machines that receive the file through Ray's object store.
+    """
     table = _read_table(raw, path)
     text_col = _pick_column(table, spec.text_col, TEXT_COLUMN_GUESSES, "text", path)
     label_col = _pick_column(table, spec.label_col, LABEL_COLUMN_GUESSES, "label", path)

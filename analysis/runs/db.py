@@ -382,6 +382,13 @@ class RunsDB:
                 (float(fraction), message, run_id),
             )
 
+    def set_device(self, run_id: str, device: str) -> None:
+        """Where a running run trains, once known (the Ray executor: ``ray:NODE cpu``)."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE runs SET device = ? WHERE id = ? AND status = 'running'", (device, run_id)
+            )
+
     def finish(self, run_id: str, result: dict[str, Any]) -> bool:
         """A completed run: store its result (status → done). False if it was not running."""
         payload = json.dumps(result, sort_keys=True, default=str)

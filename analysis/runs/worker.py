@@ -1,15 +1,22 @@
-"""The worker: a separate process that trains queued runs one after another on one device.
+"""The worker: a separate process that trains the queue of the runs database.
 
     python -m analysis.runs.worker [--device cuda:0] [--idle-timeout 120] [--cache DIR]
+    python -m analysis.runs.worker --executor ray [--ray-address HOST:6379] [--ray-cpus-per-run 1]
 
 It lives outside the Streamlit script run, so page reruns, page switches and closing the tab do
-not touch it. One worker per device: it holds an exclusive ``flock`` on
-``<cache root>/worker-<device>.lock`` (which also names its pid). The OS drops the lock when the
-process dies, however it dies, so a stale lock file of a dead worker is simply taken over.
+not touch it. One worker per device (``--executor local``, the default) and one Ray worker per
+cache folder (``--executor ray``): each holds an exclusive ``flock`` on
+``<cache root>/worker-<device or "ray">.lock`` (which also names its pid). The OS drops the lock
+when the process dies, however it dies, so a stale lock file of a dead worker is simply taken over.
 
-Loop: reap runs left ``running`` by dead processes → claim the oldest queued run → train it with
-`execute_run` → repeat; after ``idle_timeout`` seconds without work it exits (after one last look
-at the queue with the lock released, so a run queued at that moment is never stranded).
+Loop (`serve`, the same for both executors): reap runs left ``running`` by dead processes → claim
+queued runs while the runner has a free slot → let the runner train them → repeat; after
+``idle_timeout`` seconds without work it exits (after one last look at the queue with the lock
+released, so a run queued at that moment is never stranded). The runner says where runs train:
+`LocalRunner` trains one at a time in this process with `execute_run`; `RayRunner`
+(`analysis.runs.ray_executor`) keeps as many in flight on a Ray cluster as it holds.
+
+`ExecutorChoice` is what the page and the CLI pass to start the right workers.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -26,12 +34,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analysis.config import help_of
+from analysis.io import atomic_write_json, read_json
 from analysis.runs.db import RunsDB, db_path
+from analysis.runs.execute import ModelCache
+from analysis.runs.executor import EXECUTORS, RAY, ExecutorChoice
+from analysis.runs.ray_executor import LOCAL as LOCAL_CLUSTER
+from analysis.runs.ray_executor import (
+    RayRunner,
+    check_address,
+    read_status,
+    resolve_address,
+    write_status,
+)
 
 if TYPE_CHECKING:
-    from analysis.config import ModelSpec
     from analysis.finetune.config import FinetuneConfig
-    from analysis.models import LoadedModel
 
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -123,38 +141,25 @@ def worker_pid(root: Path | str | None = None, device: str | None = None) -> int
 
 
 def worker_pids(root: Path | str | None = None) -> dict[str, int]:
-    """Live workers by device, over every device of this machine."""
-    pids = {device: worker_pid(root, device) for device in all_devices()}
-    return {device: pid for device, pid in pids.items() if pid is not None}
+    """Live workers: by device over every device of this machine, and ``ray``."""
+    pids = {name: worker_pid(root, name) for name in [*all_devices(), RAY]}
+    return {name: pid for name, pid in pids.items() if pid is not None}
 
 
-def ensure_worker(
-    root: Path | str | None = None,
-    device: str | None = None,
-    idle_timeout: float | None = None,
-) -> int:
-    """Start a detached worker for ``device`` unless one is alive; return its pid.
+def _spawn(root: Path, lock: WorkerLock, arguments: list[str]) -> int:
+    """Start ``python -m analysis.runs.worker ARGUMENTS`` detached, handing it ``lock``.
 
     The child gets its own session (no signal from the parent's terminal or Streamlit reaches it),
     the cache root through ``TUNESCOPE_CACHE``, and appends its output to
     ``<cache root>/worker.log``.
     """
-    root = Path(root) if root is not None else db_path().parent
-    device = device or default_device()
-    idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
-    # Take the device's lock here and hand it to the child: there is no moment in which a second
-    # caller could see "no worker" while this one is still starting.
-    lock = WorkerLock(lock_path(root, device))
-    if not lock.acquire():
-        pid = worker_pid(root, device)
-        return pid if pid is not None else ensure_worker(root, device, idle_timeout)
     env = dict(os.environ)
     env["TUNESCOPE_CACHE"] = str(root.resolve())
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
     )
-    command = [sys.executable, "-m", "analysis.runs.worker", "--device", device]
-    command += ["--idle-timeout", str(idle_timeout), "--lock-fd", str(lock.fd)]
+    command = [sys.executable, "-m", "analysis.runs.worker", *arguments]
+    command += ["--lock-fd", str(lock.fd)]
     try:
         with open(root / "worker.log", "ab") as log:
             child = subprocess.Popen(
@@ -178,9 +183,108 @@ def ensure_worker(
     return child.pid
 
 
+def ensure_worker(
+    root: Path | str | None = None,
+    device: str | None = None,
+    idle_timeout: float | None = None,
+) -> int:
+    """Start a detached worker for ``device`` unless one is alive; return its pid."""
+    root = Path(root) if root is not None else db_path().parent
+    device = device or default_device()
+    idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
+    # Take the device's lock here and hand it to the child: there is no moment in which a second
+    # caller could see "no worker" while this one is still starting.
+    lock = WorkerLock(lock_path(root, device))
+    if not lock.acquire():
+        pid = worker_pid(root, device)
+        return pid if pid is not None else ensure_worker(root, device, idle_timeout)
+    return _spawn(root, lock, ["--device", device, "--idle-timeout", str(idle_timeout)])
+
+
 def ensure_workers(root: Path | str | None = None, idle_timeout: float | None = None) -> list[int]:
     """One worker per device (every GPU, or the CPU)."""
     return [ensure_worker(root, device, idle_timeout) for device in all_devices()]
+
+
+def ensure_ray_worker(
+    root: Path | str | None = None,
+    address: str | None = None,
+    cpus_per_run: int = 1,
+    idle_timeout: float | None = None,
+) -> int:
+    """Start a detached Ray worker for ``address`` unless one is alive; return its pid.
+
+    A live Ray worker serving another cluster is a ValueError: one queue, one Ray cluster at a
+    time. (The address is not checked here: `check_executor` does that before anything is queued.)
+    """
+    root = Path(root) if root is not None else db_path().parent
+    address = resolve_address(address)
+    idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
+    lock = WorkerLock(lock_path(root, RAY))
+    if not lock.acquire():
+        pid = worker_pid(root, RAY)
+        if pid is None:
+            return ensure_ray_worker(root, address, cpus_per_run, idle_timeout)
+        serving = _serving_address(root)
+        if serving is not None and serving != address:
+            raise ValueError(
+                f"A Ray worker (pid {pid}) already trains this queue on the Ray cluster at "
+                f"{serving}; it exits once the queue is empty. Queue on that cluster, or wait."
+            )
+        return pid
+    write_status(root, {"address": address, "state": "starting"})
+    arguments = ["--executor", RAY, "--ray-address", address]
+    arguments += ["--ray-cpus-per-run", str(int(cpus_per_run)), "--idle-timeout", str(idle_timeout)]
+    return _spawn(root, lock, arguments)
+
+
+def _serving_address(root: Path) -> str | None:
+    status = read_status(root)
+    return str(status["address"]) if status and status.get("address") else None
+
+
+def check_executor(choice: ExecutorChoice) -> None:
+    """Before anything is queued: a ValueError (one sentence) if ``choice`` cannot work now,
+    e.g. its Ray cluster is unreachable."""
+    if choice.executor == RAY:
+        check_address(choice.ray_address)
+
+
+def start_workers(
+    choice: ExecutorChoice, root: Path | str | None = None, idle_timeout: float | None = None
+) -> str:
+    """Start the workers ``choice`` needs (unless alive); returns one line saying which."""
+    root = Path(root) if root is not None else db_path().parent
+    _remember(root, choice)
+    if choice.executor == RAY:
+        address = resolve_address(choice.ray_address)
+        pid = ensure_ray_worker(root, address, choice.cpus_per_run, idle_timeout)
+        where = "a local Ray cluster on this machine" if address == LOCAL_CLUSTER else address
+        return f"Ray worker pid {pid}, on {where}"
+    if choice.device:
+        pids = [ensure_worker(root, choice.device, idle_timeout)]
+    else:
+        pids = ensure_workers(root, idle_timeout)
+    return f"worker pid {', '.join(map(str, pids))}"
+
+
+def _choice_file(root: Path) -> Path:
+    return Path(root) / "executor.json"
+
+
+def _remember(root: Path, choice: ExecutorChoice) -> None:
+    atomic_write_json(_choice_file(root), dataclasses.asdict(choice))
+
+
+def last_choice(root: Path | str | None = None) -> ExecutorChoice:
+    """The choice runs were last queued with here (the local executor when none was recorded),
+    so a queue left without a worker is picked up by the same kind of worker."""
+    root = Path(root) if root is not None else db_path().parent
+    path = _choice_file(root)
+    if path.is_file():
+        with contextlib.suppress(ValueError, TypeError):
+            return ExecutorChoice(**read_json(path, "executor file"))
+    return ExecutorChoice()
 
 
 def _on_device(cfg: FinetuneConfig, device: str) -> FinetuneConfig:
@@ -193,22 +297,29 @@ def _on_device(cfg: FinetuneConfig, device: str) -> FinetuneConfig:
     return cfg
 
 
-class _Models:
-    """Keeps the last loaded model, so a sweep on one model loads it once."""
+class LocalRunner:
+    """Trains each claimed run here, to its end, before the next one is claimed."""
 
-    def __init__(self) -> None:
-        self.key: tuple | None = None
-        self.loaded: LoadedModel | None = None
+    def __init__(self, db: RunsDB, device: str) -> None:
+        self.db, self.device_label = db, device
+        self.models = ModelCache()
 
-    def get(self, spec: ModelSpec, device: str) -> LoadedModel:
-        key = (spec, device)
-        if key != self.key:
-            from analysis.models import load_model
+    def free_slots(self) -> int:
+        return 1
 
-            self.loaded = None
-            self.loaded = load_model(spec, device=device)
-            self.key = key
-        return self.loaded
+    def busy(self) -> bool:
+        return False
+
+    def submit(self, run: dict[str, Any]) -> None:
+        _log(f"run {run['id']}: {run['method']} {run['label']} seed {run['seed']}")
+        status = _run_one(self.db, run, self.device_label, self.models)
+        _log(f"run {run['id']}: {status}")
+
+    def pump(self, timeout: float) -> None:
+        pass
+
+    def close(self, reason: str | None = None) -> None:
+        pass
 
 
 def serve(
@@ -217,12 +328,20 @@ def serve(
     idle_timeout: float | None = None,
     poll_s: float = 0.5,
     lock_fd: int | None = None,
+    *,
+    executor: str = "local",
+    ray_address: str | None = None,
+    cpus_per_run: int = 1,
 ) -> int:
-    """Work through the queue until idle for ``idle_timeout`` s. Returns how many runs it ran
-    (or -1 when another worker already serves this device)."""
-    from analysis.finetune.config import FinetuneConfig
+    """Work through the queue until idle for ``idle_timeout`` s. Returns how many runs it
+    claimed (or -1 when another worker already serves this device, or Ray, here).
 
+    ``executor="ray"``: train on the Ray cluster at ``ray_address`` (`RayRunner`); an
+    unreachable cluster is a `RayUnavailable` (a ValueError) before anything is claimed.
+    """
     root = Path(root) if root is not None else db_path().parent
+    if executor == RAY:
+        device = RAY
     device = device or default_device()
     idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
     if lock_fd is not None:
@@ -232,45 +351,62 @@ def serve(
     if lock.fd is None and not lock.acquire():
         _log(f"another worker already serves {device}; exiting")
         return -1
-    db = RunsDB(db_path(root))
-    models = _Models()
     ran = 0
-    _log(f"serving {device} from {db.path} (idle timeout {idle_timeout:g} s)")
+    runner: LocalRunner | RayRunner | None = None
     try:
+        db = RunsDB(db_path(root))
+        if executor == RAY:
+            runner = RayRunner(db, ray_address, cpus_per_run, log=_log, status_root=root)
+        else:
+            runner = LocalRunner(db, device)
+        _log(f"serving {device} from {db.path} (idle timeout {idle_timeout:g} s)")
         for run_id in db.reap_dead():
             _log(f"run {run_id} was left running by a dead process: marked failed")
         idle_since = time.monotonic()
         while True:
-            run = db.claim_next(os.getpid(), device)
-            if run is None:
-                if time.monotonic() - idle_since < idle_timeout:
-                    time.sleep(poll_s)
-                    continue
-                # Let go first, then look once more: a run queued meanwhile is either seen here
-                # or finds no worker alive and starts a new one.
-                lock.release()
-                if db.list_runs(status="queued").empty or not lock.acquire():
+            claimed = False
+            while runner.free_slots() > 0:
+                run = db.claim_next(os.getpid(), runner.device_label)
+                if run is None:
                     break
+                ran += 1
+                claimed = True
+                runner.submit(run)
+            if runner.busy():
+                runner.pump(poll_s)
                 idle_since = time.monotonic()
                 continue
-            ran += 1
-            _log(f"run {run['id']}: {run['method']} {run['label']} seed {run['seed']}")
-            status = _run_one(db, run, device, models, FinetuneConfig)
-            _log(f"run {run['id']}: {status}")
+            if claimed:
+                idle_since = time.monotonic()
+                continue
+            if time.monotonic() - idle_since < idle_timeout:
+                time.sleep(poll_s)
+                continue
+            # Let go first, then look once more: a run queued meanwhile is either seen here
+            # or finds no worker alive and starts a new one.
+            lock.release()
+            if db.list_runs(status="queued").empty or not lock.acquire():
+                break
             idle_since = time.monotonic()
+    except BaseException as exc:
+        if runner is not None:
+            runner.close(f"stopped: the worker running it was terminated ({type(exc).__name__})")
+            runner = None
+        raise
     finally:
+        if runner is not None:
+            runner.close()
         lock.release()
         _log(f"exiting after {ran} run(s)")
     return ran
 
 
-def _run_one(db: RunsDB, run: dict[str, Any], device: str, models: _Models, config_cls) -> str:
-    import json
-
+def _run_one(db: RunsDB, run: dict[str, Any], device: str, models: ModelCache) -> str:
+    from analysis.finetune.config import FinetuneConfig
     from analysis.runs.execute import describe_error, execute_run
 
     try:
-        cfg = _on_device(config_cls.from_dict(json.loads(run["config_json"])), device)
+        cfg = _on_device(FinetuneConfig.from_dict(json.loads(run["config_json"])), device)
         loaded = models.get(cfg.model, device)
     except Exception as exc:
         db.fail(run["id"], describe_error(exc, device))
@@ -288,6 +424,13 @@ def main(argv: list[str] | None = None) -> int:
         help="exit after this many seconds with an empty queue",
     )
     parser.add_argument("--cache", default=None, help="cache folder (default: $TUNESCOPE_CACHE)")
+    parser.add_argument(
+        "--executor", default="local", choices=EXECUTORS, help=help_of(ExecutorChoice, "executor")
+    )
+    parser.add_argument("--ray-address", default=None, help=help_of(ExecutorChoice, "ray_address"))
+    parser.add_argument(
+        "--ray-cpus-per-run", type=int, default=1, help=help_of(ExecutorChoice, "cpus_per_run")
+    )
     parser.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.cache:
@@ -297,7 +440,18 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
-    ran = serve(device=args.device, idle_timeout=args.idle_timeout, lock_fd=args.lock_fd)
+    try:
+        ran = serve(
+            device=args.device,
+            idle_timeout=args.idle_timeout,
+            lock_fd=args.lock_fd,
+            executor=args.executor,
+            ray_address=args.ray_address,
+            cpus_per_run=args.ray_cpus_per_run,
+        )
+    except ValueError as exc:  # e.g. the Ray cluster is unreachable: the queue stays as it is
+        _log(f"error: {exc} The queued runs stay queued.")
+        return 2
     return 0 if ran >= 0 else 1
 
 

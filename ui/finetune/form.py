@@ -21,6 +21,7 @@ from analysis.finetune.config import (
 from analysis.heads.selection_file import HeadSelection
 from analysis.runs.db import run_label
 from analysis.strategies import STRATEGY_NAMES, middle_layer, sweep_strategies
+from ui.finetune.executor import executor_picker
 from ui.finetune.state import (
     format_seconds,
     heads_from_upload,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from analysis.config import ExtractConfig
     from analysis.models import LoadedModel
     from analysis.runs.db import RunsDB
+    from analysis.runs.executor import ExecutorChoice
 
 METHOD_HELP = {
     "layers": "train layers ℓ_bottom..ℓ_top only; the classifier reads ℓ_head, layers above are removed",
@@ -64,6 +66,7 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 
 def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> None:
     """Draw the form; on submit, estimate and/or queue the runs and start the worker."""
+    executor = executor_picker(db.path.parent)
     n_layers = loaded.n_layers
     l_star_shared = shared_l_star(n_layers)
     heads_shared = shared_heads()
@@ -140,7 +143,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
     ]
     _show_estimate(db, configs, loaded, time_now=estimate_only)
     if queue:
-        _queue(db, configs, sweep=not mode.startswith("One"))
+        _queue(db, configs, sweep=not mode.startswith("One"), executor=executor)
 
 
 def _learning_rate(text: str) -> float | None:
@@ -211,16 +214,22 @@ def _sources(sources: set[str]) -> str:
     return "measured on earlier runs where possible, else timed just now on 2 steps per method"
 
 
-def _queue(db: RunsDB, configs: list, sweep: bool) -> None:
-    from analysis.runs.worker import ensure_workers
+def _queue(db: RunsDB, configs: list, sweep: bool, executor: ExecutorChoice) -> None:
+    from analysis.runs.worker import check_executor, start_workers
 
+    check_executor(executor)  # an unreachable Ray cluster: one message, nothing queued
     sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S") if sweep else None
     ids = [
         db.enqueue(cfg, sweep_id=sweep_id, strategy=None if family == "single" else family)
         for family, cfg in configs
     ]
-    pids = ensure_workers(db.path.parent)
+    workers = start_workers(executor, db.path.parent)
+    how = (
+        "on the Ray cluster, as many at once as it holds"
+        if executor.executor == "ray"
+        else "one after another, one worker per device"
+    )
     st.success(
-        f"Queued {len(ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. Background worker(s) (pid {', '.join(map(str, pids))}, "
-        "one per device) train them one after another; you can switch pages or close the tab."
+        f"Queued {len(ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. They train {how} "
+        f"({workers}); you can switch pages or close the tab."
     )

@@ -20,7 +20,7 @@ RECENT = 6
 
 @st.fragment(run_every=2)
 def queue_view() -> None:
-    from analysis.runs.worker import ensure_workers, worker_pids
+    from analysis.runs.worker import last_choice, start_workers, worker_pids
 
     db = get_db()
     db.reap_dead()
@@ -30,7 +30,11 @@ def queue_view() -> None:
     root = db.path.parent
     pids = worker_pids(root)
     if not queued.empty and not pids:
-        ensure_workers(root)  # a queue with nobody serving it: start the workers
+        # A queue with nobody serving it: start the kind of worker it was last queued for.
+        try:
+            start_workers(last_choice(root), root)
+        except ValueError as exc:  # e.g. that Ray cluster is unreachable now
+            st.warning(f"{len(queued)} run(s) wait in the queue: {exc}")
         pids = worker_pids(root)
     serving = ", ".join(f"{device} (pid {pid})" for device, pid in pids.items())
     st.caption(

@@ -1,0 +1,347 @@
+"""The Ray executor on a local 2-CPU Ray cluster: a sweep through the CLI, the same numbers as the
+local executor, cancel, a killed Ray worker, an unreachable address, and the pure pieces."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from analysis.cli import main
+from analysis.config import DataSpec, ModelSpec
+from analysis.runs import ray_executor
+from analysis.runs.db import RunsDB
+from analysis.runs.executor import ExecutorChoice
+from analysis.runs.ray_executor import (
+    LOCAL,
+    ClusterInfo,
+    RayRunner,
+    RayUnavailable,
+    _train_stream,
+    check_address,
+    probe_cluster,
+    resolve_address,
+)
+from analysis.runs.worker import RAY, last_choice, serve, start_workers, worker_pid
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = socket.gethostname()
+
+pytestmark = pytest.mark.usefixtures("stop_leftover_ray_worker")
+
+
+def tiny_config(model_dir: Path, steps: int, seed: int = 0, data: str = "movie-snippets", **kw):
+    from analysis.finetune.config import FinetuneConfig
+
+    return FinetuneConfig(
+        model=ModelSpec(str(model_dir)),
+        data=DataSpec(data, **kw),
+        method="layers",
+        layers=(1, 1, 2),
+        steps=steps,
+        batch_size=4,
+        n_train=32,
+        n_eval=16,
+        eval_every=2,
+        seed=seed,
+        device="cpu",
+    )
+
+
+def wait_for(condition, timeout: float = 120.0, what: str = "", log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    detail = log.read_text()[-4000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{detail}")
+
+
+@pytest.fixture
+def root() -> Path:
+    return Path(os.environ["TUNESCOPE_CACHE"])
+
+
+@contextlib.contextmanager
+def serving_in_a_thread(root: Path, **kwargs):
+    """`serve` with the Ray executor in a thread of this process (connected to the session's
+    cluster); yields a list that holds its return value (or exception) once it ended."""
+    outcome: list = []
+
+    def target():
+        try:
+            outcome.append(serve(root, executor=RAY, poll_s=0.05, **kwargs))
+        except BaseException as exc:  # handed to the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield outcome
+    finally:
+        thread.join(timeout=120)
+        assert not thread.is_alive(), "the Ray worker loop did not end"
+        if outcome and isinstance(outcome[0], BaseException):
+            raise outcome[0]
+
+
+@contextlib.contextmanager
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_losses(db: RunsDB, run_id: str) -> list[float]:
+    steps = db.steps(run_id, kind="train")
+    return steps[steps["key"] == "loss"]["value"].tolist()
+
+
+# -- end to end --------------------------------------------------------------------------------
+
+
+def test_sweep_and_finetune_through_the_cli_train_on_ray(
+    ray_cluster, root, tiny_bert_dir, tmp_path, monkeypatch
+):
+    """``sweep --executor ray --ray-address …``: queued, trained by a Ray worker process that
+    connects to the cluster, results in the database; the local data file's bytes travel to the
+    tasks. Then ``finetune --executor ray`` follows its run on the same worker to the end."""
+    monkeypatch.setenv("TUNESCOPE_WORKER_IDLE_S", "60")  # one Ray worker for both commands
+    data = tmp_path / "reviews.csv"
+    texts = ["good fun", "awful plot", "great music", "dull script", "loved it", "hated it"] * 8
+    pd.DataFrame({"review": [f"{t} {i}" for i, t in enumerate(texts)], "y": [0, 1] * 24}).to_csv(
+        data, index=False
+    )
+    common = [
+        "--model", str(tiny_bert_dir), "--data", str(data), "--text-col", "review",
+        "--label-col", "y", "--steps", "3", "--eval-every", "2", "--batch-size", "4",
+        "--n-train", "24", "--n-eval", "8", "--device", "cpu",
+        "--executor", "ray", "--ray-address", ray_cluster,
+    ]  # fmt: skip
+    sweep = ["sweep", "--strategies", "down", "--l-star", "1", "--seeds", "0"]
+    assert main([*sweep, *common, "--json", str(tmp_path / "sweep.json")]) == 0
+    payload = json.loads((tmp_path / "sweep.json").read_text())
+    ids = [r["run_id"] for r in payload["runs"]]
+    assert len(ids) == 2  # (1, 1, 1) and (1, 1, 2)
+    db = RunsDB()
+    log = root / "worker.log"
+    pid = worker_pid(root, RAY)
+    assert pid is not None and last_choice(root).executor == RAY
+    wait_for(
+        lambda: all(db.get_run(i)["status"] == "done" for i in ids),
+        what="the sweep on Ray",
+        log=log,
+    )
+    for run_id in ids:
+        run = db.get_run(run_id)
+        assert run["device"] == f"ray:{HOST} cpu"
+        assert run["result"]["run_id"] == run_id and run["result"]["metric"] == "accuracy"
+        assert run["result"]["config"]["data"]["name"] == str(data)  # as queued
+        assert db.steps(run_id, kind="train")["step"].max() == 3
+        assert sorted(db.steps(run_id, kind="dev")["step"].unique()) == [2, 3]
+    assert f"Ray cluster: {ray_cluster}: 1 node(s), 2 CPUs" in log.read_text()
+
+    out = tmp_path / "run.json"
+    finetune = ["finetune", "--method", "layers", "--layers", "1,1,2", "--seed", "5"]
+    assert main([*finetune, *common, "--json", str(out)]) == 0, log.read_text()[-3000:]
+    result = json.loads(out.read_text())
+    assert worker_pid(root, RAY) == pid  # the same Ray worker trained it
+    assert db.get_run(result["run_id"])["device"] == f"ray:{HOST} cpu"
+    assert [step for step, _ in result["curves"]["train_loss"]] == [1, 2, 3]
+
+    os.kill(pid, signal.SIGTERM)  # stopped while idle: it disconnects and exits cleanly
+    wait_for(lambda: worker_pid(root, RAY) is None, what="the Ray worker to exit", log=log)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    assert "exiting after 3 run(s)" in log.read_text()
+
+
+def test_a_run_on_ray_gives_the_same_numbers_as_the_local_executor(
+    ray_cluster, root, tiny_bert_dir
+):
+    from analysis.runs.execute import execute_run
+
+    db = RunsDB(root / "runs.sqlite")
+    cfg = tiny_config(tiny_bert_dir, steps=4, seed=3)
+    local = db.enqueue(cfg, running_pid=os.getpid(), device="cpu")
+    with one_thread():  # as the Ray task does with 1 CPU per run
+        assert execute_run(db, local, cfg) == "done"
+    remote = db.enqueue(cfg)
+    with serving_in_a_thread(root, idle_timeout=0.0) as outcome:
+        pass
+    assert outcome == [1]
+    a, b = db.get_run(local), db.get_run(remote)
+    assert b["status"] == "done" and b["device"] == f"ray:{HOST} cpu"
+    for key in ("score", "dev_score", "n_trainable", "n_params", "best_step", "n_train"):
+        assert a["result"][key] == b["result"][key], key
+    assert train_losses(db, local) == train_losses(db, remote)
+    assert db.curves(local)["dev"] == db.curves(remote)["dev"]
+
+
+def test_cancel_stops_the_remote_run_and_records_it_cancelled(ray_cluster, root, tiny_bert_dir):
+    db = RunsDB(root / "runs.sqlite")
+    run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
+    with serving_in_a_thread(root, idle_timeout=0.0):
+        wait_for(lambda: len(db.steps(run_id, kind="train")) >= 3, what="steps streamed back")
+        assert db.get_run(run_id)["status"] == "running"
+        assert main(["runs", "cancel", run_id]) == 0
+        wait_for(lambda: db.get_run(run_id)["status"] == "cancelled", what="the cancel")
+    run = db.get_run(run_id)
+    assert run["result"] is None and run["error"] == "cancelled by the user"
+    assert len(db.steps(run_id, kind="train")) >= 3  # the streamed steps stay
+
+
+def test_a_killed_ray_worker_fails_its_run_and_the_sweep_goes_on(ray_cluster, root, tiny_bert_dir):
+    """Kill the process running the task: that run is failed "Ray worker died on HOST" with its
+    steps kept; the runs after it still train. (2 CPUs per run: one run at a time.)"""
+    db = RunsDB(root / "runs.sqlite")
+    doomed = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
+    after = [db.enqueue(tiny_config(tiny_bert_dir, steps=2, seed=s)) for s in (1, 2)]
+    with serving_in_a_thread(root, idle_timeout=0.0, cpus_per_run=2):
+        wait_for(lambda: len(db.steps(doomed, kind="train")) >= 3, what="steps of the doomed run")
+        training = wait_for(
+            lambda: [p for p in _task_processes() if p != os.getpid()], what="the task's process"
+        )
+        assert len(training) == 1
+        kept = len(db.steps(doomed))
+        os.kill(training[0], signal.SIGKILL)
+        wait_for(lambda: db.get_run(doomed)["status"] == "failed", what="the failure")
+        wait_for(lambda: all(db.get_run(i)["status"] == "done" for i in after), what="the rest")
+    run = db.get_run(doomed)
+    assert run["error"].startswith(f"Ray worker died on {HOST}") and run["result"] is None
+    assert len(db.steps(doomed)) >= kept
+
+
+def _task_processes() -> list[int]:
+    """Pids of the Ray worker processes running our task (Ray titles them ``ray::<function>``)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "cmdline").read_bytes().startswith(b"ray::_train_stream"):
+                    pids.append(int(entry.name))
+    return pids
+
+
+def test_unreachable_address_is_one_clear_message_and_nothing_is_lost(root, tiny_bert_dir, capsys):
+    closed = _closed_port()
+    argv = [
+        "finetune", "--model", str(tiny_bert_dir), "--method", "layers", "--layers", "1,1,2",
+        "--steps", "2", "--device", "cpu", "--executor", "ray", "--ray-address", closed,
+    ]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: Cannot reach the Ray cluster at {closed}")
+    db = RunsDB()
+    assert db.list_runs().empty  # checked before anything was queued
+    # A Ray worker that cannot connect exits (status 2) and leaves the queue as it was.
+    queued = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "analysis.runs.worker", "--executor", "ray"]
+    done = subprocess.run(
+        [*command, "--ray-address", closed], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "Cannot reach the Ray cluster" in done.stdout
+    assert db.get_run(queued)["status"] == "queued"
+
+
+def _closed_port() -> str:
+    with socket.socket() as sock:  # a port nobody listens on (bound, then released)
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_probe_asks_the_cluster_from_another_process(ray_cluster):
+    info = probe_cluster(ray_cluster, cpus_per_run=2)
+    assert (info.address, info.nodes, info.cpus, info.gpus) == (ray_cluster, 1, 2.0, 0.0)
+    assert info.slots == 1 and "trains 1 run(s) at once (2 CPU(s) each)" in info.describe()
+
+
+def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
+    ray_cluster, root, tiny_bert_dir
+):
+    """A local model folder pins a run to this machine's node; a head node started with
+    ``--num-cpus 0`` could never run it, so it fails at once instead of waiting forever."""
+    db = RunsDB(root / "runs.sqlite")
+    run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
+    runner = RayRunner(db, log=lambda message: None)
+    runner.this_node = {"CPU": 0.0, "GPU": 0.0}
+    runner.submit(db.claim_next(os.getpid(), runner.device_label))
+    run = db.get_run(run_id)
+    assert run["status"] == "failed" and "offers 0 CPUs" in run["error"]
+    assert not runner.busy()
+
+
+# -- the pure pieces ---------------------------------------------------------------------------
+
+
+def test_a_data_file_trains_from_its_shipped_bytes_alone(tmp_path, tiny_bert_dir, ray_cluster):
+    """The task never opens the data file: it builds the task from the bytes Ray hands it."""
+    data = tmp_path / "gone.csv"
+    frame = pd.DataFrame({"text": [f"text {i}" for i in range(40)], "label": [0, 1] * 20})
+    raw = frame.to_csv(index=False).encode()
+    cfg = tiny_config(tiny_bert_dir, steps=2, data=str(data))  # the path does not exist here
+    with one_thread():
+        stream = _train_stream(json.dumps(cfg.to_dict()), data_file=str(data), data_bytes=raw)
+        events = list(stream)
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "done", events[-1]
+    assert kinds.count("step") == 2 and kinds.count("eval") == 1
+    assert events[-1]["result"]["config"]["data"]["name"] == str(data)
+
+
+def test_cluster_slots_resources_and_addresses(monkeypatch):
+    assert ClusterInfo("a:1", 3, 48, 4).slots == 4  # one GPU per run
+    assert ClusterInfo("a:1", 2, 16, 0, cpus_per_run=4).slots == 4
+    assert "trains 4 run(s) at once (one GPU each)" in ClusterInfo("a:1", 3, 48, 4).describe()
+    with pytest.raises(RayUnavailable, match="fewer than the 4 CPUs"):
+        ClusterInfo("a:1", 1, 2, 0, cpus_per_run=4).check()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert resolve_address(None) == LOCAL
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert resolve_address(None) == "10.0.0.5:6379" and resolve_address("h:1") == "h:1"
+    with pytest.raises(RayUnavailable, match="Ray Client"):
+        check_address("ray://h:10001")
+    with pytest.raises(RayUnavailable, match="not HOST:PORT"):
+        check_address("h:port")
+    monkeypatch.setattr(ray_executor.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RayUnavailable, match="Ray is not installed"):
+        check_address("h:1")
+
+
+def test_executor_choice_is_validated_and_remembered(root, capsys):
+    with pytest.raises(ValueError, match="Ray assigns one GPU per run"):
+        ExecutorChoice("ray", device="cuda:1")
+    with pytest.raises(ValueError, match="at least 1"):
+        ExecutorChoice("ray", cpus_per_run=0)
+    with pytest.raises(ValueError, match="Unknown executor"):
+        ExecutorChoice("slurm")
+    assert last_choice(root) == ExecutorChoice()
+    assert main(["finetune", "--ray-address", "h:1", "--steps", "1"]) == 2
+    assert "--ray-address and --ray-cpus-per-run go with --executor ray" in capsys.readouterr().err
+    # start_workers records the choice, so a queue left without a worker gets the same kind.
+    root.mkdir(parents=True, exist_ok=True)
+    from analysis.runs import worker
+
+    started = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(worker, "ensure_ray_worker", lambda *a, **k: started.append(a) or 4242)
+        line = start_workers(ExecutorChoice("ray", "h:1", cpus_per_run=2), root)
+    assert line == "Ray worker pid 4242, on h:1" and started == [(root, "h:1", 2, None)]
+    assert last_choice(root) == ExecutorChoice("ray", "h:1", cpus_per_run=2)
