@@ -61,7 +61,7 @@ def test_truncation_pairs_and_bad_input(tiny_bert_dir):
     assert pair.tokens.count("[SEP]") == 2
     with pytest.raises(ValueError, match="non-empty"):
         attention_pattern(loaded, "  ")
-    with pytest.raises(ValueError, match="layer must be within 1..2"):
+    with pytest.raises(ValueError, match=r"layer must be within 1\.\.2"):
         pair.head(3, 0)
-    with pytest.raises(ValueError, match="head must be within 0..3"):
+    with pytest.raises(ValueError, match=r"head must be within 0\.\.3"):
         pair.head(1, 4)
