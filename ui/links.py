@@ -2,11 +2,16 @@
 
 Streamlit keeps a widget and a query parameter in step when the widget is made with
 ``bind="query-params"`` (its key is the parameter's name): choosing a value writes it into the
-address bar, and opening an address sets the widget. Parameters: ``model``, ``data``,
-``text_col``, ``pair_col``, ``label_col``, ``n``, ``seed``, ``pooling``, ``max_length`` (the
-sidebar), and per page ``layer`` (Layers picture; Heads), ``head`` and ``example`` (Heads),
-``run`` (Subspaces, Runs). A value equal to the widget's default is left out of the address.
-Trusting a model's own code is never taken from a link.
+address bar, and opening an address sets the widget. A bound picker writes the *label* of its
+choice, though, so pickers whose labels are not their values (``data``: an upload is shown by
+its file name; ``run``: a run by its method and score; ``example``: by its text) are kept in step
+here instead (`take_link` before the widget, `publish` after it); Streamlit clears such
+parameters on a page switch, so they stay page-local like the bound ones of a page.
+
+Parameters: ``model``, ``data``, ``text_col``, ``pair_col``, ``label_col``, ``n``, ``seed``,
+``pooling``, ``max_length`` (the sidebar, on every page), and per page ``layer`` (Layers
+picture; Heads), ``head`` and ``example`` (Heads), ``run`` (Subspaces, Runs). A value equal to
+the default is left out of the address. Trusting a model's own code is never taken from a link.
 
 Streamlit silently drops a value its widget cannot take. Every parameter is therefore checked
 here first, on the first run of a session (when a link is opened), before its widget exists: a
@@ -18,6 +23,7 @@ in the sidebar says what was wrong and what is shown instead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import streamlit as st
 
@@ -92,9 +98,8 @@ def check_sidebar_link(
         drop("model", why, "the default model")
     if "data" in params and (why := check_data(params["data"])):
         drop("data", why, "the default data set")
-    elif "data" in params and tidy_data(params["data"]) != params["data"]:
-        params["data"] = tidy_data(params["data"])
-        st.session_state[_RERUN] = True
+    elif "data" in params:
+        st.session_state["data"] = tidy_data(params["data"])  # the picker is not bound
     numbers = {
         "n": (N_RANGE, f"N = {default_n:,}", "is not a whole number of examples from 2 to 100,000"),
         "seed": (SEED_RANGE, "seed 0", "is not a whole number ≥ 0"),
@@ -118,6 +123,29 @@ def check_page_link(name: str, valid: Callable[[str], bool], why: str, instead: 
     if first_run() and name in st.query_params and not valid(st.query_params[name]):
         drop(name, why, instead)
         rerun_if_dropped()
+
+
+def take_link(key: str, parse: Callable[[str], Any], why: str, instead: str) -> None:
+    """Before an unbound widget keyed ``key``, on a session's first run: the link's value
+    (``parse`` returns it, or None when it is bad) becomes the widget's value; a bad one is
+    removed from the address and noted."""
+    if not first_run() or key not in st.query_params:
+        return
+    value = parse(st.query_params[key])
+    if value is None:
+        drop(key, why, instead)
+        st.session_state.pop(_RERUN, None)  # an unbound widget needs no fresh run
+    else:
+        st.session_state[key] = value
+
+
+def publish(key: str, value: Any, default: Any = None) -> None:
+    """After an unbound widget: its value into the address (left out when it is the default)."""
+    if value is None or value == default:
+        if key in st.query_params:
+            del st.query_params[key]
+    elif st.query_params.get(key) != str(value):
+        st.query_params[key] = str(value)
 
 
 def show_notes(container) -> None:

@@ -82,7 +82,7 @@ def _data_refused(value: str) -> str | None:
     value = value.strip()
     if not value:
         return "is empty"
-    if named(value) or value == default_data():
+    if named(value) or value in (default_data(), UPLOAD):
         return None
     if value.startswith(UPLOAD_PREFIX):
         try:
@@ -124,8 +124,7 @@ def _data_options() -> list[str]:
 
     options = [*BUILTIN_DATA, *GLUE_DATA, *data_files(), *st.session_state.get("data_uploads", [])]
     current = st.session_state.get("data")
-    linked = st.query_params.get("data")  # a valid value from the link (checked in ui.links)
-    for extra in (default_data(), current, linked):
+    for extra in (default_data(), current):
         if isinstance(extra, str) and extra and extra not in options and extra != UPLOAD:
             options.insert(len(BUILTIN_DATA), extra)
     return [*options, UPLOAD]
@@ -161,10 +160,11 @@ def render_sidebar() -> None:
     options = _data_options()
     side.selectbox(
         "Dataset", options, index=options.index(default_data()) if default_data() in options else 0,
-        key="data", format_func=option_label, accept_new_options=True, bind=links.BIND,
+        key="data", format_func=option_label, accept_new_options=True,
         on_change=_normalise_data, help=DATA_HELP,
     )  # fmt: skip
     choice = st.session_state.get("data") or ""
+    links.publish("data", choice, default_data())
     if choice == UPLOAD:
         side.file_uploader(
             "CSV / TSV / JSONL / Parquet",
