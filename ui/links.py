@@ -134,7 +134,8 @@ def take_link(key: str, parse: Callable[[str], Any], why: str, instead: str) -> 
     value = parse(st.query_params[key])
     if value is None:
         drop(key, why, instead)
-        st.session_state.pop(_RERUN, None)  # an unbound widget needs no fresh run
+        st.session_state.pop(_RERUN, None)  # an unbound widget needs no fresh run…
+        st.warning(st.session_state[NOTES][-1], icon=":material/link_off:")  # …so say it here
     else:
         st.session_state[key] = value
 
