@@ -55,3 +55,19 @@ def test_paths_outside_allowed_roots_are_refused(tiny_bert_dir, monkeypatch):
 def test_every_foundation_page_renders(tiny_bert_dir, monkeypatch, page):
     at = open_page(make_app(tiny_bert_dir, monkeypatch), page)
     assert not at.exception
+
+
+def test_home_gives_the_path_and_every_page_links_to_the_next_step(tiny_bert_dir, monkeypatch):
+    from ui.nav import PATH, next_of
+
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    links = [link.proto.label for link in at.get("page_link")]
+    assert [label.split("**")[1] for label in links[:6]] == [s.title for s in PATH]
+    assert "Runs" in " ".join(m.value for m in at.markdown)  # the table lists every page
+    assert links[-1].startswith("Next: **Data**")
+    assert [next_of(s.page).title for s in PATH] == [
+        "Layers", "Heads", "Fine-tune", "Subspaces", "Runs", "Fine-tune"
+    ]  # fmt: skip
+    at.switch_page("views/data.py").run()
+    assert at.get("page_link")[-1].proto.label.startswith("Next: **Layers**")

@@ -97,7 +97,7 @@ def pick_run(runs: pd.DataFrame) -> str:
         st.session_state.pop("run", None)
     names = {row["id"]: run_name(row) for _, row in runs.iterrows()}
     chosen = st.selectbox("Run", ids, format_func=names.get, key="run", persist_state=KEEP)
-    publish("run", chosen, ids[0])
+    publish("run", chosen)  # always: the default (the newest run) changes as runs finish
     return chosen
 
 

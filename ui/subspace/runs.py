@@ -122,7 +122,7 @@ def pick_run(db: RunsDB, cfg: ExtractConfig, layer_params: list[int]) -> dict | 
         "Trajectory run", ids, index=ids.index(default), key="run", format_func=labels.get,
         persist_state=KEEP,
     )  # fmt: skip
-    publish("run", chosen, default)
+    publish("run", chosen)  # always: the default (the newest run) changes as runs finish
     return runs.set_index("id").loc[chosen].to_dict() | {"id": chosen}
 
 
