@@ -1,7 +1,8 @@
 """The shared sidebar (model, dataset, N, seed, pooling, max length) and the config it stands for.
 
-Each setting is a widget bound to a query parameter of the same name (`ui.links`), so the
-settings survive page switches, live in the address bar and come back from a copied link.
+Each setting lives in a query parameter of the same name (`ui.links`: bound widgets, and the
+data picker kept in step by hand), so the settings survive page switches, live in the address
+bar and come back from a copied link.
 `settings()` turns them into one validated `ExtractConfig`; every bad value gets one clear
 message, in the sidebar beside the field and on the page.
 """
