@@ -142,8 +142,13 @@ def render_sidebar() -> None:
     links.show_notes(side)
 
     models = list(BUILTIN_MODELS)
-    if default_model() not in models:
-        models.append(default_model())
+    typed = (
+        st.session_state.get("model"),
+        st.query_params.get("model") if links.first_run() else None,
+    )
+    for extra in (default_model(), *typed):  # a typed folder or hub id stays in the list
+        if isinstance(extra, str) and extra.strip() and extra not in models:
+            models.append(extra)
     side.selectbox(
         "Model", models, index=models.index(default_model()), key="model",
         accept_new_options=True, bind=links.BIND, help=MODEL_HELP,
@@ -214,9 +219,10 @@ def model_spec() -> ModelSpec:
         raise NothingChosen("Choose a model in the sidebar, or type a model folder or hub id.")
     if name in BUILTIN_MODELS or name == default_model():
         return ModelSpec(name)
+    trusted = bool(st.session_state.get(_trust_key(name)))  # ticked for the name as typed
     if looks_like_path(name):
         name = check_allowed(name)
-    return ModelSpec(name, trust_remote_code=bool(st.session_state.get(_trust_key(name))))
+    return ModelSpec(name, trust_remote_code=trusted)
 
 
 def data_spec() -> DataSpec:

@@ -157,3 +157,25 @@ def test_safe_names():
     assert safe_name("a<b>|c.CSV") == "a_b_c.csv"
     assert safe_name("") == "upload"
     assert len(safe_name("x" * 300 + ".parquet")) == 120
+
+
+def test_trust_is_ticked_per_model_and_never_taken_from_a_link(
+    tiny_bert_dir, monkeypatch, tmp_path
+):
+    from ui.sidebar import _trust_key, model_spec
+
+    monkeypatch.setenv("TUNESCOPE_ALLOWED_ROOTS", str(tmp_path))
+    typed = str(tmp_path / "my-model")
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params.update(model=typed, trust_remote_code="true")
+    at.run()
+    assert at.sidebar.selectbox(key="model").value == typed
+    box = at.sidebar.checkbox(key=_trust_key(typed))
+    assert not box.value  # a link cannot tick it
+    box.check().run()
+    assert any("trust_remote_code is on" in w.value for w in at.sidebar.warning)
+    state = {"model": typed, _trust_key(typed): True}
+    monkeypatch.setattr("streamlit.session_state", state, raising=False)
+    assert model_spec().trust_remote_code and model_spec().name == typed
+    state["model"] = typed + "-other"
+    assert not model_spec().trust_remote_code  # another model starts untrusted
