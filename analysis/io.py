@@ -1,7 +1,8 @@
 """The one way tunescope writes files, and reads its JSON back with clear errors.
 
 Every file the project writes (cache entries, trajectory snapshots, head selections,
-zero-weights files, CLI reports, uploads, exports) goes through this module, so every write has
+zero-weights files, CLI reports, uploads, exports) goes through this module, and so does deleting
+a run's folders (`remove_folder`), so every write has
 the same guarantee: the content lands in a temporary sibling with a unique name, is flushed and
 fsync-ed, and is renamed over the target in one step. A reader therefore sees the old file or the
 new one, never half of one, and a writer killed mid-write leaves only a ``.tmp-*`` sibling that
@@ -113,6 +114,23 @@ def atomic_folder(target: Path | str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def remove_folder(path: Path | str) -> bool:
+    """Delete a folder so that no reader ever sees half of it; returns whether it existed.
+
+    The folder is first renamed to a ``.tmp-`` sibling in one step (readers then see it gone, and
+    a deletion killed half way leaves only a temporary folder that no reader takes for the real
+    thing and ``python -m analysis info`` sweeps), then removed.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    doomed = path.with_name(f"{TMP_PREFIX}{path.name}-deleted-{os.getpid()}-{os.urandom(4).hex()}")
+    os.replace(path, doomed)
+    _fsync_dir(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
 
 
 def read_json(path: Path | str, what: str = "file") -> Any:

@@ -12,6 +12,7 @@ import streamlit as st
 
 from analysis.cache import canonical_json
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, to_dict
+from ui.datasets import NothingChosen
 from ui.memo import ProgressMemo
 
 
@@ -53,5 +54,9 @@ def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
 
 
 def show_error(exc: BaseException) -> None:
-    """A clear message for bad input; the app keeps serving."""
+    """A clear message for bad input; the app keeps serving. Nothing chosen yet is guidance,
+    not an error."""
+    if isinstance(exc, NothingChosen):
+        st.info(str(exc), icon=":material/arrow_back:")
+        return
     st.error(str(exc) or type(exc).__name__, icon="⚠️")

@@ -33,15 +33,43 @@ def looks_like_path(name: str) -> bool:
     )
 
 
+def resolve_typed(name: str) -> Path:
+    """A typed path, resolved: absolute (or ``~``) as it is; relative inside the data folder.
+
+    A relative path that already starts with the data folder's own name (``data/amazon.csv``,
+    as typed from the project root) is not doubled: ``data/amazon.csv`` is the data folder's
+    ``amazon.csv`` unless the data folder really holds a ``data/amazon.csv``.
+    """
+    path = Path(name.strip()).expanduser()
+    if path.is_absolute():
+        return path.resolve()
+    folder = data_dir()
+    inside = folder / path
+    if not inside.exists() and len(path.parts) > 1 and path.parts[0] == folder.name:
+        stripped = folder.joinpath(*path.parts[1:])
+        if stripped.exists():
+            return stripped.resolve()
+    return inside.resolve()
+
+
+def is_allowed(path: Path) -> bool:
+    return any(path == root or root in path.parents for root in allowed_roots())
+
+
+def relative_to_data(path: Path | str) -> str | None:
+    """``path`` relative to the data folder (POSIX style), or None when it lies elsewhere."""
+    try:
+        return Path(path).resolve().relative_to(data_dir()).as_posix()
+    except ValueError:
+        return None
+
+
 def check_allowed(name: str) -> str:
-    """Return the resolved path, or raise ValueError if it lies outside every allowed root."""
-    path = Path(name).expanduser()
-    if not path.is_absolute():
-        path = data_dir() / path
-    resolved = path.resolve()
-    for root in allowed_roots():
-        if resolved == root or root in resolved.parents:
-            return str(resolved)
+    """Return the resolved path (see `resolve_typed`), or raise ValueError if it lies outside
+    every allowed root."""
+    resolved = resolve_typed(name)
+    if is_allowed(resolved):
+        return str(resolved)
     roots = ", ".join(str(r) for r in allowed_roots())
     raise ValueError(
         f"'{name}' is outside the folders this dashboard may read ({roots}). Put the file in the "

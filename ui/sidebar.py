@@ -1,7 +1,10 @@
-"""The shared sidebar (model, dataset, N, pooling, seed) and the config it stands for.
+"""The shared sidebar (model, dataset, N, seed, pooling, max length) and the config it stands for.
 
-Sidebar values live in ``st.session_state`` under ``cfg_*`` keys, so they survive page switches;
-`settings()` turns them into one validated `ExtractConfig`.
+Each setting lives in a query parameter of the same name (`ui.links`: bound widgets, and the
+data picker kept in step by hand), so the settings survive page switches, live in the address
+bar and come back from a copied link.
+`settings()` turns them into one validated `ExtractConfig`; every bad value gets one clear
+message, in the sidebar beside the field and on the page.
 """
 
 from __future__ import annotations
@@ -12,10 +15,37 @@ from pathlib import Path
 
 import streamlit as st
 
-from analysis.cache import default_root
 from analysis.config import POOLINGS, DataSpec, ExtractConfig, ModelSpec, SampleSpec, help_of
-from analysis.io import atomic_write_bytes
-from ui.paths import check_allowed, looks_like_path
+from ui import links
+from ui.datasets import (
+    UPLOAD,
+    UPLOAD_PREFIX,
+    NothingChosen,
+    data_files,
+    data_label,
+    named,
+    normalised,
+    option_label,
+    save_upload,
+    upload_path,
+)
+from ui.paths import check_allowed, data_dir, looks_like_path
+
+N_HELP = (
+    "Examples of the train part that the layer analyses (Data, Layers) use. The Heads page "
+    "takes its own, smaller n (300 by default, as in the HiFi paper): head statistics cost a "
+    "forward pass with one singular-value decomposition per head and example, while CCA and "
+    "the probes of the layer analyses want more examples. Fine-tuning uses the whole train part."
+)
+DATA_HELP = (
+    "A built-in set, a GLUE task, a file of the data folder (listed by its path relative to "
+    "that folder), a file you upload, or type a path: relative paths are looked up in the data "
+    "folder, so 'amazon.csv' and 'data/amazon.csv' name the same file."
+)
+MODEL_HELP = (
+    "A built-in encoder, or type a local folder (inside the allowed folders) or a model-hub id "
+    "such as bert-base-uncased."
+)
 
 
 def default_model() -> str:
@@ -24,6 +54,7 @@ def default_model() -> str:
 
 
 def default_data() -> str:
+    """The data the sidebar starts on: $TUNESCOPE_DATA (a name, or a path as it was given)."""
     return os.environ.get("TUNESCOPE_DATA", "movie-snippets")
 
 
@@ -31,125 +62,233 @@ def default_n() -> int:
     return int(os.environ.get("TUNESCOPE_N", "1000"))
 
 
-OTHER = "other (folder or hub id)…"
-UPLOAD = "upload a file…"
-
-
-def _defaults() -> None:
-    from analysis.data import BUILTIN_DATA, GLUE_DATA
+def _model_refused(name: str) -> str | None:
+    """Why a model named by a link is refused (None: fine, or checked when it is loaded)."""
     from analysis.models import BUILTIN_MODELS
 
-    state = st.session_state
-    model, data = default_model(), default_data()
-    state.setdefault("cfg_model_choice", model if model in BUILTIN_MODELS else OTHER)
-    state.setdefault("cfg_model_other", "" if model in BUILTIN_MODELS else model)
-    state.setdefault("cfg_trust_remote", False)
-    known = [*BUILTIN_DATA, *GLUE_DATA]
-    state.setdefault("cfg_data_choice", data if data in known else "file path…")
-    state.setdefault("cfg_data_path", "" if data in known else data)
-    for key, value in {
-        "cfg_text_col": "", "cfg_pair_col": "", "cfg_label_col": "",
-        "cfg_n": default_n(), "cfg_seed": 0, "cfg_pooling": "mean", "cfg_max_length": 128,
-    }.items():  # fmt: skip
-        state.setdefault(key, value)
+    name = name.strip()
+    if not name:
+        return "is empty"
+    if name in BUILTIN_MODELS or name == default_model() or not looks_like_path(name):
+        return None  # a built-in, the server's own default, or a hub id (checked on loading)
+    try:
+        check_allowed(name)
+    except ValueError:
+        return "is a folder outside the ones this dashboard may read"
+    return None
+
+
+def _data_refused(value: str) -> str | None:
+    """Why a data set named by a link is refused (None: fine)."""
+    value = value.strip()
+    if not value:
+        return "is empty"
+    if named(value) or value in (default_data(), UPLOAD):
+        return None
+    if value.startswith(UPLOAD_PREFIX):
+        try:
+            upload_path(value)
+        except ValueError as exc:
+            return f"names an upload that is not here ({exc})"
+        return None
+    try:
+        path = Path(check_allowed(value))
+    except ValueError:
+        return "is outside the folders this dashboard may read"
+    if not path.is_file():
+        return "names no file in the data folder"
+    return None
+
+
+def _normalise_data() -> None:
+    """The picker's callback: a typed path inside the data folder becomes its path relative to
+    it, so it matches the picker's entry and makes a tidy link."""
+    value = st.session_state.get("data")
+    if isinstance(value, str) and normalised(value) != value:
+        st.session_state["data"] = normalised(value)
+
+
+def _store_upload() -> None:
+    """The uploader's callback: store the file under its own name and choose it."""
+    upload = st.session_state.get("data_upload")
+    if upload is None:
+        return
+    value = save_upload(upload.name, upload.getvalue())
+    uploads = st.session_state.setdefault("data_uploads", [])
+    if value not in uploads:
+        uploads.append(value)
+    st.session_state["data"] = value
+
+
+def _data_options() -> list[str]:
+    from analysis.data import BUILTIN_DATA, GLUE_DATA
+
+    options = [*BUILTIN_DATA, *GLUE_DATA, *data_files(), *st.session_state.get("data_uploads", [])]
+    current = st.session_state.get("data")
+    for extra in (default_data(), current):
+        if isinstance(extra, str) and extra and extra not in options and extra != UPLOAD:
+            options.insert(len(BUILTIN_DATA), extra)
+    return [*options, UPLOAD]
 
 
 def render_sidebar() -> None:
     """Draw the shared settings; called by app.py before every page."""
-    from analysis.data import BUILTIN_DATA, GLUE_DATA
     from analysis.models import BUILTIN_MODELS
 
-    _defaults()
+    links.start_session()
+    links.check_sidebar_link(_model_refused, _data_refused, normalised, default_n())
     side = st.sidebar
     side.header("Settings")
-    side.selectbox("Model", [*BUILTIN_MODELS, OTHER], key="cfg_model_choice")
-    if st.session_state.cfg_model_choice == OTHER:
-        side.text_input(
-            "Model folder or hub id", key="cfg_model_other", placeholder="bert-base-uncased"
-        )
-        side.checkbox(
-            "Trust the model's own code", key="cfg_trust_remote",
-            help="Runs Python code shipped with the model. Only for models you trust.",
-        )  # fmt: skip
-        if st.session_state.cfg_trust_remote:
-            side.warning("trust_remote_code is on: the model's own code will run.")
+    links.show_notes(side)
+
+    models = list(BUILTIN_MODELS)
+    typed = (
+        st.session_state.get("model"),
+        st.query_params.get("model") if links.first_run() else None,
+    )
+    for extra in (default_model(), *typed):  # a typed folder or hub id stays in the list
+        if isinstance(extra, str) and extra.strip() and extra not in models:
+            models.append(extra)
     side.selectbox(
-        "Dataset", [*BUILTIN_DATA, *GLUE_DATA, "file path…", UPLOAD], key="cfg_data_choice"
-    )
-    choice = st.session_state.cfg_data_choice
+        "Model", models, index=models.index(default_model()), key="model",
+        accept_new_options=True, bind=links.BIND, help=MODEL_HELP,
+    )  # fmt: skip
+    model = st.session_state.get("model") or ""
+    if model and model not in BUILTIN_MODELS and model != default_model():
+        side.checkbox(
+            "Trust the model's own code", key=_trust_key(model),
+            help="Runs Python code shipped with the model. Only for models you trust; never "
+            "taken from a link.",
+        )  # fmt: skip
+        if st.session_state.get(_trust_key(model)):
+            side.warning("trust_remote_code is on: the model's own code will run.")
+
+    options = _data_options()
+    side.selectbox(
+        "Dataset", options, index=options.index(default_data()) if default_data() in options else 0,
+        key="data", format_func=option_label, accept_new_options=True,
+        on_change=_normalise_data, help=DATA_HELP,
+    )  # fmt: skip
+    choice = st.session_state.get("data") or ""
+    links.publish("data", choice, default_data())
     if choice == UPLOAD:
-        upload = side.file_uploader(
-            "CSV / TSV / JSONL / Parquet", type=["csv", "tsv", "jsonl", "json", "parquet"]
+        side.file_uploader(
+            "CSV / TSV / JSONL / Parquet",
+            type=["csv", "tsv", "jsonl", "json", "parquet"],
+            key="data_upload",
+            on_change=_store_upload,
         )
-        if upload is not None:
-            st.session_state.cfg_data_path = save_upload(upload.name, upload.getvalue())
-    if choice in ("file path…", UPLOAD):
-        side.text_input("File path", key="cfg_data_path", disabled=choice == UPLOAD)
+    else:
+        side.caption(f"Data folder: `{data_dir()}`; its files are listed by their path inside it.")
+    if choice and not named(choice):
         with side.expander("Columns"):
-            st.text_input("Text column", key="cfg_text_col", placeholder="text")
-            st.text_input("Second-text column (pairs)", key="cfg_pair_col", placeholder="optional")
-            st.text_input("Label column", key="cfg_label_col", placeholder="label")
-    side.number_input("N examples", min_value=2, max_value=100_000, step=100, key="cfg_n")
-    side.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key="cfg_seed")
-    side.radio("Pooling", POOLINGS, key="cfg_pooling", horizontal=True,
+            st.text_input("Text column", key="text_col", placeholder="text", bind=links.BIND)
+            st.text_input(
+                "Second-text column (pairs)", key="pair_col", placeholder="optional",
+                bind=links.BIND,
+            )  # fmt: skip
+            st.text_input("Label column", key="label_col", placeholder="label", bind=links.BIND)
+
+    side.number_input("N examples", value=default_n(), step=100, key="n", bind=links.BIND,
+                      help=N_HELP)  # fmt: skip
+    _inline_error(side, _sample)
+    side.number_input("Seed", value=0, step=1, key="seed", bind=links.BIND)
+    side.radio("Pooling", POOLINGS, key="pooling", horizontal=True, bind=links.BIND,
                help=help_of(ExtractConfig, "pooling"))  # fmt: skip
-    side.number_input(
-        "Max length (tokens)", min_value=8, max_value=512, step=8, key="cfg_max_length"
-    )
+    side.number_input("Max length (tokens)", value=128, step=8, key="max_length", bind=links.BIND)
+    _inline_error(side, _max_length)
 
 
-def save_upload(name: str, content: bytes) -> str:
-    """Store an uploaded file under the cache's uploads/ folder, named by its content hash."""
-    suffix = Path(name).suffix.lower()
-    folder = default_root() / "uploads"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{hashlib.sha256(content).hexdigest()[:16]}{suffix}"
-    if not target.exists():
-        atomic_write_bytes(target, content)
-    return str(target)
+def _inline_error(side, check) -> None:
+    try:
+        check()
+    except ValueError as exc:
+        side.error(str(exc), icon="⚠️")
+
+
+def _trust_key(model: str) -> str:
+    """Trust is ticked per model: another model starts untrusted."""
+    return "trust_remote_" + hashlib.sha256(model.encode()).hexdigest()[:12]
 
 
 def model_spec() -> ModelSpec:
-    state = st.session_state
-    if state.get("cfg_model_choice", default_model()) != OTHER:
-        return ModelSpec(state.get("cfg_model_choice", default_model()))
-    name = (state.get("cfg_model_other") or "").strip()
+    from analysis.models import BUILTIN_MODELS
+
+    name = str(st.session_state.get("model") or default_model()).strip()
     if not name:
-        raise ValueError("Type a model folder or hub id in the sidebar.")
-    if looks_like_path(name) and name != default_model():
+        raise NothingChosen("Choose a model in the sidebar, or type a model folder or hub id.")
+    if name in BUILTIN_MODELS or name == default_model():
+        return ModelSpec(name)
+    trusted = bool(st.session_state.get(_trust_key(name)))  # ticked for the name as typed
+    if looks_like_path(name):
         name = check_allowed(name)
-    return ModelSpec(name, trust_remote_code=bool(state.get("cfg_trust_remote")))
+    return ModelSpec(name, trust_remote_code=trusted)
 
 
 def data_spec() -> DataSpec:
     state = st.session_state
-    choice = state.get("cfg_data_choice", default_data())
-    if choice not in ("file path…", UPLOAD):
-        return DataSpec(choice)
-    path = (state.get("cfg_data_path") or "").strip()
-    if not path:
-        raise ValueError(
-            "Choose a data file in the sidebar (a path in the data folder, or upload one)."
+    choice = str(state.get("data") or default_data()).strip()
+    if choice == UPLOAD:
+        raise NothingChosen(
+            "Upload a CSV, TSV, JSON lines or Parquet file in the sidebar (with a text and a label "
+            "column), or choose a built-in data set or a file of the data folder."
         )
-    if path != default_data():
-        path = check_allowed(path)
+    if named(choice):
+        return DataSpec(choice)
+    if choice.startswith(UPLOAD_PREFIX):
+        path = str(upload_path(choice))
+    elif choice == default_data():
+        path = choice  # the server's own default (trusted, as it was given)
+    else:
+        path = check_allowed(choice)
     return DataSpec(
         path,
-        text_col=state.get("cfg_text_col") or None,
-        text_pair_col=state.get("cfg_pair_col") or None,
-        label_col=state.get("cfg_label_col") or None,
+        text_col=state.get("text_col") or None,
+        text_pair_col=state.get("pair_col") or None,
+        label_col=state.get("label_col") or None,
     )
+
+
+def _sample() -> SampleSpec:
+    n, seed = st.session_state.get("n", default_n()), st.session_state.get("seed", 0)
+    low, high = links.N_RANGE
+    if not isinstance(n, int) or not low <= n <= high:
+        raise ValueError(
+            f"N must be a whole number of examples from {low} to {high:,} (got {n}): the "
+            "analyses need at least two examples."
+        )
+    if not isinstance(seed, int) or not links.SEED_RANGE[0] <= seed <= links.SEED_RANGE[1]:
+        raise ValueError(f"The seed must be a whole number from 0 to 2³¹ − 1 (got {seed}).")
+    return SampleSpec(n=n, seed=seed)
+
+
+def _max_length() -> int:
+    value = st.session_state.get("max_length", 128)
+    low, high = links.MAX_LENGTH_RANGE
+    if not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(
+            f"Max length must be a whole number of tokens from {low} to {high} (got {value})."
+        )
+    return value
 
 
 def settings() -> ExtractConfig:
-    """The sidebar's current choice as one validated config (raises ValueError with a clear message)."""
-    state = st.session_state
+    """The sidebar's current choice as one validated config (raises ValueError with a clear
+    message; NothingChosen while no data is chosen yet)."""
     return ExtractConfig(
         model=model_spec(),
         data=data_spec(),
-        sample=SampleSpec(
-            n=int(state.get("cfg_n", default_n())), seed=int(state.get("cfg_seed", 0))
-        ),
-        pooling=state.get("cfg_pooling", "mean"),
-        max_length=int(state.get("cfg_max_length", 128)),
+        sample=_sample(),
+        pooling=st.session_state.get("pooling", "mean"),
+        max_length=_max_length(),
     )
+
+
+def describe(cfg: ExtractConfig, sample: bool = True) -> str:
+    """One line naming what a page shows: model · data · sample · pooling · max length."""
+    parts = [f"**{cfg.model.name}**", f"**{data_label(cfg.data.name)}**"]
+    if sample:
+        parts.append(f"N = {cfg.sample.n:,} (seed {cfg.sample.seed})")
+        parts.append(f"{cfg.pooling} pooling")
+    parts.append(f"max length {cfg.max_length}")
+    return " · ".join(parts)

@@ -7,7 +7,8 @@ from analysis.data import sample
 from analysis.extract import token_lengths
 from ui.figures import data as figures
 from ui.loaders import get_data, get_model, show_error
-from ui.sidebar import settings
+from ui.nav import next_step
+from ui.sidebar import describe, settings
 
 st.title("Data")
 st.markdown(
@@ -22,6 +23,7 @@ except ValueError as exc:
     show_error(exc)
     st.stop()
 
+st.caption(describe(cfg))
 st.subheader(data.title)
 for note in data.notes:
     st.info(note)
@@ -79,3 +81,4 @@ st.markdown(
     "folder as safetensors + JSON, keyed by the model's weights, the data, the sample, the pooling "
     "and the max length."
 )
+next_step("views/data.py")

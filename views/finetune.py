@@ -3,12 +3,13 @@ with the baselines the papers use."""
 
 import streamlit as st
 
-from ui.finetune.form import launch_form
+from ui.finetune.form import chosen_l_star, launch_form
 from ui.finetune.live import queue_view
 from ui.finetune.results import results_view
-from ui.finetune.state import get_db, shared_l_star
-from ui.loaders import get_model, show_error
-from ui.sidebar import settings
+from ui.finetune.state import get_db
+from ui.loaders import get_data, get_model, show_error
+from ui.nav import next_step
+from ui.sidebar import describe, settings
 
 st.title("Fine-tune")
 st.markdown(
@@ -40,11 +41,12 @@ except ValueError as exc:
 db = get_db()
 st.header("Launch")
 st.caption(
-    f"{loaded.name}: L = {loaded.n_layers} layers, {loaded.n_heads} heads · data "
-    f"{cfg.data.name} · max length and pooling come from the sidebar. On a CPU keep runs short "
-    "(a few hundred steps); on a GPU the same code uses mixed precision."
+    f"{describe(cfg, sample=False)} · L = {loaded.n_layers} layers, {loaded.n_heads} heads · max "
+    "length and pooling come from the sidebar. On a CPU keep runs short (a few hundred steps); on "
+    "a GPU the same code uses mixed precision."
 )
 try:
+    get_data(cfg.data)  # refused here with the message every page gives, not in the worker
     launch_form(cfg, loaded, db)
 except ValueError as exc:
     show_error(exc)
@@ -53,6 +55,6 @@ st.header("Queue (live)")
 queue_view()
 
 st.header("Results against baselines")
-l_star = shared_l_star(loaded.n_layers) or st.session_state.get("ft_l_star")
-results_view(cfg.model.name, cfg.data.name, loaded.n_layers, l_star)
+results_view(cfg.model.name, cfg.data.name, loaded.n_layers, chosen_l_star(cfg, loaded.n_layers))
 st.caption("Every run, with its config and curves, is on the **Runs** page.")
+next_step("views/finetune.py")

@@ -8,10 +8,13 @@ from analysis.heads.pagerank import initial_distribution, pagerank
 from analysis.heads.select import analyse_heads, trainable_parameter_count
 from ui.figures import heads as figures
 from ui.heads import text
+from ui.heads.attention import attention_view
 from ui.heads.robustness import robustness_view
 from ui.heads.state import get_head_stats, settings_form, stats_config
 from ui.loaders import get_model, show_error
-from ui.sidebar import settings
+from ui.nav import next_step
+from ui.sidebar import describe, settings
+from ui.suggestions import remember_heads
 
 st.title("Heads")
 st.markdown(text.INTRO)
@@ -22,9 +25,12 @@ except ValueError as exc:
     show_error(exc)
     st.stop()
 
+st.caption(describe(base, sample=False) + " · this page's own sample size n (below)")
 n, xi, selection_cfg = settings_form(loaded.n_heads)
+st.caption(text.SAMPLE_SIZES)
 try:
-    stats, meta = get_head_stats(stats_config(base, n, xi))
+    stats_cfg = stats_config(base, n, xi)
+    stats, meta = get_head_stats(stats_cfg)
     result = analyse_heads(stats, selection_cfg)
 except ValueError as exc:
     show_error(exc)
@@ -35,7 +41,7 @@ selection = result.to_selection(
     loaded.name,
     {"data": base.data.name, "sample_seed": base.sample.seed, "max_length": base.max_length},
 )
-st.session_state["head_selection"] = selection.to_dict()  # the Fine-tune page's default
+remember_heads(base, selection)  # the Fine-tune page's default, for this model and data only
 
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("heads chosen", f"{selection.n_selected} of {loaded.n_layers * loaded.n_heads}")
@@ -52,14 +58,20 @@ st.caption(
     f"{3 * (loaded.d_head * loaded.d_model + loaded.d_head):,} parameters."
 )
 
-tab_rank, tab_rich, tab_corr, tab_robust = st.tabs(
-    ["PageRank and selection", "Information richness", "Correlation", "Robustness"]
-)
+tab_rank, tab_attention, tab_rich, tab_corr, tab_robust = st.tabs(
+    ["PageRank and selection", "What a head attends to", "Information richness", "Correlation",
+     "Robustness"]
+)  # fmt: skip
+with tab_attention:
+    text.attention()
+    attention_view(stats_cfg.extract, loaded, result)
 with tab_rank:
     text.pagerank()
     st.plotly_chart(figures.pagerank_heatmap(result.pagerank, result.selected), width="stretch")
     text.teleport_note()
-    layer = st.select_slider("layer", list(range(1, stats.n_layers + 1)), key="heads_layer")
+    layer = st.select_slider(
+        "layer (PageRank variants)", list(range(1, stats.n_layers + 1)), key="heads_layer"
+    )
     row = layer - 1
     both = {
         variant: pagerank(
@@ -105,3 +117,5 @@ c3.download_button(
     "heads_layers.json",
     "application/json",
 )
+
+next_step("views/heads.py")

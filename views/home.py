@@ -1,6 +1,8 @@
-"""Landing page: what tunescope answers and where to look."""
+"""Landing page: what tunescope answers, the path through it, and where to look."""
 
 import streamlit as st
+
+from ui.nav import next_step, path_links
 
 st.title("tunescope")
 st.markdown(
@@ -11,21 +13,35 @@ that choice cost and buy?**
 Fine-tuning every parameter of an encoder is the default, but often unnecessary. tunescope looks
 *inside* the model on your data and turns what it sees into concrete, cheaper fine-tuning choices,
 then lets you test them.
-
+"""
+)
+st.subheader("Start here: the default demo, step by step")
+st.markdown(
+    "The sidebar starts on a demo that works offline: the packaged **all-MiniLM-L6-v2** encoder "
+    "(6 layers, 12 heads) and **10,568 human-rated movie-review snippets** (negative / positive). "
+    "Follow the steps in order; each page ends with a link to the next one."
+)
+path_links()
+st.markdown(
+    """
 | page | the question it answers |
 |---|---|
 | **Data** | What is in the dataset I chose, and what exactly will be analysed and cached? |
-| **Layers** | Which layer already separates my classes best (the lowest *task-specialty* ν, called ℓ\\*)? |
-| **Heads** | Which attention heads carry the most information and influence (HiFi's PageRank)? |
+| **Layers** | Which layer already separates my classes best (the lowest *task-specialty* ν, called ℓ\\*)? Which examples does a layer confuse? |
+| **Heads** | Which attention heads carry the most information and influence (HiFi's PageRank)? What does a head attend to? |
 | **Fine-tune** | If I train only those layers / heads / adapters, how does the score compare with full fine-tuning, LoRA or BitFit — at what cost in time and memory? |
-| **Subspace** | In how few directions does fine-tuning actually move the weights, and which weights stick out? |
+| **Subspaces** | In how few directions does fine-tuning actually move the weights, and which weights stick out? |
+| **Runs** | Every run: its curves beside others', a note and tags, its files, an export. |
 
-Choose a **model** and a **dataset** in the sidebar (the defaults work offline: the packaged
-all-MiniLM-L6-v2 encoder and 10,605 human-rated Rotten Tomatoes sentences). Every page shares those
-settings; every long computation shows progress and is cached on disk, so coming back is instant.
+**Your own data:** choose a file of the data folder in the sidebar's *Dataset* list, type its
+path, or upload one (CSV, TSV, JSON lines or Parquet with a text and a label column). Every page
+shares the sidebar's settings, and they live in the address bar: **copy the link** to come back to
+(or share) exactly this view. Every long computation shows progress and is cached on disk, so
+coming back is instant.
 """
 )
 st.caption(
     "Based on Xie et al. (hidden-state variability), HiFi (high-information heads) and Zhang et al. "
     "(fine-tuning happens in tiny subspaces). The formulas are shown on each page."
 )
+next_step("views/home.py")

@@ -6,13 +6,16 @@ import streamlit as st
 
 from analysis.layers.metrics import DEFAULT_BINS
 from analysis.layers.table import report, summary
+from ui.datasets import data_label
 from ui.figures import layers as figures
 from ui.layers import text
 from ui.layers.state import get_layer_metrics
 from ui.layers.view import layer_picture, suggestion, teaching_view
 from ui.layers.whatif import whatif_view
 from ui.loaders import get_states, show_error
-from ui.sidebar import settings
+from ui.nav import next_step
+from ui.sidebar import describe, settings
+from ui.suggestions import remember_l_star
 
 st.title("Layers")
 st.markdown(text.INTRO)
@@ -34,14 +37,11 @@ except ValueError as exc:
 
 summ = summary(df)
 result = report(cfg, df, hit)
-if summ["l_star"] is not None:  # the Fine-tune page's default ℓ*
-    st.session_state["l_star"] = {
-        "l_star": summ["l_star"],
-        "model": cfg.model.name,
-        "data": cfg.data.name,
-    }
+if summ["l_star"] is not None:  # the Fine-tune page's default ℓ*, for exactly this extraction
+    remember_l_star(cfg, summ["l_star"])
 
 with tab_metrics:
+    st.caption(describe(cfg))
     suggestion(summ, df, states.n_layers)
     if df.attrs.get("label_note"):
         st.warning(df.attrs["label_note"], icon=":material/info:")
@@ -58,7 +58,7 @@ with tab_metrics:
     source = "served from the cache" if hit else f"computed in {df.attrs.get('seconds', 0):.1f} s"
     st.caption(
         f"{cfg.model.name}: {states.n_layers} layers, d_model {states.d_model}; N = {states.n} examples "
-        f"of {cfg.data.name} ({cfg.sample.part} part, seed {cfg.sample.seed}), {cfg.pooling} pooling; "
+        f"of {data_label(cfg.data.name)} ({cfg.sample.part} part, seed {cfg.sample.seed}), {cfg.pooling} pooling; "
         f"probe metric {states.metric}; metrics {source}. One seeded 80/10/10 split serves CCA and probes."
     )
     st.dataframe(df, hide_index=True, width="stretch")
@@ -79,3 +79,5 @@ with tab_picture:
 with tab_whatif:
     text.whatifs()
     whatif_view(cfg, states.task_type == "classification", DEFAULT_BINS)
+
+next_step("views/layers.py")

@@ -1,72 +1,38 @@
-"""Runs: every fine-tuning run kept in the runs database, with filters, details and export."""
-
-import json
+"""Runs: every fine-tuning run kept in the runs database, with filters, curves side by side,
+notes and tags, files, details and export."""
 
 import streamlit as st
 
-from ui.figures.finetune import loss_curve
 from ui.finetune.state import get_db
+from ui.nav import next_step
+from ui.runs.view import compare_view, filtered_runs, pick_run, run_view, runs_table
 
 st.title("Runs")
 st.markdown(
-    "Every fine-tuning run launched from the Fine-tune page or the CLI (`python -m analysis "
-    "finetune`, `sweep`), kept in the runs database under the cache folder. Only a completed run "
-    "(status **done**) has a result; a cancelled or failed run keeps its curves and its reason."
+    "Every fine-tuning run launched from the Fine-tune or Subspaces page or the CLI "
+    "(`python -m analysis finetune`, `sweep`), kept in the runs database under the cache folder. "
+    "Only a completed run (status **done**) has a result; a cancelled or failed run keeps its "
+    "curves and its reason. Give runs a note and tags to find them again; they are exported with "
+    "the runs."
 )
 db = get_db()
 db.reap_dead()
 everything = db.list_runs()
 if everything.empty:
     st.info("No runs yet: launch one on the Fine-tune page.")
+    next_step("views/runs.py")
     st.stop()
 
-columns = st.columns(4)
-filters = {}
-for column, name in zip(columns, ["model", "data", "method", "status"], strict=True):
-    chosen = column.multiselect(name.capitalize(), sorted(everything[name].dropna().unique()))
-    filters[name] = chosen or None
-runs = db.list_runs(**filters)
-st.dataframe(runs.drop(columns=["config_json", "result_json"]), hide_index=True, width="stretch")
-left, right = st.columns(2)
-left.download_button(
-    "Download CSV (one row a run)",
-    runs.drop(columns=["result_json"]).to_csv(index=False),
-    "runs.csv",
-    "text/csv",
-)
-right.download_button(
-    "Download JSON (config, result and steps)",
-    json.dumps(db.export_records(**filters), indent=1, default=str),
-    "runs.json",
-    "application/json",
-)
-
+runs, filters = filtered_runs(db, everything)
+runs_table(db, runs, filters)
 if runs.empty:
+    st.info("No run matches these filters.")
+    next_step("views/runs.py")
     st.stop()
+
+st.header("Curves side by side")
+compare_view(db, runs)
+
 st.header("One run")
-run_id = st.selectbox(
-    "Run",
-    runs["id"],
-    format_func=lambda i: (
-        f"{i} · {runs.set_index('id').loc[i, 'label']} · {runs.set_index('id').loc[i, 'status']}"
-    ),
-)
-run = db.get_run(run_id)
-a, b, c, d = st.columns(4)
-a.metric("status", run["status"])
-b.metric("test score", f"{run['result']['score']:.4f}" if run["result"] else "—")
-c.metric("method", run["label"])
-d.metric("seed", run["seed"])
-if run["error"]:
-    st.warning(run["error"])
-if run["status"] in ("queued", "running") and st.button("Cancel this run"):
-    st.toast(f"Run {run_id}: {db.request_cancel(run_id)}")
-steps = db.steps(run_id)
-if not steps.empty:
-    st.markdown("Train loss per step and, on the right axis, the dev score at each evaluation.")
-    st.plotly_chart(loss_curve(steps, run["label"]), width="stretch")
-left, right = st.columns(2)
-left.markdown("**Config**")
-left.json(run["config"], expanded=False)
-right.markdown("**Result**")
-right.json(run["result"] or {}, expanded=False)
+run_view(db, pick_run(runs))
+next_step("views/runs.py")

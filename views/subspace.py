@@ -6,10 +6,11 @@ import streamlit as st
 
 from ui.figures import subspace as figures
 from ui.finetune.state import get_db
-from ui.loaders import show_error
-from ui.sidebar import settings
+from ui.loaders import get_data, get_model, show_error
+from ui.nav import next_step
+from ui.sidebar import describe, settings
 from ui.subspace.runs import comparison_view, pick_run
-from ui.subspace.state import get_report
+from ui.subspace.state import get_report, layer_param_counts
 
 st.title("Subspaces")
 st.markdown(
@@ -20,14 +21,18 @@ st.markdown(
 )
 try:
     cfg = settings()
+    layer_params = layer_param_counts(get_model(cfg.model))
+    get_data(cfg.data)  # a bad file is refused here, with the message every page gives
 except ValueError as exc:
     show_error(exc)
     st.stop()
 db = get_db()
+st.caption(describe(cfg, sample=False))
 
 st.header("1. A fine-tuning trajectory")
-run = pick_run(db, cfg)
+run = pick_run(db, cfg, layer_params)
 if run is None:
+    next_step("views/subspace.py")
     st.stop()
 centre = st.toggle("Centre the snapshots instead of subtracting θ₀", key="sub_centre")
 try:
@@ -96,6 +101,7 @@ st.markdown(
 )
 st.latex(r"\theta_{\text{layer}} = \theta_0 + V\,\frac{1}{h}\sum_{j=1}^{h}\theta_j,\quad h = 16")
 try:
-    comparison_view(db, cfg, run, report)
+    comparison_view(db, cfg, run, report, layer_params)
 except ValueError as exc:
     show_error(exc)
+next_step("views/subspace.py")

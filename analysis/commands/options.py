@@ -144,7 +144,8 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     add("--adapter-layers", AdapterOptions, "layers", default=None)
     add("--lora-layers", LoraOptions, "layers", default=None)
     add("--lora-r", LoraOptions, "r", type=int, default=8)
-    add("--trajectory-every", FinetuneConfig, "trajectory_every", type=int, default=None)
+    add("--trajectory-every", FinetuneConfig, "trajectory_every", type=trajectory_every,
+        default=None, metavar="K|auto")  # fmt: skip
     add("--subspace-from", SubspaceOptions, "source", default=None)
     add("--zero-weights", FinetuneConfig, "zero_weights", default=None)
     add_executor_options(parser)
@@ -198,6 +199,19 @@ def launch(
     check_executor(executor)
     ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=strategy) for cfg, strategy in runs]
     return ids, start_workers(executor, db.path.parent)
+
+
+def trajectory_every(text: str) -> int | str:
+    """``--trajectory-every``: a whole number of steps, or ``auto`` (FinetuneConfig resolves it
+    with `analysis.subspace.budget.auto_every`)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"give a whole number of steps or 'auto' (got {text!r})"
+        ) from None
 
 
 def method_options(args: argparse.Namespace, method: str) -> MethodOptions | None:

@@ -1,4 +1,5 @@
-"""``runs``: list, show, export and cancel the fine-tuning runs kept in the runs database."""
+"""``runs``: list, show, export, cancel, annotate and delete the fine-tuning runs kept in the
+runs database."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 from analysis.commands.options import apply_cache, write_json
 
 NAME = "runs"
-HELP = "list, show, export or cancel fine-tuning runs"
+HELP = "list, show, export, cancel, annotate (note, tag) or delete fine-tuning runs"
 LIST_COLUMNS = ["id", "status", "model", "data", "method", "label", "seed", "score", "metric"]
 
 
@@ -23,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--method", default=None)
         p.add_argument("--status", default=None)
         p.add_argument("--sweep", default=None, help="only the runs of this sweep id")
+        p.add_argument("--tag", default=None, help="only the runs carrying this tag")
     listing.add_argument("--json", default=None, help="also write the list as JSON here")
     show = sub.add_parser("show", help="one run: config, result, last steps")
     show.add_argument("id", help="run id (or a unique part of it)")
@@ -31,6 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--json", default=None, help="runs with config, result and steps")
     cancel = sub.add_parser("cancel", help="cancel a queued or running run")
     cancel.add_argument("id", help="run id (or a unique part of it)")
+    note = sub.add_parser("note", help="set a run's note ('' clears it)")
+    note.add_argument("id", help="run id (or a unique part of it)")
+    note.add_argument("text", help="the note")
+    tag = sub.add_parser("tag", help="set a run's tags, comma-separated ('' clears them)")
+    tag.add_argument("id", help="run id (or a unique part of it)")
+    tag.add_argument("tags", help="e.g. 'baseline, keep'")
+    delete = sub.add_parser(
+        "delete", help="delete a run's files (trajectory, zero-weights files) and the run itself"
+    )
+    delete.add_argument("id", help="run id (or a unique part of it)")
+    delete.add_argument(
+        "--files-only", action="store_true", help="keep the run and its steps, delete its files"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             "method": args.method,
             "status": args.status,
             "sweep_id": args.sweep,
+            "tag": args.tag,
         }
     if args.action == "list":
         table = db.list_runs(**filters)
@@ -81,6 +97,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {db.export_csv(args.csv, **filters)} runs to {args.csv}")
         if args.json:
             print(f"wrote {db.export_json(args.json, **filters)} runs to {args.json}")
+        return 0
+    if args.action == "note":
+        db.set_note(args.id, args.text)
+        print(f"run {db.resolve_id(args.id)}: note saved")
+        return 0
+    if args.action == "tag":
+        tags = db.set_tags(args.id, args.tags)
+        print(f"run {db.resolve_id(args.id)}: tags {', '.join(tags) or '(none)'}")
+        return 0
+    if args.action == "delete":
+        run_id = db.resolve_id(args.id)
+        removed = db.delete_files(run_id) if args.files_only else db.delete_run(run_id)
+        what = "files of run" if args.files_only else "run"
+        print(f"deleted the {what} {run_id}" + "".join(f"\n  removed {p}" for p in removed))
         return 0
     status = db.request_cancel(args.id)
     run_id = db.resolve_id(args.id)

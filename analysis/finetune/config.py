@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from analysis.config import FINETUNE_METHODS, POOLINGS, DataSpec, ModelSpec, setting
 from analysis.heads.selection_file import HeadSelection, layers_json
+from analysis.subspace.budget import resolve_every
 
 METHOD_NAMES = FINETUNE_METHODS
 DEFAULT_LR: dict[str, float] = {
@@ -241,8 +242,9 @@ class FinetuneConfig:
     weight_decay: float = setting(0.01, help="AdamW weight decay of the matrices")
     warmup: float = setting(0.1, help="share of the steps spent warming the learning rate up")
     trajectory_every: int | None = setting(
-        None, help="snapshot every layer's weights every k steps (for the Subspaces page)"
-    )
+        None, help="snapshot every layer's weights every k steps (for the Subspaces page); "
+        "'auto': k = ⌈steps / 32⌉, at most 32 snapshots"
+    )  # fmt: skip
     trajectory_dtype: str = setting("float32", help="dtype the snapshots are stored in")
     zero_weights: str | None = setting(
         None, help="JSON file of encoder weights set to zero before training (disable experiment)"
@@ -359,7 +361,8 @@ class FinetuneConfig:
                 f"warmup is the share of steps spent warming up, in [0, 1) (got {self.warmup!r})."
             )
         object.__setattr__(self, "warmup", float(self.warmup))
-        every = self.trajectory_every
+        every = resolve_every(self.trajectory_every, self.steps)  # "auto" → ⌈steps / 32⌉
+        object.__setattr__(self, "trajectory_every", every)
         if every is not None and (not _is_int(every) or every < 1):
             raise ValueError(
                 f"trajectory_every must be a positive number of steps or None (got {every!r})."

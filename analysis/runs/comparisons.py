@@ -116,20 +116,26 @@ def comparison_configs(
     seeds: Sequence[int],
     outlier_file: str | None = None,
     random_file: Callable[[int], str] | None = None,
+    record_ends: bool = False,
 ) -> list[tuple[str, FinetuneConfig]]:
     """The runs of the paper's comparisons, per seed, as (group, config) pairs.
 
     ``base`` fixes model, data and budget; its method and subspace/zero-weights fields are
-    replaced. Groups (`COMPARISON_GROUPS`): full, intrinsic subspace and
-    random subspace (from run ``source``; both record their start and end, so their learned
-    update V θ̄ can be inspected for outliers), frozen; with ``outlier_file``: full fine-tuning
-    with the outliers zeroed, and with ``random_file(seed)`` as many random weights zeroed.
+    replaced. Groups (`COMPARISON_GROUPS`): full, intrinsic subspace and random subspace (from
+    run ``source``), frozen; with ``outlier_file``: full fine-tuning with the outliers zeroed,
+    and with ``random_file(seed)`` as many random weights zeroed.
+
+    No run records a trajectory unless ``record_ends``: then the two subspace runs snapshot their
+    start and end (two snapshots, a full encoder's layers each), so that their learned update
+    V θ̄ can be inspected for outliers on the Subspaces page.
     """
     out: list[tuple[str, FinetuneConfig]] = []
     from_source = SubspaceOptions(source)
     plain = dict(options=None, zero_weights=None, trajectory_every=None, lr=None)
     for seed in seeds:
-        ends = dict(trajectory_every=base.steps)  # snapshots at step 0 and the last step
+        # Snapshots at step 0 and the last step only, and only when asked: each costs a copy of
+        # the encoder's layers on disk.
+        ends = dict(trajectory_every=base.steps) if record_ends else {}
         runs = [
             ("full", dict(method="full")),
             ("intrinsic subspace", dict(method="subspace", options=from_source, **ends)),

@@ -14,7 +14,13 @@ atomically:
 
 A CHECK constraint makes "a result exists only for a completed run" a property of the file, not
 just of this code. The schema is versioned (``PRAGMA user_version`` plus a ``schema_version``
-table); `migrate` upgrades an older file in place.
+table); `migrate` upgrades an older file in place. Version 2 adds a free-text ``note`` per run
+and a ``run_tags`` table (a run's tags, deleted with it).
+
+Files a run owns live beside the database, under the cache root: ``runs/<id>/`` (what the run
+wrote: its trajectory snapshots) and ``subspace/<id>/`` (the zero-weights files of the disable
+experiment made from its trajectory). `RunsDB.delete_files` removes them, `RunsDB.delete_run`
+the run too.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from analysis.cache import default_root
-from analysis.io import atomic_write_json, atomic_write_text
+from analysis.io import atomic_write_json, atomic_write_text, remove_folder
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -78,7 +84,11 @@ RUN_COLUMNS = (
     "progress",
     "message",
     "error",
+    "note",
 )
+MAX_NOTE_CHARS = 10_000
+MAX_TAG_CHARS = 40
+MAX_TAGS = 20
 
 # Migration v → v+1 is MIGRATIONS[v]: a list of SQL statements run in one transaction.
 MIGRATIONS: list[list[str]] = [
@@ -123,6 +133,16 @@ MIGRATIONS: list[list[str]] = [
             applied REAL NOT NULL
         )""",
     ],
+    # 2: a note and tags per run (the Runs page and `runs note` / `runs tag` edit them).
+    [
+        "ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''",
+        """CREATE TABLE run_tags (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            tag TEXT NOT NULL CHECK (length(tag) BETWEEN 1 AND 40),
+            PRIMARY KEY (run_id, tag)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX run_tags_by_tag ON run_tags (tag, run_id)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -136,6 +156,37 @@ def db_path(root: Path | str | None = None) -> Path:
     if root is None:
         root = default_root()
     return Path(root) / "runs.sqlite"
+
+
+def run_folder(root: Path | str, run_id: str) -> Path:
+    """``<cache root>/runs/<run id>/``: the files a run writes (its trajectory snapshots)."""
+    return Path(root) / "runs" / run_id
+
+
+def disable_folder(root: Path | str, run_id: str) -> Path:
+    """``<cache root>/subspace/<run id>/``: the zero-weights files of the disable experiment made
+    from the trajectory of run ``run_id``."""
+    return Path(root) / "subspace" / run_id
+
+
+def parse_tags(tags: str | Sequence[str]) -> tuple[str, ...]:
+    """Tags from ``"a, b"`` or ``["a", "b"]``: stripped, duplicates and empties dropped, in the
+    order given; a tag longer than 40 characters or more than 20 tags is a ValueError."""
+    pieces = tags.split(",") if isinstance(tags, str) else list(tags)
+    out: list[str] = []
+    for piece in pieces:
+        tag = " ".join(str(piece).split())
+        if not tag or tag in out:
+            continue
+        if "," in tag or len(tag) > MAX_TAG_CHARS:
+            raise ValueError(
+                f"A tag is a short word or phrase without commas, at most {MAX_TAG_CHARS} "
+                f"characters (got {tag[:60]!r})."
+            )
+        out.append(tag)
+    if len(out) > MAX_TAGS:
+        raise ValueError(f"At most {MAX_TAGS} tags per run (got {len(out)}).")
+    return tuple(out)
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -418,6 +469,85 @@ class RunsDB:
             )
             return cursor.rowcount == 1
 
+    def set_note(self, run_id: str, note: str) -> None:
+        """Replace a run's note (free text, at most 10,000 characters; "" clears it)."""
+        run_id = self.resolve_id(run_id)
+        note = str(note).strip()
+        if len(note) > MAX_NOTE_CHARS:
+            raise ValueError(
+                f"A note holds at most {MAX_NOTE_CHARS:,} characters (got {len(note):,})."
+            )
+        with self._write() as conn:
+            conn.execute("UPDATE runs SET note = ? WHERE id = ?", (note, run_id))
+
+    def set_tags(self, run_id: str, tags: str | Sequence[str]) -> tuple[str, ...]:
+        """Replace a run's tags (``"baseline, good"`` or a list; see `parse_tags`); returns them."""
+        run_id = self.resolve_id(run_id)
+        chosen = parse_tags(tags)
+        with self._write() as conn:
+            conn.execute("DELETE FROM run_tags WHERE run_id = ?", (run_id,))
+            conn.executemany(
+                "INSERT INTO run_tags (run_id, tag) VALUES (?, ?)", [(run_id, t) for t in chosen]
+            )
+        return chosen
+
+    def run_files(self, run_id: str) -> list[Path]:
+        """The folders run ``run_id`` owns that exist: its trajectory (``runs/<id>/``) and the
+        zero-weights files made from it (``subspace/<id>/``)."""
+        root = self.path.parent
+        return [f for f in (run_folder(root, run_id), disable_folder(root, run_id)) if f.is_dir()]
+
+    def delete_files(self, run_id: str) -> list[Path]:
+        """Delete the folders run ``run_id`` owns (`run_files`); returns the ones removed.
+
+        Refused (ValueError) while the run is queued or running, or while a queued or running
+        run trains in its subspace or zeroes weights from its files: they still need them.
+        """
+        run = self.get_run(run_id)
+        run_id = run["id"]
+        if run["status"] in ("queued", "running"):
+            raise ValueError(
+                f"Run {run_id} is {run['status']}: cancel it before deleting its files."
+            )
+        folders = self.run_files(run_id)
+        users = self._runs_using(run_id, folders)
+        if users:
+            raise ValueError(
+                f"Run(s) {', '.join(users)} still need the files of run {run_id} (they train in its "
+                "subspace or zero weights listed there): wait for them or cancel them first."
+            )
+        return [folder for folder in folders if remove_folder(folder)]
+
+    def delete_run(self, run_id: str) -> list[Path]:
+        """Delete a run for good: its files (`delete_files`, same refusals), then the run and its
+        steps. Returns the folders removed."""
+        run_id = self.resolve_id(run_id)
+        removed = self.delete_files(run_id)
+        with self._write() as conn:
+            conn.execute(
+                "DELETE FROM runs WHERE id = ? AND status NOT IN ('queued', 'running')", (run_id,)
+            )
+        return removed
+
+    def _runs_using(self, run_id: str, folders: Sequence[Path]) -> list[str]:
+        """Queued or running runs whose config names run ``run_id`` or one of ``folders``."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT id, config_json FROM runs WHERE status IN ('queued', 'running') AND id != ?",
+                (run_id,),
+            ).fetchall()
+
+        def inside(path: str) -> bool:
+            return any(path == str(f) or path.startswith(str(f) + os.sep) for f in folders)
+
+        users = []
+        for other, raw in rows:
+            config = json.loads(raw)
+            source = str(config.get("subspace_from") or "")
+            if source == run_id or inside(source) or inside(str(config.get("zero_weights") or "")):
+                users.append(other)
+        return users
+
     def request_cancel(self, run_id: str) -> str:
         """Cancel a run: a queued one at once, a running one by raising its flag (the process
         running it stops at its next step). Returns the run's status afterwards."""
@@ -483,7 +613,23 @@ class RunsDB:
         run["config"] = json.loads(run.pop("config_json"))
         raw = run.pop("result_json")
         run["result"] = json.loads(raw) if raw else None
+        run["tags"] = self.tags(run_id)
         return run
+
+    def tags(self, run_id: str) -> list[str]:
+        """The tags of one run, sorted."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT tag FROM run_tags WHERE run_id = ? ORDER BY tag", (run_id,)
+            ).fetchall()
+        return [tag for (tag,) in rows]
+
+    def all_tags(self) -> list[str]:
+        """Every tag in use, sorted."""
+        with self._connect() as conn:
+            return [
+                tag for (tag,) in conn.execute("SELECT DISTINCT tag FROM run_tags ORDER BY tag")
+            ]
 
     def list_runs(
         self,
@@ -493,9 +639,11 @@ class RunsDB:
         status: str | Sequence[str] | None = None,
         sweep_id: str | None = None,
         limit: int | None = None,
+        tag: str | Sequence[str] | None = None,
     ) -> pd.DataFrame:
         """Runs (newest first, at most ``limit``) with the result's headline fields as columns
-        (NaN unless done)."""
+        (NaN unless done), their ``note`` and ``tags`` (comma-separated). ``tag``: only runs
+        carrying one of these tags; the other filters take one value or a list, too."""
         where, params = [], []
         for column, wanted in (
             ("model", model),
@@ -509,7 +657,17 @@ class RunsDB:
             values = [wanted] if isinstance(wanted, str) else list(wanted)
             where.append(f"{column} IN ({', '.join('?' * len(values))})")
             params.extend(values)
-        sql = f"SELECT {', '.join(RUN_COLUMNS)}, config_json, result_json FROM runs"
+        if tag is not None:
+            tags = [tag] if isinstance(tag, str) else list(tag)
+            where.append(
+                f"id IN (SELECT run_id FROM run_tags WHERE tag IN ({', '.join('?' * len(tags))}))"
+            )
+            params.extend(tags)
+        tags_sql = (
+            "(SELECT group_concat(tag, ', ') FROM (SELECT tag FROM run_tags"
+            " WHERE run_tags.run_id = runs.id ORDER BY tag)) AS tags"
+        )
+        sql = f"SELECT {', '.join(RUN_COLUMNS)}, {tags_sql}, config_json, result_json FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, rowid DESC"
@@ -523,6 +681,7 @@ class RunsDB:
         frame["metric"] = frame["metric"].astype(object)
         for column in TIME_COLUMNS:
             frame[column] = pd.to_datetime(frame[column], unit="s", utc=True)
+        frame["tags"] = frame["tags"].fillna("").astype(object)
         for column in RESULT_COLUMNS:
             if column != "metric":
                 frame[column] = pd.to_numeric(frame[column], errors="coerce")

@@ -214,12 +214,16 @@ def test_comparison_configs_per_seed(tiny_bert_dir):
     by = {(g, c.seed): c for g, c in configs}
     sub = by[("intrinsic subspace", 1)]
     assert sub.method == "subspace" and sub.subspace_from == "run-a"
-    assert sub.trajectory_every == 7 and sub.lr == 1e-2  # the method's default learning rate
+    assert sub.lr == 1e-2  # the method's default learning rate
+    assert all(c.trajectory_every is None for _, c in configs)  # no trajectory unless asked
     assert by[("random subspace", 0)].method == "subspace-random"
     assert by[("random weights zeroed", 1)].zero_weights == "/z/r1.json"
     assert by[("outliers zeroed", 0)].zero_weights == "/z/out.json"
     assert by[("full", 0)].zero_weights is None and by[("frozen", 0)].method == "frozen"
     assert all(c.steps == 7 for _, c in configs)
+    asked = comparison_configs(base, "run-a", [0], record_ends=True)
+    every = {g: c.trajectory_every for g, c in asked}
+    assert every == {"full": None, "intrinsic subspace": 7, "random subspace": 7, "frozen": None}
 
 
 def test_a_subspace_found_on_one_dataset_trains_on_another(tmp_path, tiny_bert_dir):

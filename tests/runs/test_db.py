@@ -7,7 +7,16 @@ import sqlite3
 
 import pytest
 
-from analysis.runs.db import MIGRATIONS, SCHEMA_VERSION, RunNotFound, RunsDB, migrate
+from analysis.runs.db import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    RunNotFound,
+    RunsDB,
+    disable_folder,
+    migrate,
+    parse_tags,
+    run_folder,
+)
 
 
 def config(method="layers", layers=(1, 2, 2), seed=0, model="tiny", data="toy"):
@@ -52,9 +61,9 @@ def test_migration_upgrades_an_old_file_and_keeps_its_rows(tmp_path):
         "INSERT INTO runs (id, created, status, model, data, method, label, seed, config_json)"
         " VALUES ('r1', 0, 'queued', 'm', 'd', 'full', 'full', 0, '{}')"
     )
-    upgrade = [*MIGRATIONS, ["ALTER TABLE runs ADD COLUMN note TEXT"]]
+    upgrade = [*MIGRATIONS, ["ALTER TABLE runs ADD COLUMN extra TEXT"]]
     assert migrate(conn, upgrade) == SCHEMA_VERSION + 1
-    assert conn.execute("SELECT id, note FROM runs").fetchall() == [("r1", None)]
+    assert conn.execute("SELECT id, extra FROM runs").fetchall() == [("r1", None)]
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
     conn.close()
     with pytest.raises(RuntimeError, match="newer"):
@@ -162,3 +171,145 @@ def test_exports(db, tmp_path):
     done = next(r for r in records if r["id"] == run_id)
     assert done["result"]["score"] == 0.5 and done["steps"][0]["value"] == 0.3
     assert done["config"]["layers"] == [1, 2, 2]
+
+
+# ---- schema version 2: notes and tags; deleting a run's files ---------------------------------
+
+
+def version_1_file(path) -> None:
+    """A runs database as the version-1 code made it: its schema, and rows written with its SQL
+    (a done run with steps and a result, a failed run, a queued run)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    assert migrate(conn, MIGRATIONS[:1]) == 1
+    insert = (
+        "INSERT INTO runs (id, created, started, finished, status, worker_pid, device, model, "
+        "data, method, label, strategy, seed, sweep_id, config_json, result_json, error) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    cfg = json.dumps(config())
+    rows = [
+        ("r-done", 1.0, 2.0, 3.0, "done", 7, "cpu", "tiny", "toy", "layers", "(1, 2, 2)",
+         "ℓ*-down", 0, "s1", cfg, json.dumps({"score": 0.75, "metric": "accuracy"}), None),
+        ("r-failed", 4.0, 5.0, 6.0, "failed", 7, "cpu", "tiny", "toy", "layers", "(1, 2, 2)",
+         None, 1, None, cfg, None, "boom"),
+        ("r-queued", 7.0, None, None, "queued", None, None, "tiny", "toy", "full", "full",
+         None, 2, None, cfg, None, None),
+    ]  # fmt: skip
+    for row in rows:
+        conn.execute(insert, row)
+    conn.executemany(
+        "INSERT INTO steps (run_id, step, kind, key, value, t) VALUES (?, ?, ?, ?, ?, ?)",
+        [("r-done", 1, "train", "loss", 0.7, 1.5), ("r-done", 2, "dev", "dev", 0.8, 1.6)],
+    )
+    conn.close()
+
+
+def test_a_version_1_database_opens_upgraded_with_every_row_intact(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    version_1_file(path)
+    db = RunsDB(path)  # the current code migrates it in place
+    assert db.pragma("user_version") == SCHEMA_VERSION == 2
+    assert db.pragma("integrity_check") == "ok"
+    with sqlite3.connect(path) as conn:
+        assert [v for (v,) in conn.execute("SELECT version FROM schema_version")] == [1, 2]
+    table = db.list_runs()
+    assert table["id"].tolist() == ["r-queued", "r-failed", "r-done"]
+    assert table["note"].tolist() == ["", "", ""] and table["tags"].tolist() == ["", "", ""]
+    done = db.get_run("r-done")
+    assert done["result"]["score"] == 0.75 and done["strategy"] == "ℓ*-down"
+    assert done["note"] == "" and done["tags"] == []
+    assert db.curves("r-done") == {"train_loss": [[1, 0.7]], "dev": [[2, 0.8]]}
+    assert db.get_run("r-failed")["error"] == "boom"
+    # Old rows take notes and tags; the queue goes on.
+    db.set_note("r-done", "the first good one")
+    db.set_tags("r-done", "baseline, keep")
+    assert db.get_run("r-done")["tags"] == ["baseline", "keep"]
+    assert db.claim_next(worker_pid=9)["id"] == "r-queued"
+    # Reopening does not migrate twice.
+    assert RunsDB(path).pragma("user_version") == 2
+
+
+def test_notes_and_tags_are_shown_filtered_and_exported(db, tmp_path):
+    a = db.enqueue(config(seed=0))
+    b = db.enqueue(config(seed=1))
+    db.set_note(a, "  lr too high?  ")
+    assert db.set_tags(a, " baseline ,  keep,baseline ,") == ("baseline", "keep")
+    db.set_tags(b, ["keep", "lr sweep"])
+    table = db.list_runs().set_index("id")
+    assert table.loc[a, "note"] == "lr too high?" and table.loc[a, "tags"] == "baseline, keep"
+    assert db.list_runs(tag="baseline")["id"].tolist() == [a]
+    assert set(db.list_runs(tag=["keep"])["id"]) == {a, b}
+    assert db.list_runs(tag="nothing").empty
+    assert db.all_tags() == ["baseline", "keep", "lr sweep"]
+    db.set_tags(a, "")
+    assert db.get_run(a)["tags"] == [] and db.all_tags() == ["keep", "lr sweep"]
+    db.export_json(tmp_path / "runs.json")
+    records = {r["id"]: r for r in json.loads((tmp_path / "runs.json").read_text())}
+    assert records[a]["note"] == "lr too high?" and records[b]["tags"] == ["keep", "lr sweep"]
+    db.export_csv(tmp_path / "runs.csv")
+    header = (tmp_path / "runs.csv").read_text().splitlines()[0].split(",")
+    assert "note" in header and "tags" in header
+
+
+@pytest.mark.parametrize(
+    "tags, message",
+    [("x" * 41, "at most 40"), (",".join(f"t{i}" for i in range(21)), "At most 20")],
+)
+def test_bad_tags_are_refused(db, tags, message):
+    run_id = db.enqueue(config())
+    with pytest.raises(ValueError, match=message):
+        db.set_tags(run_id, tags)
+    with pytest.raises(ValueError, match="10,000"):
+        db.set_note(run_id, "x" * 10_001)
+    assert parse_tags(["a", " a ", ""]) == ("a",)
+
+
+def finished(db, **cfg) -> str:
+    run_id = db.enqueue(config(**cfg))
+    db.claim_next(1)
+    db.finish(run_id, {"score": 0.5})
+    return run_id
+
+
+def test_delete_files_and_delete_run(db):
+    root = db.path.parent
+    run_id = finished(db)
+    trajectory = run_folder(root, run_id) / "trajectory"
+    trajectory.mkdir(parents=True)
+    (trajectory / "index.json").write_text("{}")
+    zero = disable_folder(root, run_id)
+    zero.mkdir(parents=True)
+    (zero / "zero-outliers.json").write_text("{}")
+    db.log_step(run_id, 1, {"loss": 0.1})
+    assert db.run_files(run_id) == [run_folder(root, run_id), zero]
+
+    # A queued run still needs the zero-weights files: refused, nothing removed.
+    user = db.enqueue(
+        {**config(method="full", layers=None), "zero_weights": str(zero / "zero-outliers.json")}
+    )
+    with pytest.raises(ValueError, match=f"{user}.*still need"):
+        db.delete_files(run_id)
+    assert zero.is_dir()
+    db.request_cancel(user)
+
+    assert db.delete_files(run_id) == [run_folder(root, run_id), zero]
+    assert not run_folder(root, run_id).exists() and not zero.exists()
+    assert not list(root.glob("*/.tmp-*"))  # nothing half-deleted left behind
+    assert db.get_run(run_id)["status"] == "done"  # the run itself stays
+    assert db.delete_run(run_id) == []
+    with pytest.raises(RunNotFound):
+        db.get_run(run_id)
+    assert db.steps(run_id).empty  # its steps went with it
+
+
+def test_a_queued_or_running_run_is_not_deleted(db):
+    queued = db.enqueue(config())
+    with pytest.raises(ValueError, match="queued: cancel it"):
+        db.delete_run(queued)
+    db.request_cancel(queued)
+    source = finished(db)
+    db.enqueue(config(method="subspace", layers=None) | {"subspace_from": source})
+    with pytest.raises(ValueError, match="still need"):
+        db.delete_run(source)
+    assert db.get_run(source)["status"] == "done"

@@ -8,7 +8,7 @@ def test_home_renders(tiny_bert_dir, monkeypatch):
     at.run()
     assert not at.exception
     assert "which layers and heads" in " ".join(m.value for m in at.markdown).lower()
-    assert at.sidebar.number_input(key="cfg_n").value == 40
+    assert at.sidebar.number_input(key="n").value == 40
 
 
 def test_data_page_shows_counts_lengths_and_rows(tiny_bert_dir, monkeypatch):
@@ -22,9 +22,9 @@ def test_data_page_shows_counts_lengths_and_rows(tiny_bert_dir, monkeypatch):
 def test_settings_survive_page_switches(tiny_bert_dir, monkeypatch):
     at = make_app(tiny_bert_dir, monkeypatch)
     at.run()
-    at.sidebar.number_input(key="cfg_n").set_value(60).run()
+    at.sidebar.number_input(key="n").set_value(60).run()
     at.switch_page("views/data.py").run()
-    assert at.sidebar.number_input(key="cfg_n").value == 60
+    assert at.sidebar.number_input(key="n").value == 60
     assert len(at.dataframe[0].value) == 60
 
 
@@ -45,9 +45,8 @@ def test_bad_file_is_a_clear_message_and_the_app_keeps_serving(
 
 def test_paths_outside_allowed_roots_are_refused(tiny_bert_dir, monkeypatch):
     at = make_app(tiny_bert_dir, monkeypatch)
+    at.session_state["data"] = "/etc/passwd.csv"  # as if typed into the Dataset box
     at.run()
-    at.sidebar.selectbox(key="cfg_data_choice").set_value("file path…").run()
-    at.sidebar.text_input(key="cfg_data_path").set_value("/etc/passwd.csv").run()
     at.switch_page("views/data.py").run()
     assert any("outside the folders" in e for e in errors(at))
 
@@ -56,3 +55,19 @@ def test_paths_outside_allowed_roots_are_refused(tiny_bert_dir, monkeypatch):
 def test_every_foundation_page_renders(tiny_bert_dir, monkeypatch, page):
     at = open_page(make_app(tiny_bert_dir, monkeypatch), page)
     assert not at.exception
+
+
+def test_home_gives_the_path_and_every_page_links_to_the_next_step(tiny_bert_dir, monkeypatch):
+    from ui.nav import PATH, next_of
+
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    links = [link.proto.label for link in at.get("page_link")]
+    assert [label.split("**")[1] for label in links[:6]] == [s.title for s in PATH]
+    assert "Runs" in " ".join(m.value for m in at.markdown)  # the table lists every page
+    assert links[-1].startswith("Next: **Data**")
+    assert [next_of(s.page).title for s in PATH] == [
+        "Layers", "Heads", "Fine-tune", "Subspaces", "Runs", "Fine-tune"
+    ]  # fmt: skip
+    at.switch_page("views/data.py").run()
+    assert at.get("page_link")[-1].proto.label.startswith("Next: **Layers**")

@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 from apptest_utils import errors, make_app, open_page
 
+from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
 from analysis.heads.selection_file import FORMAT
 from analysis.runs.db import RunsDB
 from analysis.runs.worker import worker_pid
+from analysis.strategies import middle_layer
+from ui.finetune.form import layer_key
+from ui.suggestions import extraction_key, heads_key
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
 
@@ -129,15 +133,64 @@ def test_bad_form_input_is_a_clear_message(tiny_bert_dir, monkeypatch):
     assert RunsDB().list_runs().empty
 
 
-def test_l_star_and_heads_from_other_pages_are_used(tiny_bert_dir, monkeypatch):
+def sidebar_config(model_dir, data: str = "movie-snippets") -> ExtractConfig:
+    """The extraction the sidebar of `make_app` names (N = 40, seed 0, mean, 128 tokens)."""
+    return ExtractConfig(model=ModelSpec(str(model_dir)), data=DataSpec(data),
+                         sample=SampleSpec(n=40))  # fmt: skip
+
+
+def test_l_star_and_heads_from_other_pages_are_used_for_their_data_only(tiny_bert_dir, monkeypatch):
+    cfg = sidebar_config(tiny_bert_dir)
     at = make_app(tiny_bert_dir, monkeypatch)
-    at.session_state["l_star"] = 2
-    at.session_state["head_selection"] = {"format": FORMAT, "layers": {"1": [0, 2], "2": [3]}}
+    at.session_state["suggested_l_star"] = {extraction_key(cfg): 1}  # the middle of L = 2 is 2
+    at.session_state["suggested_heads"] = {
+        heads_key(cfg): {"format": FORMAT, "layers": {"1": [0, 2], "2": [3]}}
+    }
     open_page(at, "views/finetune.py")
-    assert any("ℓ* = 2, from the Layers page" in i.value for i in at.info)
-    assert widget(at.number_input, "ℓ* (best-specialised layer)").value == 2
+    assert any("ℓ* = 1, from the Layers page" in i.value for i in at.info)
+    assert widget(at.number_input, "ℓ* (best-specialised layer)").value == 1
     fill_form(at, steps=10)
     widget(at.selectbox, "Method (one run)").set_value("heads")
     widget(at.button, "Estimate time").click().run()
     assert not errors(at), errors(at)
     assert any("one heads run" in i.value for i in at.info)
+
+    # Another data set: neither ℓ* nor the heads of movie snippets are offered.
+    at.sidebar.selectbox(key="data").set_value("trec6").run()
+    assert not any("from the Layers page" in i.value for i in at.info)
+    assert any("No ℓ* found yet" in c.value for c in at.caption)
+    field = widget(at.number_input, "ℓ* (best-specialised layer)")
+    assert field.value == middle_layer(2) and field.key != layer_key(cfg, "l_star")  # its own field
+    widget(at.selectbox, "Method (one run)").set_value("heads")
+    widget(at.button, "Estimate time").click().run()
+    assert any("for this model and data" in e for e in errors(at))
+
+
+def test_the_form_keeps_its_values_across_page_switches(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=77, seeds="3,4")
+    widget(at.number_input, "ℓ* (best-specialised layer)").set_value(2)
+    widget(at.button, "Estimate time").click().run()
+    at.switch_page("views/data.py").run()
+    at.switch_page("views/finetune.py").run()
+    assert widget(at.number_input, "Steps").value == 77
+    assert widget(at.text_input, "Seeds").value == "3,4"
+    assert widget(at.selectbox, "Method (one run)").value == "layers"
+    assert widget(at.number_input, "ℓ_head").value == 2
+    assert widget(at.number_input, "ℓ* (best-specialised layer)").value == 2
+
+
+def test_a_bad_file_is_refused_on_the_page_and_never_queued(tiny_bert_dir, monkeypatch, tmp_path):
+    bad = tmp_path / "latin1.csv"
+    bad.write_bytes("text,label\nna\xefve caf\xe9,1\n".encode("latin-1") * 20)
+    monkeypatch.setenv("TUNESCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = open_page(make_app(tiny_bert_dir, monkeypatch, data=str(bad)), "views/finetune.py")
+    assert not at.exception
+    assert errors(at) == [
+        "latin1.csv is not valid UTF-8 (byte 0xef on line 2): re-save it as UTF-8 (e.g. 'CSV "
+        "UTF-8' in a spreadsheet program)."
+    ]
+    assert not [b for b in at.button if b.label == "Queue"]  # no form to queue from
+    at.switch_page("views/data.py").run()
+    assert errors(at)[0].startswith("latin1.csv is not valid UTF-8")  # the same message
+    assert RunsDB().list_runs().empty

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from apptest_utils import errors, make_app
@@ -26,9 +28,10 @@ def test_heads_page_renders_every_view(tiny_bert_dir, monkeypatch):
     assert (
         metrics["n_trainable (Q/K/V rows + biases)"] == f"{2 * 3 * 3 * (8 * 32 + 8):,}"
     )  # 2 layers × k = 3 × Q/K/V
-    assert len(at.get("plotly_chart")) == 4  # PageRank, variants, richness, correlation
+    # PageRank, variants, attention pattern, richness, correlation
+    assert len(at.get("plotly_chart")) == 5
     assert len(at.latex) >= 4
-    selection = at.session_state["head_selection"]
+    selection = next(iter(at.session_state["suggested_heads"].values()))
     assert selection["format"] == "tunescope-heads/1"
     assert sorted(selection["layers"]) == ["1", "2"]
     assert all(len(heads) == 3 for heads in selection["layers"].values())
@@ -43,7 +46,7 @@ def test_changing_k_reuses_the_statistics_and_mid_top_drops_layers(tiny_bert_dir
     at.button[0].click()  # the form's Apply
     at.run()
     assert not errors(at)
-    layers = at.session_state["head_selection"]["layers"]
+    layers = next(iter(at.session_state["suggested_heads"].values()))["layers"]
     assert list(layers) == ["2"] and len(layers["2"]) == 1
     # Same statistics object (a recomputation would report a new duration): k and scope are cheap.
     assert stats_caption in [c.value for c in at.caption]
@@ -57,7 +60,7 @@ def test_robustness_comparison(tiny_bert_dir, monkeypatch):
     at.run()
     assert not errors(at)
     assert any("Kendall τ of I_h" in m.label for m in at.metric)
-    assert len(at.get("plotly_chart")) == 6
+    assert len(at.get("plotly_chart")) == 7
 
 
 def test_bad_k_state_is_clamped_not_a_crash(tiny_bert_dir, monkeypatch):
@@ -118,3 +121,71 @@ def test_robustness_figures():
     assert len(prof.data) == 10
     assert [t.name for t in prof.data if t.showlegend] == ["n = 300", "n = 1000"]
     assert prof.data[0].error_y.array is not None and prof.data[5].error_y.array is None
+
+
+# ------------------------------------------------------------------ what a head attends to
+
+
+def test_attention_tab_shows_the_linked_head_on_the_linked_example(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params.update(layer="2", head="3", example="4")
+    at.session_state["heads_n"] = 12
+    at.switch_page(PAGE).run()
+    assert not errors(at)
+    assert at.select_slider(key="layer").value == 2 and at.select_slider(key="head").value == 3
+    assert at.selectbox(key="example").value == 4
+    heatmap = next(c for c in at.get("plotly_chart") if '"attended token (key)"' in c.proto.spec)
+    spec = json.loads(heatmap.proto.spec)
+    tokens = spec["layout"]["xaxis"]["ticktext"]
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+    assert spec["layout"]["title"]["text"] == "layer 2, head 3"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["rank in its layer"].endswith("of 4") and metrics["selected"] in ("yes", "no")
+    at.text_input(key="heads_own_text").set_value("the film was great").run()
+    spec = json.loads(
+        next(c for c in at.get("plotly_chart") if "attended token" in c.proto.spec).proto.spec
+    )
+    assert spec["layout"]["xaxis"]["ticktext"][1:-1] == ["the", "film", "was", "great"]
+
+    bad = make_app(tiny_bert_dir, monkeypatch)
+    bad.query_params.update(head="7")
+    bad.session_state["heads_n"] = 12
+    bad.switch_page(PAGE).run()
+    assert not bad.exception
+    assert any("head='7' is not within 0..3 here" in w.value for w in bad.sidebar.warning)
+    assert bad.select_slider(key="head").value == 0
+
+
+def test_the_form_keeps_its_values_across_pages_and_heads_are_kept_per_data(
+    tiny_bert_dir, monkeypatch
+):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.session_state["heads_n"] = 12
+    at.switch_page(PAGE).run()
+    at.number_input(key="heads_k").set_value(1)
+    at.button[0].click().run()  # Apply
+    at.switch_page("views/data.py").run()
+    at.switch_page(PAGE).run()
+    assert at.number_input(key="heads_k").value == 1 and at.number_input(key="heads_n").value == 12
+    assert len(at.session_state["suggested_heads"]) == 1
+    at.sidebar.selectbox(key="data").set_value("trec6").run()
+    assert not errors(at)
+    assert len(at.session_state["suggested_heads"]) == 2  # one selection per data set
+
+
+def test_attention_heatmap_keeps_repeated_tokens_apart():
+    tokens = ["[CLS]", "the", "film", "the", "[SEP]"]
+    weights = np.full((5, 5), 0.2)
+    fig = figures.attention_heatmap(weights, tokens, 2, 1)
+    assert list(fig.data[0].x) == [0, 1, 2, 3, 4]  # positions, not names: "the" twice
+    assert list(fig.layout.xaxis.ticktext) == ["[CLS]", "the ·1", "film", "the ·3", "[SEP]"]
+    assert fig.layout.yaxis.autorange == "reversed"
+    assert fig.data[0].customdata[1][3] == "the → the"
+
+
+def test_correlation_grid_labels_head_indices():
+    fig = figures.correlation_grid(np.ones((2, 12, 12)), n_cols=2)
+    assert list(fig.layout.xaxis.tickvals) == list(range(12))
+    assert fig.layout.xaxis.title.text == "head" and fig.layout.yaxis.title.text == "head"
+    assert figures.head_ticks(40) == list(range(0, 40, 4))

@@ -27,7 +27,7 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
     table = at.dataframe[0].value
     assert list(table.columns) == ["layer", "nu", "cca", "rank", "probe", "probe_c"]
     assert table["layer"].tolist() == [0, 1, 2]
-    l_star = at.session_state["l_star"]["l_star"]
+    l_star = next(iter(at.session_state["suggested_l_star"].values()))
     assert l_star == int(table.loc[table["layer"] >= 1].set_index("layer")["nu"].idxmin())
     assert next(m.value for m in at.metric if m.label == "ℓ*") == str(l_star)
     assert any(f"ℓ\\* = {l_star}" in i.value for i in at.info)  # the suggestion box
@@ -41,7 +41,7 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
 def test_layer_slider_and_teaching_sliders_rerun_cleanly(tiny_bert_dir, monkeypatch):
     at = layers_page(tiny_bert_dir, monkeypatch)
     nu_before = next(m.value for m in at.metric if m.label == "ν (lower = tighter, further apart)")
-    at.slider(key="layers_pic_layer_2").set_value(0).run()
+    at.slider(key="layer").set_value(0).run()
     assert not errors(at)
     at.slider(key="teach_spread").set_value(0.3).run()
     assert not errors(at)
@@ -68,7 +68,7 @@ def test_whatifs_run_and_show_every_group(tiny_bert_dir, monkeypatch):
 def test_bad_settings_show_a_message_and_teaching_still_works(tiny_bert_dir, monkeypatch):
     at = make_app(tiny_bert_dir, monkeypatch)
     at.run()
-    at.sidebar.number_input(key="cfg_n").set_value(2).run()
+    at.sidebar.number_input(key="n").set_value(2).run()
     at.switch_page(PAGE).run()
     assert not at.exception
     assert errors(at)
@@ -182,3 +182,75 @@ def test_report_json_is_strict():
     result = table.report(ExtractConfig(), df)
     text = json.dumps(result, allow_nan=False)
     assert json.loads(text)["l_star"] == 2
+
+
+# ------------------------------------------------------------------- the layer picture's examples
+
+
+def test_picture_hover_names_each_example_and_the_layer_lives_in_the_link(
+    tiny_bert_dir, monkeypatch
+):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["layer"] = "1"
+    open_page(at, PAGE)
+    assert not errors(at)
+    assert at.slider(key="layer").value == 1
+    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
+    points = spec["data"][0]
+    assert "probe: %{customdata[3]}" in points["hovertemplate"]
+    example, text, label, predicted = points["customdata"][0]
+    assert isinstance(example, int) and len(text) <= 90 and label in ("negative", "positive")
+    assert predicted in ("negative", "positive")
+    assert any("prediction of layer 1's probe" in c.value for c in at.caption)
+    at.toggle(key="layers_pic_mistakes").set_value(True).run()
+    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
+    assert "symbol" in spec["data"][0]["marker"]
+
+    bad = make_app(tiny_bert_dir, monkeypatch)
+    bad.query_params["layer"] = "9"
+    bad.switch_page(PAGE).run()  # the link opens the Layers page itself
+    assert not bad.exception
+    assert any(
+        "layer='9' is not a layer of this model (0..2)" in w.value for w in bad.sidebar.warning
+    )
+
+
+def test_example_table_and_selection(tiny_bert_dir, monkeypatch):
+    from analysis.config import ModelSpec
+    from analysis.extract import extract_states
+    from ui.layers.view import example_table, selected_examples, shorten
+
+    cfg = ExtractConfig(model=ModelSpec(str(tiny_bert_dir)), sample=SampleSpec(n=30, seed=1))
+    states = extract_states(cfg)
+    table = example_table(states, layer=2, seed=0)
+    assert table["example"].tolist() == list(range(30)) and len(table) == 30
+    assert set(table["label"]) <= {"negative", "positive"} and table["correct"].dtype == bool
+    assert table.attrs["held_out"] and 0 <= table.attrs["accuracy"] <= 1
+    from analysis.data import load_data
+
+    part = load_data(cfg.data).parts["train"]
+    assert table["text"].tolist() == part.loc[states.rows.numpy(), "text"].tolist()
+
+    hover = table.assign(text=[shorten(t) for t in table["text"]])
+    labels = states.labels.numpy()
+    fig = figures.layer_scatter(np.zeros((30, 2)), labels, states.label_names, 2, "pca",
+                                examples=hover)  # fmt: skip
+    first = int(np.flatnonzero(labels == labels.max())[1])  # 2nd point of the last trace
+    points = [
+        {"customdata": [4, "t", "l", "p"]},
+        {"curve_number": len(fig.data) - 1, "point_index": 1},
+    ]
+    assert selected_examples(points, fig) == sorted({4, first})
+    assert shorten("a <b>bold</b> " + "word " * 40).endswith("…")
+    assert "&lt;b&gt;" in shorten("a <b>bold</b>")
+
+
+def test_layer_scatter_marks_the_probes_mistakes():
+    xy = np.zeros((4, 2))
+    examples = pd.DataFrame({"example": range(4), "text": list("abcd"), "label": ["x", "y", "x", "y"],
+                             "predicted": ["x", "x", "x", "y"], "correct": [True, False, True, True]})  # fmt: skip
+    fig = figures.layer_scatter(xy, np.array([0, 1, 0, 1]), ("x", "y"), 1, "pca", examples=examples,
+                                mark_mistakes=True)  # fmt: skip
+    assert list(fig.data[1].marker.symbol) == ["x", "circle"]  # class y: example 1 is wrong
+    assert [row[0] for row in fig.data[1].customdata] == [1, 3]
+    assert fig.layout.dragmode == "lasso"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,10 @@ from ui.figures import subspace as figures
 PAGE = "views/subspace.py"
 
 
-def recorded_run(tmp_path, model_dir) -> str:
-    """A finished 'full' run of the tiny model whose trajectory has a planted outlier."""
+def recorded_run(tmp_path, model_dir, name: str = "traj", method: str = "full") -> str:
+    """A finished run of the tiny model whose trajectory has a planted outlier."""
     model = EncoderClassifier(AutoModel.from_pretrained(model_dir), "bert", 2)
-    rec = trajectory.TrajectoryRecorder(tmp_path / "traj", model.layers, every=1)
+    rec = trajectory.TrajectoryRecorder(tmp_path / name, model.layers, every=1)
     rec.maybe_record(0)
     g = torch.Generator().manual_seed(0)
     for step in range(1, 5):
@@ -36,11 +37,12 @@ def recorded_run(tmp_path, model_dir) -> str:
         rec.maybe_record(step)
     info = rec.close()
     db = RunsDB()
-    cfg = FinetuneConfig(method="full", trajectory_every=1).to_dict()
+    options = {"subspace_from": "elsewhere"} if method.startswith("subspace") else {}
+    cfg = FinetuneConfig.from_dict({"method": method, "trajectory_every": 1, **options}).to_dict()
     cfg["model"]["name"] = str(model_dir)
     run_id = db.enqueue(cfg)
     db.claim_next(worker_pid=1)
-    db.finish(run_id, {"score": 0.7, "metric": "accuracy", "trajectory_dir": str(tmp_path / "traj"),
+    db.finish(run_id, {"score": 0.7, "metric": "accuracy", "trajectory_dir": str(tmp_path / name),
                        "trajectory": info})  # fmt: skip
     return run_id
 
@@ -58,7 +60,7 @@ def test_page_shows_spectrum_outliers_and_queues_comparisons(tiny_bert_dir, monk
     monkeypatch.setattr(analysis.runs.worker, "ensure_worker", lambda *a, **k: 4242)
     at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
     assert not errors(at)
-    assert at.selectbox(key="sub_run").value == run_id
+    assert at.selectbox(key="run").value == run_id
     # spectrum, update map, recurring dims, and the comparison (the run itself is a 'full' run)
     assert len(at.get("plotly_chart")) == 4
     outliers = at.dataframe[0].value
@@ -76,6 +78,7 @@ def test_page_shows_spectrum_outliers_and_queues_comparisons(tiny_bert_dir, monk
     assert len(queued) == 3 * 6  # 3 seeds × (full, intrinsic, random, frozen, 2 disable runs)
     configs = [json.loads(c) for c in queued["config_json"]]
     assert {c["subspace_from"] for c in configs if c["method"] == "subspace"} == {run_id}
+    assert all(c["trajectory_every"] is None for c in configs)  # none records a trajectory
     zero_files = {c["zero_weights"] for c in configs if c["zero_weights"]}
     assert len(zero_files) == 4  # the outlier file and one random file per seed
     for path in zero_files:
@@ -101,3 +104,64 @@ def test_figures_carry_the_data():
     assert list(fig.data[0].error_y.array) == [0.01, 0.0]
     fig = figures.recurring_dims([{"hidden_dim": 7, "n_layers": 3, "layers": [1, 2, 3]}])
     assert list(fig.data[0].x) == ["7"]
+
+
+def test_the_chosen_run_stays_while_other_runs_finish(tiny_bert_dir, monkeypatch, tmp_path):
+    first = recorded_run(tmp_path, tiny_bert_dir, "a")
+    second = recorded_run(tmp_path, tiny_bert_dir, "b")
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
+    assert at.selectbox(key="run").value == second  # the newest plain run
+    at.selectbox(key="run").set_value(first).run()
+    # Two more runs finish: a plain one and a subspace run with its own trajectory.
+    recorded_run(tmp_path, tiny_bert_dir, "c")
+    recorded_run(tmp_path, tiny_bert_dir, "d", method="subspace-random")
+    at.run()
+    assert not errors(at)
+    assert at.selectbox(key="run").value == first
+    assert len(at.selectbox(key="run").options) == 4
+    at.switch_page("views/data.py").run()
+    at.switch_page(PAGE).run()
+    assert at.selectbox(key="run").value == first  # and across page switches
+    # Its trajectory gone (deleted on the Runs page): a message, and another run.
+    shutil.rmtree(tmp_path / "a")
+    at.run()
+    assert any(f"Run {first} is no longer available" in w.value for w in at.warning)
+    assert at.selectbox(key="run").value != first
+
+
+def test_a_link_names_the_run_and_the_launch_form_shows_its_disk_size(
+    tiny_bert_dir, monkeypatch, tmp_path
+):
+    first = recorded_run(tmp_path, tiny_bert_dir, "a")
+    recorded_run(tmp_path, tiny_bert_dir, "b")
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["run"] = first
+    at.switch_page(PAGE).run()
+    assert not errors(at) and at.selectbox(key="run").value == first
+    estimate = next(c.value for c in at.caption if "on disk" in c.value)
+    # 200 steps → k = 7, t = 28; 2 layers of the tiny BERT: θ₀ in float32 + 28 float16 moves.
+    params = sum(p.numel() for p in AutoModel.from_pretrained(tiny_bert_dir).encoder.parameters())
+    size = params * 4 + params * 28 * 2
+    assert "k = 7 → θ₀ and t = 28 snapshots of 2 layers" in estimate
+    assert f"about **{size / 1e6:,.1f} MB** on disk" in estimate
+    at.number_input(key="sub_every").set_value(1).run()
+    assert any("t = 200 snapshots" in c.value for c in at.caption)
+    assert any("far more than the spectrum needs" in w.value for w in at.warning)
+
+    bad = make_app(tiny_bert_dir, monkeypatch)
+    bad.query_params["run"] = "nope"
+    bad.switch_page(PAGE).run()
+    assert not bad.exception
+    assert any("run='nope' is not a finished run" in w.value for w in bad.main.warning)
+
+
+def test_the_trajectory_run_is_queued_with_the_automatic_interval(tiny_bert_dir, monkeypatch):
+    import analysis.runs.worker
+
+    monkeypatch.setattr(analysis.runs.worker, "ensure_worker", lambda *a, **k: 4242)
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
+    at.number_input(key="sub_steps").set_value(150).run()
+    next(b for b in at.button if b.label == "Queue a run with trajectory capture").click().run()
+    assert not errors(at)
+    config = json.loads(RunsDB().list_runs()["config_json"].iloc[0])
+    assert config["trajectory_every"] == 5 and config["trajectory_dtype"] == "float16"

@@ -62,8 +62,56 @@ def correlation_grid(correlation: np.ndarray, n_cols: int = 4) -> go.Figure:
                    "colorbar": {"title": "r"}},
         height=250 * n_rows + 60,
     )  # fmt: skip
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    ticks = head_ticks(n_heads)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=ticks, tickfont={"size": 9})
+    fig.update_xaxes(tickmode="array", tickvals=ticks, tickfont={"size": 9})
+    for col in range(1, n_cols + 1):  # axis titles once: bottom row and first column
+        fig.update_xaxes(title_text="head", row=n_rows, col=col)
+    for row in range(1, n_rows + 1):
+        fig.update_yaxes(title_text="head", row=row, col=1)
+    return fig
+
+
+def head_ticks(n_heads: int) -> list[int]:
+    """Head indices to label on an axis: every head up to 16 heads, else every second / fourth."""
+    step = 1 if n_heads <= 16 else (2 if n_heads <= 32 else 4)
+    return list(range(0, n_heads, step))
+
+
+def attention_heatmap(
+    weights: np.ndarray, tokens: Sequence[str], layer: int, head: int
+) -> go.Figure:
+    """One head's attention pattern on one example (weights: (S, S), row i = how token i
+    attends to every token), with the tokens as axis labels. Tokens sit at positions 0..S-1
+    (a text repeats tokens; plotly would merge repeated category names)."""
+    n = len(tokens)
+    positions = list(range(n))
+    pairs = [[f"{tokens[i]} → {tokens[j]}" for j in positions] for i in positions]
+    fig = go.Figure(
+        go.Heatmap(
+            z=weights,
+            x=positions,
+            y=positions,
+            customdata=pairs,
+            colorscale=SCALE,
+            zmin=0.0,
+            colorbar={"title": "attention"},
+            hovertemplate="%{customdata}<br>weight %{z:.3f}<extra></extra>",
+        )
+    )
+    labels = [f"{t} ·{i}" if tokens.count(t) > 1 else t for i, t in enumerate(tokens)]
+    axis = {
+        "tickmode": "array",
+        "tickvals": positions,
+        "ticktext": labels,
+        "tickfont": {"size": 10},
+    }
+    fig.update_xaxes(title_text="attended token (key)", tickangle=-60, **axis)
+    fig.update_yaxes(title_text="attending token (query)", autorange="reversed", **axis)
+    fig.update_layout(
+        title=f"layer {layer}, head {head}", height=max(360, min(900, 14 * n + 160)),
+        margin={"t": 40},
+    )  # fmt: skip
     return fig
 
 

@@ -74,10 +74,19 @@ def layer_scatter(
     layer: int,
     method: str,
     regression: bool = False,
+    examples: pd.DataFrame | None = None,
+    mark_mistakes: bool = False,
 ) -> go.Figure:
     """One layer's states in 2-D (xy: (N, 2)) coloured by label: a trace per class, or a colour
-    scale of the score for regression."""
+    scale of the score for regression.
+
+    examples: one row per point (N rows, in the order of xy) with ``example`` (its number),
+    ``text`` (already shortened), ``label`` and ``predicted`` (the probe's held-out prediction)
+    and, for classes, ``correct``; each point's customdata is [example, text, label, predicted]
+    and its hover shows them. mark_mistakes: the probe's wrong predictions drawn as crosses.
+    """
     fig = go.Figure()
+    hover, custom = _example_hover(examples, regression)
     if regression:
         fig.add_trace(
             go.Scatter(
@@ -90,7 +99,8 @@ def layer_scatter(
                     "size": 6,
                     "colorbar": {"title": "score"},
                 },
-                hovertemplate="score %{marker.color:.3g}<extra></extra>",
+                customdata=custom,
+                hovertemplate=hover or "score %{marker.color:.3g}<extra></extra>",
                 name="examples",
             )
         )
@@ -98,14 +108,20 @@ def layer_scatter(
         for code in np.unique(labels):
             mask = labels == code
             name = label_names[int(code)] if int(code) < len(label_names) else str(code)
+            marker = {"size": 6, "opacity": 0.75, "color": PALETTE[int(code) % len(PALETTE)]}
+            if mark_mistakes and examples is not None and "correct" in examples:
+                wrong = ~examples["correct"].to_numpy(dtype=bool)[mask]
+                marker["symbol"] = np.where(wrong, "x", "circle").tolist()
+                marker["size"] = np.where(wrong, 9, 6).tolist()
             fig.add_trace(
                 go.Scatter(
                     x=xy[mask, 0],
                     y=xy[mask, 1],
                     mode="markers",
                     name=name,
-                    marker={"size": 6, "opacity": 0.75, "color": PALETTE[int(code) % len(PALETTE)]},
-                    hovertemplate=f"{name}<extra></extra>",
+                    marker=marker,
+                    customdata=None if custom is None else custom[mask],
+                    hovertemplate=hover or f"{name}<extra></extra>",
                 )
             )
     axis = "PC" if method == "pca" else "UMAP "
@@ -115,8 +131,23 @@ def layer_scatter(
         yaxis_title=f"{axis}2",
         height=480,
         legend_title_text="label",
+        dragmode="lasso" if examples is not None else "zoom",
     )
     return fig
+
+
+def _example_hover(
+    examples: pd.DataFrame | None, regression: bool
+) -> tuple[str | None, np.ndarray | None]:
+    if examples is None:
+        return None, None
+    custom = examples[["example", "text", "label", "predicted"]].to_numpy(dtype=object)
+    value = ":.3g" if regression else ""
+    hover = (
+        "<b>#%{customdata[0]}</b> %{customdata[1]}<br>"
+        f"label: %{{customdata[2]{value}}} · probe: %{{customdata[3]{value}}}<extra></extra>"
+    )
+    return hover, custom
 
 
 def whatif_figure(curves: pd.DataFrame, value: str = "nu", title: str = "") -> go.Figure:

@@ -1,10 +1,15 @@
 """The launch form of the fine-tune page: one run or a sweep, queued for the worker.
 
-A form, so moving a slider never starts anything: only "Estimate" and "Queue" act.
+A form, so moving a slider never starts anything: only "Estimate" and "Queue" act. Its values
+stay across page switches (``persist_state``). ℓ* and the head selection default to what the
+Layers and Heads pages found for exactly this model, data and sample (`ui.suggestions`); the
+layer fields are kept per extraction, so another data set or model starts on its own ℓ*.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import time
 from typing import TYPE_CHECKING
 
@@ -26,10 +31,10 @@ from ui.finetune.state import (
     format_seconds,
     heads_from_upload,
     measured_step_time,
-    shared_heads,
-    shared_l_star,
     timed_step_time,
 )
+from ui.sidebar import describe
+from ui.suggestions import extraction_key, heads_for, l_star_for
 
 if TYPE_CHECKING:
     from analysis.config import ExtractConfig
@@ -64,63 +69,109 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
     return values
 
 
+KEEP = "session"  # every field keeps its value across page switches
+
+
+def layer_key(extract_cfg: ExtractConfig, name: str) -> str:
+    """The key of a layer field (ℓ*, ℓ_bottom…), one per extraction: another model, data set or
+    sample starts on its own ℓ*, and a layer number never outlives the model it belongs to."""
+    digest = hashlib.sha256(extraction_key(extract_cfg).encode()).hexdigest()[:12]
+    return f"ft_{name}_{digest}"
+
+
+def chosen_l_star(extract_cfg: ExtractConfig, n_layers: int) -> int:
+    """ℓ* as the form holds it for this extraction, else the Layers page's, else the middle."""
+    typed = st.session_state.get(layer_key(extract_cfg, "l_star"))
+    if isinstance(typed, int) and 1 <= typed <= n_layers:
+        return typed
+    return l_star_for(extract_cfg, n_layers) or middle_layer(n_layers)
+
+
 def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> None:
-    """Draw the form; on submit, estimate and/or queue the runs and start the worker."""
+    """Draw the form; on submit, check, estimate and/or queue the runs and start the worker.
+
+    The caller has loaded the model and the data (`ui.loaders`), so a bad file is refused on
+    the page with the message every page gives, never queued to fail in the worker."""
     executor = executor_picker(db.path.parent)
     n_layers = loaded.n_layers
-    l_star_shared = shared_l_star(n_layers)
-    heads_shared = shared_heads()
+    l_star_found = l_star_for(extract_cfg, n_layers)
+    heads_found = heads_for(extract_cfg)
+    key = functools.partial(layer_key, extract_cfg)
     with st.form("ft_launch"):
         mode = st.radio(
-            "What to launch", ["One run per seed", "A sweep of strategies"], horizontal=True
-        )
+            "What to launch", ["One run per seed", "A sweep of strategies"], horizontal=True,
+            key="ft_mode", persist_state=KEEP,
+        )  # fmt: skip
         left, right = st.columns(2)
         method = left.selectbox(
-            "Method (one run)", list(METHOD_HELP), format_func=lambda m: f"{m} — {METHOD_HELP[m]}"
-        )
+            "Method (one run)", list(METHOD_HELP), format_func=lambda m: f"{m} — {METHOD_HELP[m]}",
+            key="ft_method", persist_state=KEEP,
+        )  # fmt: skip
         strategies = right.multiselect(
-            "Strategies (sweep)",
-            STRATEGY_NAMES,
-            default=["down", "up", "baselines"],
-            help=STRATEGY_HELP,
-        )
-        if l_star_shared is not None:
-            left.info(f"ℓ* = {l_star_shared}, from the Layers page (lowest ν).")
+            "Strategies (sweep)", STRATEGY_NAMES, default=["down", "up", "baselines"],
+            help=STRATEGY_HELP, key="ft_strategies", persist_state=KEEP,
+        )  # fmt: skip
+        if l_star_found is not None:
+            left.info(
+                f"ℓ* = {l_star_found}, from the Layers page (lowest ν) for {describe(extract_cfg)}."
+            )
+        else:
+            left.caption(
+                "No ℓ* found yet for this model, data and sample: compute it on the Layers "
+                "page, or type one."
+            )
         l_star = left.number_input(
-            "ℓ* (best-specialised layer)",
-            1,
-            n_layers,
-            l_star_shared or middle_layer(n_layers),
-            key="ft_l_star",
-            help="Taken from the Layers page when you computed it there.",
-        )
+            "ℓ* (best-specialised layer)", 1, n_layers, l_star_found or middle_layer(n_layers),
+            key=key("l_star"), persist_state=KEEP,
+            help="Taken from the Layers page when you computed it there for these settings.",
+        )  # fmt: skip
         c1, c2, c3 = right.columns(3)
-        bottom = c1.number_input("ℓ_bottom", 1, n_layers, 1)
-        top = c2.number_input("ℓ_top", 1, n_layers, int(l_star))
-        head = c3.number_input("ℓ_head", 1, n_layers, int(l_star))
-        placement = left.multiselect(
-            "Adapter / LoRA layers", list(range(1, n_layers + 1)), default=[int(l_star)]
+        bottom = c1.number_input("ℓ_bottom", 1, n_layers, 1, key=key("bottom"), persist_state=KEEP)
+        top = c2.number_input("ℓ_top", 1, n_layers, int(l_star), key=key("top"), persist_state=KEEP)
+        head = c3.number_input(
+            "ℓ_head", 1, n_layers, int(l_star), key=key("head"), persist_state=KEEP
         )
+        placement = left.multiselect(
+            "Adapter / LoRA layers", list(range(1, n_layers + 1)), default=[int(l_star)],
+            key=key("placement"), persist_state=KEEP,
+        )  # fmt: skip
         upload = right.file_uploader(
             "Heads file (method heads)",
             type=["json"],
-            help="Default: the Heads page's selection." if heads_shared else None,
+            help="Default: the Heads page's selection for this model and data."
+            if heads_found
+            else "No selection from the Heads page for this model and data yet.",
         )
         a, b, c, d = st.columns(4)
-        steps = a.number_input("Steps", 1, 100_000, 200, step=50)
-        lr_text = b.text_input("Learning rate", "", placeholder="method default", help=LR_HELP)
-        batch_size = c.number_input("Batch size", 1, 1024, 16)
-        seeds_text = d.text_input("Seeds", "0", help="comma-separated, e.g. 0,1,2")
-        n_train = a.number_input("Train examples (0 = all)", 0, 10_000_000, 2000, step=500)
-        n_eval = b.number_input("Dev/test examples scored", 1, 1_000_000, 500, step=100)
-        eval_every = c.number_input("Dev score every k steps", 1, 100_000, 50)
+        steps = a.number_input(
+            "Steps", 1, 100_000, 200, step=50, key="ft_steps", persist_state=KEEP
+        )
+        lr_text = b.text_input(
+            "Learning rate", "", placeholder="method default", help=LR_HELP, key="ft_lr",
+            persist_state=KEEP,
+        )  # fmt: skip
+        batch_size = c.number_input("Batch size", 1, 1024, 16, key="ft_batch", persist_state=KEEP)
+        seeds_text = d.text_input(
+            "Seeds", "0", help="comma-separated, e.g. 0,1,2", key="ft_seeds", persist_state=KEEP
+        )
+        n_train = a.number_input(
+            "Train examples (0 = all)", 0, 10_000_000, 2000, step=500, key="ft_n_train",
+            persist_state=KEEP,
+        )  # fmt: skip
+        n_eval = b.number_input(
+            "Dev/test examples scored", 1, 1_000_000, 500, step=100, key="ft_n_eval",
+            persist_state=KEEP,
+        )  # fmt: skip
+        eval_every = c.number_input(
+            "Dev score every k steps", 1, 100_000, 50, key="ft_eval_every", persist_state=KEEP
+        )
         first, second, _ = st.columns([1, 1, 4])
         estimate_only = first.form_submit_button("Estimate time")
         queue = second.form_submit_button("Queue", type="primary")
     if not (estimate_only or queue):
         return
     seeds = _ints(seeds_text, "Seeds")
-    heads = heads_from_upload(upload.getvalue()) if upload is not None else heads_shared
+    heads = heads_from_upload(upload.getvalue()) if upload is not None else heads_found
     common = dict(
         model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=_learning_rate(lr_text),
         batch_size=int(batch_size), max_length=extract_cfg.max_length, pooling=extract_cfg.pooling,
@@ -141,6 +192,9 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         for family, m, layers in plan
         for seed in seeds
     ]
+    # Layers within 1..L, heads within 0..H-1: refused here, not in the worker.
+    for _, cfg in configs:
+        cfg.check_model(loaded.n_layers, loaded.n_heads)
     _show_estimate(db, configs, loaded, time_now=estimate_only)
     if queue:
         _queue(db, configs, sweep=not mode.startswith("One"), executor=executor)
@@ -169,7 +223,8 @@ def _config(
     if method == "heads":
         if heads is None:
             raise ValueError(
-                "Method heads needs a head selection: upload a file or pick heads on the Heads page."
+                "Method heads needs a head selection: upload a file, or pick heads on the Heads "
+                "page for this model and data."
             )
         options = HeadsOptions(heads)
     elif method == "adapter":

@@ -1,6 +1,5 @@
-"""Shared pieces of the fine-tune and runs pages: the runs database, values other pages left in
-``st.session_state`` (ℓ* from the layers page, a head selection from the heads page), and the
-run-time estimate."""
+"""Shared pieces of the fine-tune and runs pages: the runs database, an uploaded head selection,
+and the run-time estimate. (ℓ* and the Heads page's selection come from `ui.suggestions`.)"""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.cache import default_root
-from analysis.heads.selection_file import HeadSelection, selection_from_dict, selection_from_json
+from analysis.heads.selection_file import HeadSelection, selection_from_json
 from analysis.runs.db import RunsDB
 
 if TYPE_CHECKING:
@@ -27,31 +26,6 @@ def _open_db(path: str) -> RunsDB:
 def get_db() -> RunsDB:
     """The runs database of the current cache root (one connection per process)."""
     return _open_db(str(default_root() / "runs.sqlite"))
-
-
-def shared_l_star(n_layers: int) -> int | None:
-    """ℓ* chosen on the layers page (``st.session_state['l_star']``: an int, or a dict holding
-    ``l_star``), if it is a layer of this model."""
-    value = st.session_state.get("l_star")
-    if isinstance(value, dict):
-        value = value.get("l_star")
-    try:
-        value = int(value)
-    except (TypeError, ValueError):
-        return None
-    return value if 1 <= value <= n_layers else None
-
-
-def shared_heads() -> HeadSelection | None:
-    """The heads page's selection (``st.session_state['head_selection']``, a selection file's
-    content), or None."""
-    value = st.session_state.get("head_selection")
-    if value is None:
-        return None
-    try:
-        return selection_from_dict(value)
-    except ValueError:
-        return None
 
 
 def heads_from_upload(content: bytes) -> HeadSelection:

@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "heads_seed": 0,
 }
 
+KEEP = "session"  # the form keeps its values across page switches
 _STATS: ProgressMemo[tuple[HeadStats, dict[str, Any]]] = ProgressMemo(max_entries=6)
 
 
@@ -43,16 +44,33 @@ def settings_form(n_heads: int) -> tuple[int, float, HeadSelectionConfig]:
     state["heads_k"] = min(int(state["heads_k"]), n_heads)
     with st.form("heads_form"):
         c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("n examples", min_value=2, max_value=20_000, step=50, key="heads_n",
-                        help="Examples the statistics average over (the paper: 300).")  # fmt: skip
-        c2.slider("ξ (singular-value mass)", 0.5, 1.0, step=0.01, key="heads_xi")
-        c3.slider("damping d", 0.0, 0.99, step=0.01, key="heads_damping")
-        c4.number_input("k heads per layer", min_value=1, max_value=n_heads, key="heads_k")
+        c1.number_input(
+            "n examples", min_value=2, max_value=20_000, step=50, key="heads_n",
+            persist_state=KEEP, help="Examples the statistics average over (the paper: 300). "
+            "Not the sidebar's N: head statistics cost an SVD per head and example.",
+        )  # fmt: skip
+        c2.slider(
+            "ξ (singular-value mass)", 0.5, 1.0, step=0.01, key="heads_xi", persist_state=KEEP
+        )
+        c3.slider("damping d", 0.0, 0.99, step=0.01, key="heads_damping", persist_state=KEEP)
+        c4.number_input(
+            "k heads per layer", min_value=1, max_value=n_heads, key="heads_k", persist_state=KEEP
+        )
         c1, c2, c3, c4 = st.columns(4)
-        c1.selectbox("PageRank teleport", PAGERANK_VARIANTS, key="heads_variant")
-        c2.selectbox("layers", SCOPES, key="heads_scope")
-        c3.selectbox("selector", SELECTORS, key="heads_selector", format_func=SELECTOR_LABELS.get)
-        c4.number_input("seed (random selector)", min_value=0, step=1, key="heads_seed")
+        c1.selectbox(
+            "PageRank teleport", PAGERANK_VARIANTS, key="heads_variant", persist_state=KEEP
+        )
+        c2.selectbox("layers", SCOPES, key="heads_scope", persist_state=KEEP)
+        c3.selectbox(
+            "selector",
+            SELECTORS,
+            key="heads_selector",
+            persist_state=KEEP,
+            format_func=SELECTOR_LABELS.get,
+        )
+        c4.number_input(
+            "seed (random selector)", min_value=0, step=1, key="heads_seed", persist_state=KEEP
+        )
         st.form_submit_button("Apply", type="primary")
     config = HeadSelectionConfig(
         k=int(state["heads_k"]),

@@ -14,6 +14,28 @@ INTRO = (
 )
 
 
+def attention() -> None:
+    st.markdown(
+        "**What a head attends to.** On one example, head h of layer ℓ turns each token into a "
+        "query and a key; the softmax of their scaled products says how much each token (row) "
+        "takes from every token (column) when the head mixes the values. Its output O_h, whose "
+        "richness and correlations the other tabs summarise over the sample, is A_h V_h."
+    )
+    st.latex(
+        r"A_h = \operatorname{softmax}\!\Big(\frac{Q_h K_h^\top}{\sqrt{d_{head}}} + "
+        r"\text{mask}\Big) \in \mathbb{R}^{S\times S},\qquad O_h = A_h V_h"
+    )
+
+
+SAMPLE_SIZES = (
+    "Why a second sample size: this page's **n** (300 by default, as in the HiFi paper) is its "
+    "own, not the sidebar's N. Head statistics cost a forward pass with one singular-value "
+    "decomposition per head and example, and a few hundred examples already hold tens of "
+    "thousands of tokens; the layer analyses (Data, Layers) use the sidebar's N because CCA and "
+    "the probes need more examples. The model, data, seed and max length are the sidebar's."
+)
+
+
 def richness() -> None:
     st.markdown(
         "**Information richness I_h.** Take the singular values σ₁ ≥ σ₂ ≥ … of one head's output "

@@ -2,7 +2,9 @@
 
 Metric tables are disk-cached by analysis.layer_metrics (keyed by the states' recipe and the
 metric settings) and kept in a small in-process LRU here, so moving a slider never recomputes
-states or metrics. The 2-D pictures are st.cache_data entries keyed by the same states key.
+states or metrics. The 2-D pictures and the per-example probe predictions (a cross-validated
+probe: about a second per layer at N = 2,000) are st.cache_data entries keyed by the same states
+key, the layer and the seed.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.layers.examples import ProbePredictions, probe_predictions
 from analysis.layers.metrics import DEFAULT_BINS
 from analysis.layers.projection import project_2d
 from analysis.layers.table import cached_layer_metrics, states_key
+from ui.loaders import get_data
 from ui.memo import ProgressMemo
 
 if TYPE_CHECKING:
@@ -60,3 +64,41 @@ def mark_projection(layer_states: LayerStates, layer: int, method: str, seed: in
     st.session_state.setdefault("layers_pictures", set()).add(
         (states_key(layer_states), layer, method, seed)
     )
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _predictions(
+    key: str, layer: int, seed: int, metric: str, _states: torch.Tensor, _labels: torch.Tensor
+) -> ProbePredictions:
+    return probe_predictions(_states[layer], _labels, metric, seed=seed)
+
+
+def predictions(layer_states: LayerStates, layer: int, seed: int) -> ProbePredictions:
+    """Held-out probe predictions of every example at one layer (analysis.layers.examples),
+    cached per states, layer and seed."""
+    return _predictions(
+        states_key(layer_states), layer, seed, layer_states.metric, layer_states.states,
+        layer_states.labels,
+    )  # fmt: skip
+
+
+def examples(layer_states: LayerStates) -> pd.DataFrame:
+    """The sampled examples in the order of the states: example (0..N-1), row (in its data part),
+    text (and text_pair for pairs), label (the class name, or the score)."""
+    cfg = layer_states.config
+    part = get_data(cfg.data).parts[cfg.sample.part]
+    rows = layer_states.rows.numpy()
+    frame = part.loc[rows, [c for c in ("text", "text_pair") if c in part.columns]]
+    frame = frame.reset_index(drop=True)
+    frame.insert(0, "row", rows)
+    frame.insert(0, "example", np.arange(len(rows)))
+    frame["label"] = label_names(layer_states, layer_states.labels.numpy())
+    return frame
+
+
+def label_names(layer_states: LayerStates, values: np.ndarray) -> list:
+    """Class names of class ids (scores stay numbers for regression)."""
+    if layer_states.task_type == "regression":
+        return [float(v) for v in values]
+    names = layer_states.label_names
+    return [names[int(v)] if 0 <= int(v) < len(names) else str(v) for v in values]

@@ -1,7 +1,10 @@
-"""The Layers page's interactive parts: the layer picture, the suggestion box, the teaching view."""
+"""The Layers page's interactive parts: the layer picture (with each example's text and probe
+prediction), the suggestion box, the teaching view."""
 
 from __future__ import annotations
 
+import html
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -11,7 +14,15 @@ import streamlit as st
 from analysis.layers.table import strategies
 from analysis.layers.teaching import synthetic_classes, teaching_metrics
 from ui.figures import layers as figures
-from ui.layers.state import has_projection, mark_projection, projection
+from ui.layers.state import (
+    examples,
+    has_projection,
+    label_names,
+    mark_projection,
+    predictions,
+    projection,
+)
+from ui.links import BIND, check_page_link, whole
 
 if TYPE_CHECKING:
     from analysis.extract import LayerStates
@@ -57,22 +68,65 @@ def suggestion(summ: dict[str, Any], df: pd.DataFrame, n_layers: int) -> None:
     st.info("\n".join(lines), icon=":material/lightbulb:")
 
 
+HOVER_CHARS = 90
+
+
+def shorten(text: str, width: int = HOVER_CHARS) -> str:
+    """One line of at most ``width`` characters, cut at a word, safe inside a Plotly hover."""
+    short = textwrap.shorten(" ".join(str(text).split()), width=width, placeholder=" …")
+    return html.escape(short or str(text)[:width])
+
+
+def selected_examples(points: list[dict], fig) -> list[int]:
+    """Example numbers of the points of a box / lasso selection (from each point's customdata,
+    else from its trace and index)."""
+    chosen = []
+    for point in points:
+        custom = point.get("customdata")
+        if custom:
+            chosen.append(int(custom[0]))
+            continue
+        trace, index = point.get("curve_number"), point.get("point_index")
+        if trace is not None and index is not None and fig.data[trace].customdata is not None:
+            chosen.append(int(fig.data[trace].customdata[index][0]))
+    return sorted(set(chosen))
+
+
+def example_table(layer_states: LayerStates, layer: int, seed: int) -> pd.DataFrame:
+    """Every sampled example with its text, label and the held-out prediction of this layer's
+    probe (example, row, text[, text_pair], label, predicted[, correct])."""
+    table = examples(layer_states)
+    preds = predictions(layer_states, layer, seed)
+    table["predicted"] = label_names(layer_states, preds.predicted)
+    if preds.correct is not None:
+        table["correct"] = preds.correct
+    table.attrs.update(c=preds.c, held_out=preds.held_out, accuracy=preds.accuracy)
+    return table
+
+
 @st.fragment
 def layer_picture(
     layer_states: LayerStates, df: pd.DataFrame, l_star: int | None, seed: int
 ) -> None:
-    """A 2-D picture of one layer's states coloured by label: PCA at once, UMAP on request."""
+    """A 2-D picture of one layer's states coloured by label (PCA at once, UMAP on request); the
+    hover shows each example's text, label and the probe's prediction, a box or lasso selection
+    lists the examples with their texts. The layer lives in the link (``layer``)."""
     n_layers = layer_states.n_layers
-    left, right = st.columns([3, 1])
-    layer = left.slider(
+    default = l_star if l_star is not None else n_layers
+    check_page_link(
         "layer",
-        0,
-        n_layers,
-        l_star if l_star is not None else n_layers,
-        key=f"layers_pic_layer_{n_layers}",
+        lambda text: whole(text, 0, n_layers) is not None,
+        f"is not a layer of this model (0..{n_layers})",
+        f"layer {default}",
     )
-    method = right.radio("picture", ["pca", "umap"], key="layers_pic_method", horizontal=True,
-                         format_func=str.upper)  # fmt: skip
+    if not 0 <= st.session_state.get("layer", default) <= n_layers:
+        del st.session_state["layer"]  # a layer of another model: start on this one's default
+    left, middle, right = st.columns([3, 1, 1])
+    layer = left.slider("layer", 0, n_layers, default, key="layer", bind=BIND)
+    method = middle.radio("picture", ["pca", "umap"], key="layers_pic_method", horizontal=True,
+                          format_func=str.upper)  # fmt: skip
+    mark = right.toggle("mark the probe's mistakes", key="layers_pic_mistakes",
+                        disabled=layer_states.task_type == "regression")  # fmt: skip
     if method == "umap" and not has_projection(layer_states, layer, method, seed):
         st.caption(
             f"UMAP (umap-learn, seed {seed}) takes seconds per layer; the first call compiles."
@@ -82,16 +136,51 @@ def layer_picture(
     with st.spinner(f"{method.upper()} of layer {layer}…"):
         xy = projection(layer_states, layer, method, seed)
     mark_projection(layer_states, layer, method, seed)
-    labels = layer_states.labels.numpy()
+    with st.spinner(f"Fitting the probe of layer {layer} (held-out predictions)…"):
+        table = example_table(layer_states, layer, seed)
+    text = table["text"] if "text_pair" not in table else table["text"] + " ‖ " + table["text_pair"]
+    hover = table.assign(text=[shorten(t) for t in text])
     regression = layer_states.task_type == "regression"
-    st.plotly_chart(
-        figures.layer_scatter(xy, labels, layer_states.label_names, layer, method, regression),
-        width="stretch",
-    )
+    fig = figures.layer_scatter(
+        xy, layer_states.labels.numpy(), layer_states.label_names, layer, method, regression,
+        examples=hover, mark_mistakes=mark,
+    )  # fmt: skip
+    event = st.plotly_chart(
+        fig, width="stretch", key="layers_pic_chart", on_select="rerun",
+        selection_mode=("box", "lasso"),
+    )  # fmt: skip
     row = df.loc[df["layer"] == layer].iloc[0]
     cols = st.columns(4)
     for col, metric in zip(cols, ("nu", "cca", "rank", "probe"), strict=True):
         col.metric(figures.SYMBOLS[metric], f"{row[metric]:.4g}")
+    how = "3-fold cross-fitted: each example predicted by a probe that did not see it"
+    if not table.attrs["held_out"]:
+        how = "in-sample: too few examples per class to hold any out"
+    agreed = (
+        f"; it gets {100 * table.attrs['accuracy']:.1f} % of these {len(table):,} examples right"
+        if table.attrs["accuracy"] is not None
+        else ""
+    )
+    st.caption(
+        f"Hover a dot for its text, label and the prediction of layer {layer}'s probe (C = "
+        f"{table.attrs['c']:g}, chosen by cross-validation; {how}){agreed}. Drag a box or lasso "
+        "around dots to list those examples below."
+    )
+    _selection(event, fig, table, layer)
+
+
+def _selection(event, fig, table: pd.DataFrame, layer: int) -> None:
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    chosen = selected_examples(points, fig)
+    if not chosen:
+        return
+    picked = table.set_index("example").loc[chosen].reset_index()
+    st.markdown(f"**{len(picked)} selected example(s)** at layer {layer}")
+    st.dataframe(picked, hide_index=True, width="stretch")
+    st.download_button(
+        "Download the selection (CSV)", picked.to_csv(index=False),
+        f"layer{layer}-selection.csv", "text/csv", key="layers_pic_download",
+    )  # fmt: skip
 
 
 @st.fragment

@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis.cache import default_root
+from analysis.models import encoder_layers
+from analysis.runs import db as runs_db
 from analysis.subspace.report import SubspaceReport, analyse_trajectory
 from analysis.subspace.trajectory import open_trajectory
 from ui.memo import ProgressMemo
 
 if TYPE_CHECKING:
+    from analysis.models import LoadedModel
     from analysis.runs.db import RunsDB
 
 _REPORTS: ProgressMemo[SubspaceReport] = ProgressMemo(max_entries=4)
@@ -23,7 +26,7 @@ _REPORTS: ProgressMemo[SubspaceReport] = ProgressMemo(max_entries=4)
 
 def trajectory_runs(db: RunsDB, model: str) -> pd.DataFrame:
     """Completed runs of ``model`` that recorded a trajectory: id, data, method, label, seed, t,
-    trajectory_dir, config (newest first)."""
+    score, metric, trajectory_dir, config (newest first)."""
     runs = db.list_runs(model=model, status="done")
     rows = []
     for _, run in runs.iterrows():
@@ -40,12 +43,20 @@ def trajectory_runs(db: RunsDB, model: str) -> pd.DataFrame:
                 "label": run["label"],
                 "seed": run["seed"],
                 "t": max(int(meta.get("n_snapshots", 0)) - 1, 0),
+                "score": run["score"],
+                "metric": run["metric"],
                 "trajectory_dir": folder,
                 "config": json.loads(run["config_json"]),
             }
         )
-    columns = ["id", "data", "method", "label", "seed", "t", "trajectory_dir", "config"]
+    columns = ["id", "data", "method", "label", "seed", "t", "score", "metric", "trajectory_dir",
+               "config"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
+
+
+def layer_param_counts(loaded: LoadedModel) -> list[int]:
+    """D_ℓ, the parameter count of each encoder layer (what one snapshot stores per layer)."""
+    return [sum(p.numel() for p in layer.parameters()) for layer in encoder_layers(loaded.model)]
 
 
 def get_report(trajectory_dir: str, centre: bool) -> SubspaceReport:
@@ -59,8 +70,9 @@ def get_report(trajectory_dir: str, centre: bool) -> SubspaceReport:
 
 
 def disable_folder(run_id: str) -> Path:
-    """``<cache root>/subspace/<run id>/``: the zero-weights files of one trajectory run."""
-    return default_root() / "subspace" / run_id
+    """``<cache root>/subspace/<run id>/``: the zero-weights files of one trajectory run (owned
+    by that run: the Runs page deletes them with its files)."""
+    return runs_db.disable_folder(default_root(), run_id)
 
 
 def outlier_file(run_id: str) -> str:

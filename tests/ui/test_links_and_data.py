@@ -1,0 +1,181 @@
+"""Links (query parameters) reproduce the sidebar, every bad parameter gets a message; the data
+picker, typed paths, uploads by their own name, guidance before a choice, messages for bad N."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from apptest_utils import errors, make_app, open_page
+
+from ui.datasets import UPLOAD, data_label, normalised, safe_name, save_upload, upload_path
+from ui.paths import resolve_typed
+
+
+def rows(n: int = 60) -> pd.DataFrame:
+    words = ["good", "bad", "film", "plot", "great", "dull"]
+    return pd.DataFrame(
+        {"text": [f"{words[i % 6]} {words[(i + 1) % 6]} {i}" for i in range(n)],
+         "label": ["pos" if i % 2 else "neg" for i in range(n)]}
+    )  # fmt: skip
+
+
+@pytest.fixture
+def data_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "data"
+    (folder / "sub").mkdir(parents=True)
+    rows().to_csv(folder / "amazon.csv", index=False)
+    rows().to_csv(folder / "sub" / "b.tsv", sep="\t", index=False)
+    (folder / "notes.txt").write_text("not data")
+    monkeypatch.setenv("TUNESCOPE_DATA_DIR", str(folder))
+    return folder
+
+
+def sidebar_notes(at) -> list[str]:
+    return [w.value for w in at.sidebar.warning]
+
+
+def test_a_link_sets_the_sidebar(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params.update(data="trec6", n="30", seed="3", pooling="first", max_length="64")
+    at.run()
+    assert not at.exception
+    assert at.sidebar.selectbox(key="data").value == "trec6"
+    assert at.sidebar.number_input(key="n").value == 30
+    assert at.sidebar.number_input(key="seed").value == 3
+    assert at.sidebar.radio(key="pooling").value == "first"
+    assert at.sidebar.number_input(key="max_length").value == 64
+    assert not sidebar_notes(at)
+    at.switch_page("views/data.py").run()
+    assert not errors(at)
+    assert "**trec6** · N = 30 (seed 3)" in at.caption[0].value
+    assert len(at.dataframe[0].value) == 30
+
+
+@pytest.mark.parametrize(
+    "name, value, note",
+    [
+        ("n", "abc", "is not a whole number of examples from 2 to 100,000: showing N = 40"),
+        ("n", "1", "is not a whole number of examples"),
+        ("seed", "-1", "is not a whole number ≥ 0: showing seed 0"),
+        ("max_length", "4096", "from 8 to 512: showing 128 tokens"),
+        ("pooling", "max", "is not one of mean, first: showing mean pooling"),
+        ("data", "nope.csv", "names no file in the data folder: showing the default data set"),
+        ("data", "/etc/passwd.csv", "outside the folders this dashboard may read"),
+        ("data", "upload:0123456789abcdef/gone.csv", "not on this server"),
+        ("model", "/etc/models", "outside the ones this dashboard may read"),
+    ],
+)
+def test_a_bad_link_parameter_gets_a_message_and_the_default(
+    tiny_bert_dir, monkeypatch, name, value, note
+):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params[name] = value
+    at.run()
+    assert not at.exception
+    assert any(note in n and f"{name}={value!r}" in n for n in sidebar_notes(at)), sidebar_notes(at)
+    assert at.sidebar.number_input(key="n").value == 40
+    assert at.sidebar.selectbox(key="data").value == "movie-snippets"
+    at.switch_page("views/data.py").run()
+    assert not errors(at)  # the defaults work
+    next(b for b in at.sidebar.button if b.label == "Dismiss").click().run()
+    assert not sidebar_notes(at)
+
+
+@pytest.mark.parametrize("n, says", [(1, "at least two"), (0, "from 2 to 100,000"),
+                                     (200_000, "got 200000")])  # fmt: skip
+def test_every_bad_n_gets_a_message_in_the_sidebar_and_on_the_page(
+    tiny_bert_dir, monkeypatch, n, says
+):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.sidebar.number_input(key="n").set_value(n).run()
+    assert any(says in e.value for e in at.sidebar.error)
+    at.switch_page("views/layers.py").run()
+    assert not at.exception
+    assert any("N must be a whole number" in e for e in errors(at))
+
+
+def test_the_picker_lists_the_data_folder_and_typed_paths_are_not_doubled(
+    tiny_bert_dir, monkeypatch, data_folder
+):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    picker = at.sidebar.selectbox(key="data")
+    assert {"amazon.csv", "sub/b.tsv"} <= set(picker.options)
+    assert "notes.txt" not in picker.options
+    assert any(str(data_folder) in c.value for c in at.sidebar.caption)
+    picker.set_value("sub/b.tsv").run()
+    at.switch_page("views/data.py").run()
+    assert not errors(at) and at.subheader[0].value == "b.tsv"
+    assert "**sub/b.tsv**" in at.caption[0].value
+    # Typed as the README says, from the project root: not data/data/amazon.csv.
+    assert (
+        normalised("data/amazon.csv") == "amazon.csv" == normalised(str(data_folder / "amazon.csv"))
+    )
+    assert resolve_typed("data/amazon.csv") == data_folder / "amazon.csv"
+    assert normalised("trec6") == "trec6" and normalised("data/none.csv") == "data/none.csv"
+    typed = make_app(tiny_bert_dir, monkeypatch)
+    typed.query_params["data"] = "data/amazon.csv"
+    open_page(typed, "views/data.py")
+    assert not errors(typed) and typed.subheader[0].value == "amazon.csv"
+    assert "**amazon.csv**" in typed.caption[0].value
+
+
+def test_an_upload_is_known_by_its_file_name(tiny_bert_dir, monkeypatch):
+    good = save_upload("My reviews.csv", rows().to_csv(index=False).encode())
+    empty = save_upload("../../empty one.csv", b"")
+    assert good.endswith("/My reviews.csv") and empty.endswith("/empty one.csv")
+    assert upload_path(good).name == "My reviews.csv"
+    assert data_label(good) == "My reviews.csv (uploaded)" == data_label(str(upload_path(good)))
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["data"] = good  # a link to an upload of this server
+    open_page(at, "views/data.py")
+    assert not errors(at)
+    assert at.subheader[0].value == "My reviews.csv"
+    assert "**My reviews.csv (uploaded)**" in at.caption[0].value
+    bad = make_app(tiny_bert_dir, monkeypatch)
+    bad.query_params["data"] = empty
+    open_page(bad, "views/data.py")
+    assert errors(bad) == ["empty one.csv is empty."]
+
+
+def test_upload_without_a_file_is_guidance_and_never_the_last_typed_path(
+    tiny_bert_dir, monkeypatch, data_folder
+):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.sidebar.selectbox(key="data").set_value("amazon.csv").run()
+    at.sidebar.selectbox(key="data").set_value(UPLOAD).run()
+    at.switch_page("views/layers.py").run()
+    assert not errors(at)  # guidance, not an error
+    assert any("Upload a CSV" in i.value for i in at.info)
+    assert not any("amazon" in m.value for m in at.caption)
+
+
+def test_safe_names():
+    assert safe_name("../../etc/passwd.csv") == "passwd.csv"
+    assert safe_name("a<b>|c.CSV") == "a_b_c.csv"
+    assert safe_name("") == "upload"
+    assert len(safe_name("x" * 300 + ".parquet")) == 120
+
+
+def test_trust_is_ticked_per_model_and_never_taken_from_a_link(
+    tiny_bert_dir, monkeypatch, tmp_path
+):
+    from ui.sidebar import _trust_key, model_spec
+
+    monkeypatch.setenv("TUNESCOPE_ALLOWED_ROOTS", str(tmp_path))
+    typed = str(tmp_path / "my-model")
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params.update(model=typed, trust_remote_code="true")
+    at.run()
+    assert at.sidebar.selectbox(key="model").value == typed
+    box = at.sidebar.checkbox(key=_trust_key(typed))
+    assert not box.value  # a link cannot tick it
+    box.check().run()
+    assert any("trust_remote_code is on" in w.value for w in at.sidebar.warning)
+    state = {"model": typed, _trust_key(typed): True}
+    monkeypatch.setattr("streamlit.session_state", state, raising=False)
+    assert model_spec().trust_remote_code and model_spec().name == typed
+    state["model"] = typed + "-other"
+    assert not model_spec().trust_remote_code  # another model starts untrusted

@@ -1,0 +1,61 @@
+"""The path through the dashboard, Data → Layers → Heads → Fine-tune → Subspaces → Runs, and
+the link to the next step that every page shows at its bottom."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+
+@dataclass(frozen=True)
+class Step:
+    page: str  # the page's script, as app.py registers it
+    title: str
+    does: str  # what to do there, for the default demo
+
+
+PATH = (
+    Step("views/data.py", "Data", "look at the data set and what the analyses will cache"),
+    Step("views/layers.py", "Layers", "find ℓ*, the layer that separates the classes best"),
+    Step("views/heads.py", "Heads", "pick the most informative heads (PageRank)"),
+    Step("views/finetune.py", "Fine-tune", "train only what they suggest, against the baselines"),
+    Step(
+        "views/subspace.py", "Subspaces", "see in how few directions fine-tuning moves the weights"
+    ),
+    Step("views/runs.py", "Runs", "compare, annotate and export every run"),
+)
+ICONS = {
+    "Data": ":material/table_view:",
+    "Layers": ":material/layers:",
+    "Heads": ":material/hub:",
+    "Fine-tune": ":material/model_training:",
+    "Subspaces": ":material/scatter_plot:",
+    "Runs": ":material/list_alt:",
+}
+
+
+def next_of(page: str) -> Step:
+    """The step after ``page`` (Home leads to Data; Runs back to Fine-tune, to launch more)."""
+    pages = [step.page for step in PATH]
+    if page not in pages:
+        return PATH[0]
+    if page == PATH[-1].page:
+        return PATH[3]
+    return PATH[pages.index(page) + 1]
+
+
+def next_step(page: str) -> None:
+    """The link to the next step, at the bottom of ``page`` (the sidebar settings come along)."""
+    step = next_of(page)
+    st.divider()
+    verb = "Launch more runs" if page == PATH[-1].page else "Next"
+    st.page_link(step.page, label=f"{verb}: **{step.title}** — {step.does}", icon=ICONS[step.title])
+
+
+def path_links() -> None:
+    """The whole path, one numbered link per step (the Home page)."""
+    for number, step in enumerate(PATH, start=1):
+        st.page_link(
+            step.page, label=f"{number}. **{step.title}** — {step.does}", icon=ICONS[step.title]
+        )

@@ -1,0 +1,184 @@
+"""The Runs page's parts: the filtered table and its export, several runs' curves overlaid, and
+one run in full (its note and tags, its files, deleting it)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import streamlit as st
+
+from ui.datasets import data_label
+from ui.figures.finetune import loss_curve
+from ui.figures.runs import overlay_curves
+from ui.links import publish, take_link
+
+if TYPE_CHECKING:
+    from analysis.runs.db import RunsDB
+
+KEEP = "session"  # filters and choices stay across page switches
+HIDDEN = ["config_json", "result_json"]
+FILTERS = {"model": "Model", "data": "Data", "method": "Method", "status": "Status"}
+
+
+def run_name(run: pd.Series) -> str:
+    """One line naming a run: id · what it trained · status · data · score."""
+    score = "" if pd.isna(run.get("score")) else f" · {run['metric']} {run['score']:.3f}"
+    return f"{run['id']} · {run['label']} · {run['status']} · {data_label(run['data'])}{score}"
+
+
+def filtered_runs(db: RunsDB, everything: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Filters (model, data, method, status, tag) over the runs; returns (runs, filters)."""
+    columns = st.columns(5)
+    filters: dict = {}
+    for column, (name, title) in zip(columns, FILTERS.items(), strict=False):
+        chosen = column.multiselect(
+            title, sorted(everything[name].dropna().unique()), key=f"runs_filter_{name}",
+            format_func=data_label if name == "data" else str, persist_state=KEEP,
+        )  # fmt: skip
+        filters[name] = chosen or None
+    tags = columns[4].multiselect(
+        "Tag", db.all_tags(), key="runs_filter_tag", persist_state=KEEP,
+        help="Runs carrying any of these tags",
+    )  # fmt: skip
+    filters["tag"] = tags or None
+    return db.list_runs(**filters), filters
+
+
+def runs_table(db: RunsDB, runs: pd.DataFrame, filters: dict) -> None:
+    shown = runs.drop(columns=HIDDEN).assign(data=runs["data"].map(data_label))
+    st.dataframe(shown, hide_index=True, width="stretch")
+    left, right = st.columns(2)
+    left.download_button(
+        "Download CSV (one row a run, with notes and tags)",
+        runs.drop(columns=["result_json"]).to_csv(index=False),
+        "runs.csv",
+        "text/csv",
+    )
+    right.download_button(
+        "Download JSON (config, result, note, tags and steps)",
+        json.dumps(db.export_records(**filters), indent=1, default=str),
+        "runs.json",
+        "application/json",
+    )
+
+
+def compare_view(db: RunsDB, runs: pd.DataFrame) -> None:
+    """Several runs' loss and dev curves on one figure."""
+    names = {row["id"]: run_name(row) for _, row in runs.iterrows()}
+    finished = runs.loc[runs["status"] == "done", "id"].tolist()
+    keep = [i for i in st.session_state.get("runs_compare", finished[:2]) if i in names]
+    st.session_state["runs_compare"] = keep  # runs filtered away leave the comparison
+    chosen = st.multiselect(
+        "Runs to overlay", list(names), format_func=names.get, key="runs_compare",
+        persist_state=KEEP,
+    )  # fmt: skip
+    if not chosen:
+        st.caption("Choose two or more runs to see their curves against each other.")
+        return
+    metrics = runs.set_index("id").loc[chosen, "metric"].dropna().unique()
+    metric = str(metrics[0]) if len(metrics) == 1 else "score"
+    steps = {f"{i} · {runs.set_index('id').loc[i, 'label']}": db.steps(i) for i in chosen}
+    st.plotly_chart(overlay_curves(steps, metric), width="stretch")
+    if len(metrics) > 1:
+        st.caption(
+            f"These runs report different metrics ({', '.join(metrics)}): compare with care."
+        )
+
+
+def pick_run(runs: pd.DataFrame) -> str:
+    """The run shown in full: kept across pages and in the link (``run``)."""
+    ids = runs["id"].tolist()
+    take_link(
+        "run", lambda t: t if t in ids else None, "is not one of the runs listed", "the newest"
+    )
+    if st.session_state.get("run") not in ids:
+        st.session_state.pop("run", None)
+    names = {row["id"]: run_name(row) for _, row in runs.iterrows()}
+    chosen = st.selectbox("Run", ids, format_func=names.get, key="run", persist_state=KEEP)
+    publish("run", chosen)  # always: the default (the newest run) changes as runs finish
+    return chosen
+
+
+def run_view(db: RunsDB, run_id: str) -> None:
+    run = db.get_run(run_id)
+    a, b, c, d = st.columns(4)
+    a.metric("status", run["status"])
+    b.metric("test score", f"{run['result']['score']:.4f}" if run["result"] else "—")
+    c.metric("method", run["label"])
+    d.metric("seed", run["seed"])
+    st.caption(f"{run['model']} · {data_label(run['data'])} · created {run['created']}")
+    if run["error"]:
+        st.warning(run["error"])
+    if run["status"] in ("queued", "running") and st.button("Cancel this run"):
+        st.toast(f"Run {run_id}: {db.request_cancel(run_id)}")
+    steps = db.steps(run_id)
+    if not steps.empty:
+        st.markdown("Train loss per step and, on the right axis, the dev score at each evaluation.")
+        st.plotly_chart(loss_curve(steps, run["label"]), width="stretch")
+    notes_form(db, run)
+    files_view(db, run)
+    left, right = st.columns(2)
+    left.markdown("**Config**")
+    left.json(run["config"], expanded=False)
+    right.markdown("**Result**")
+    right.json(run["result"] or {}, expanded=False)
+
+
+def notes_form(db: RunsDB, run: dict) -> None:
+    """The run's note and tags, editable (stored in the runs database, exported with the run)."""
+    with st.form(f"runs_note_{run['id']}"):
+        note = st.text_area("Note", run["note"], placeholder="what you tried, what you saw…")
+        tags = st.text_input(
+            "Tags", ", ".join(run["tags"]), placeholder="comma-separated, e.g. baseline, keep"
+        )
+        if st.form_submit_button("Save note and tags"):
+            try:
+                db.set_note(run["id"], note)
+                saved = db.set_tags(run["id"], tags)
+            except ValueError as exc:
+                st.error(str(exc), icon="⚠️")
+                return
+            st.toast(f"Run {run['id']}: note saved, tags {', '.join(saved) or '(none)'}")
+            st.rerun()
+
+
+def files_view(db: RunsDB, run: dict) -> None:
+    """The folders the run owns (trajectory, zero-weights files), their size, and deleting
+    them or the run itself."""
+    st.markdown("**Files**")
+    folders = db.run_files(run["id"])
+    sizes = {f: sum(p.stat().st_size for p in f.rglob("*") if p.is_file()) for f in folders}
+    if folders:
+        st.caption(" · ".join(f"`{f}` ({sizes[f] / 1e6:,.1f} MB)" for f in folders))
+    else:
+        st.caption("This run owns no files (no trajectory, no zero-weights files).")
+    busy = run["status"] in ("queued", "running")
+    left, right = st.columns(2)
+    if folders and left.button(
+        f"Delete its files ({sum(sizes.values()) / 1e6:,.1f} MB)", disabled=busy,
+        key=f"runs_delete_files_{run['id']}",
+    ):  # fmt: skip
+        _delete(db, run["id"], files_only=True)
+    sure = right.checkbox(
+        "Delete the run itself too (with its steps, note and tags)", disabled=busy,
+        key=f"runs_delete_sure_{run['id']}",
+    )  # fmt: skip
+    if sure and right.button("Delete the run", type="primary", key=f"runs_delete_{run['id']}"):
+        _delete(db, run["id"], files_only=False)
+    if busy:
+        st.caption("Cancel the run before deleting it or its files.")
+
+
+def _delete(db: RunsDB, run_id: str, files_only: bool) -> None:
+    try:
+        removed = db.delete_files(run_id) if files_only else db.delete_run(run_id)
+    except ValueError as exc:
+        st.error(str(exc), icon="⚠️")
+        return
+    what = "its files" if files_only else "the run"
+    st.toast(f"Run {run_id}: deleted {what} ({len(removed)} folder(s)).")
+    if not files_only:
+        st.session_state.pop("run", None)
+    st.rerun()
