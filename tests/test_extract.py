@@ -154,13 +154,13 @@ def test_two_sessions_asking_for_the_same_extraction_compute_once(
     import analysis.extract as extract
 
     calls = []
-    real = extract.forward_all_layers
+    real = extract.iter_pooled_windows
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(extract, "forward_all_layers", counting)
+    monkeypatch.setattr(extract, "iter_pooled_windows", counting)
     cfg = ExtractConfig(
         model=ModelSpec(loaded.spec.name), data=DataSpec(str(csv_data)),
         sample=SampleSpec(n=20), max_length=32,
