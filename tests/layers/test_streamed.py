@@ -116,6 +116,11 @@ def test_probe_cap_is_a_stratified_subsample():
     assert labels[chosen].sum() == 20  # the class shares of the train part
 
 
+def test_probe_cap_follows_the_width():
+    assert streamed.probe_rows(384) == 20_000 and streamed.probe_rows(64) == 20_000
+    assert streamed.probe_rows(768) == 10_000 and streamed.probe_rows(1024) == 7_500
+
+
 def test_cell_moments_weights_are_repeats():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 4)) + 10
