@@ -37,7 +37,7 @@ within-class variance from second moments, whose relative rounding is ≈ ε · 
 exactly as long as neither part exceeds the cap (the same rows, in the same order, the same fit).
 
 **Cost** per layer: N d² multiply-adds for the Gram matrices (numpy's ``xᵀ @ x`` is a BLAS syrk)
-plus C eigenvalue decompositions and 6 Cholesky factorisations of d × d matrices, plus the probe on at most 2 ×
+plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe on at most 2 ×
 ``probe_cap`` rows. Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), two
 chunks and the gathered rows (2 · probe_cap · d · 4 bytes) — none of it grows with N.
 
@@ -382,8 +382,9 @@ def cca_from_moments(m: CellMoments, lay: _Layout, grid: Sequence[float]) -> flo
             corr = np.where(denom > 0, cov / denom, 0.0)
         return float(corr.mean())
 
-    best = max(grid, key=lambda r: score(1, *directions(r * scale)))
-    return score(2, *directions(best * scale))
+    pairs = {r: directions(r * scale) for r in grid}  # one factorisation per λ
+    best = max(grid, key=lambda r: score(1, *pairs[r]))
+    return score(2, *pairs[best])
 
 
 # --- every layer --------------------------------------------------------------------------------
