@@ -263,7 +263,9 @@ def iter_pooled_windows(
                     window[layer].index_copy_(0, where, pooled)
                 done += len(batch.indices)
                 progress(done / n, f"{done} / {n} examples")
-            yield start, window.cpu()
+            window = window.cpu()
+            yield start, window
+            del window  # (with the caller's `del`) one window in memory, not two
 
 
 def forward_all_layers(
@@ -323,6 +325,7 @@ def write_states(
     for start, window in windows:
         for layer in range(window.shape[0]):
             writer.write("states", window[layer], start, index=layer)
+        del window  # before the source builds the next one
     writer.write("labels", labels)
     writer.write("rows", rows)
 

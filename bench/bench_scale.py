@@ -182,6 +182,7 @@ def synthetic_windows(n: int, labels, seed: int = 0):
             torch.addmm(noise, latent, mixing[layer], out=window[layer])
             window[layer] += offset[layer] + strength[layer] * directions[layer][y]
         yield start, window
+        del window
 
 
 def synthetic_recipe(n: int) -> dict:
