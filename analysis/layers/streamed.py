@@ -254,16 +254,20 @@ def stratified_subset(
     positions: np.ndarray, classes: np.ndarray, cap: int, seed: int
 ) -> np.ndarray:
     """``positions`` itself when it holds ≤ ``cap`` entries; else a seeded subsample of ``cap``
-    of them with each class's share kept (largest remainders), sorted. classes: (len(positions),)."""
+    of them that keeps each class's share (largest remainders) and at least one example of every
+    class, sorted. classes: (len(positions),)."""
     positions = np.asarray(positions)
     if len(positions) <= cap:
         return positions
     rng = np.random.default_rng(seed)
     labels, counts = np.unique(classes, return_counts=True)
     quota = counts * cap / len(positions)
-    take = np.floor(quota).astype(int)
-    extra = np.argsort(-(quota - take), kind="stable")[: cap - take.sum()]
-    take[extra] += 1
+    take = np.maximum(np.floor(quota).astype(int), 1)
+    short = cap - int(take.sum())
+    if short > 0:  # hand out what is left by the largest remainders
+        take[np.argsort(-(quota - np.floor(quota)), kind="stable")[:short]] += 1
+    for _ in range(-short):  # a rare class's minimum of one pushed it over: trim the largest
+        take[np.argmax(take)] -= 1
     chosen = [
         rng.choice(positions[classes == y], size=k, replace=False)
         for y, k in zip(labels, take, strict=True)
@@ -435,7 +439,7 @@ def streamed_layer_metrics(
     if n_classes < 2:
         raise ValueError(f"ν needs at least two classes; the labels hold {n_classes}.")
     split = split_indices(classes, seed)
-    weights = np.zeros((3 * n_classes, n_rows), dtype=np.int64)
+    weights = np.zeros((3 * n_classes, n_rows), dtype=np.int32)  # 3C · N · 4 bytes
     for part, members in enumerate((split.train, split.dev, split.test)):
         np.add.at(weights, (part * n_classes + classes[members], positions[members]), 1)
     lay = _Layout(n_classes, weights)

@@ -114,6 +114,8 @@ def test_probe_cap_is_a_stratified_subsample():
     chosen = streamed.stratified_subset(split.train, labels[split.train], 100, 0)
     assert len(chosen) == 100 and np.isin(chosen, split.train).all()
     assert labels[chosen].sum() == 20  # the class shares of the train part
+    rare = np.r_[np.zeros(999, int), 1]  # one example of class 1: still in the subsample
+    assert np.sum(rare[streamed.stratified_subset(np.arange(1000), rare, 10, 0)]) == 1
 
 
 def test_probe_cap_follows_the_width():
