@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 POOLINGS = ("mean", "first")
+# Extraction arithmetic: float32, or the model's forward under bf16 / fp16 autocast (pooling and
+# the stored states stay float32). Anything but float32 is part of the states' cache key.
+PRECISIONS = ("float32", "bfloat16", "float16")
 SAMPLE_SCHEMES = ("random", "balanced", "share")
 PARTS = ("train", "dev", "test")
 # Fine-tuning methods (SPEC "Strategies", "Heads", "Subspaces"); here, not in analysis.finetune,
@@ -128,8 +131,17 @@ class ExtractConfig:
     )
     max_length: int = setting(128, help="tokens kept per example (longer texts are truncated)")
     batch_size: int = setting(32, help="examples per forward pass (does not change the numbers)")
+    precision: str = setting(
+        "float32",
+        help="float32, or bfloat16 / float16: the forward pass under autocast (faster on a GPU; "
+        "the states differ slightly and are cached separately)",
+    )
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"Unknown precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}."
+            )
         if self.pooling not in POOLINGS:
             raise ValueError(
                 f"Unknown pooling {self.pooling!r}: choose one of {', '.join(POOLINGS)}."

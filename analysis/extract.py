@@ -9,17 +9,22 @@ layer 0 is the embedding output, layers 1..L the outputs of the transformer bloc
   (an empty string) falls back to the mean over its non-padding tokens.
 - ``first``: the state of the first token (CLS / ``<s>``).
 
-Batches are sorted by length so each is padded only to its own longest text (dynamic padding),
-run under ``torch.inference_mode()`` on the model's device (the GPU when there is one). Results are
-cached on disk (analysis.cache), keyed by the model's weights fingerprint, the data's fingerprint,
-the sample, the pooling and the max length.
+The examples go through the model in windows of consecutive examples (about 256 MB of pooled
+states each: 24,966 examples for MiniLM, 2,621 for BERT-large); within a window, batches are sorted
+by length so each is padded only to its own longest text (dynamic padding), run under
+``torch.inference_mode()`` on the model's device (the GPU when there is one). Each finished window
+is written to the disk cache layer by layer (analysis.cache streams entries), so memory does not
+grow with N, and the states come back memory-mapped: ``states[layer]`` reads one layer's pages
+only. Entries are keyed by the model's weights fingerprint, the data's fingerprint, the sample, the
+pooling, the max length and (when not float32) the precision.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.cache import DiskCache
+from analysis.cache import DiskCache, EntryWriter, StoredTensor, TensorSpec
 from analysis.config import ExtractConfig, to_dict
 from analysis.models import LoadedModel, load_model
 
@@ -40,7 +45,7 @@ from analysis.progress import Progress, no_progress
 class LayerStates:
     """Pooled states of every layer for one sample, and what they are."""
 
-    states: torch.Tensor  # (L+1, N, d_model) float32, CPU
+    states: torch.Tensor  # (L+1, N, d_model) float32, CPU; memory-mapped when from the cache
     labels: torch.Tensor  # (N,) int64 for classes, float32 for regression
     rows: torch.Tensor  # (N,) row index of each example in its data part
     label_names: tuple[str, ...]
@@ -48,6 +53,9 @@ class LayerStates:
     metric: str
     config: ExtractConfig
     meta: dict[str, Any] = field(default_factory=dict)
+    # Where the states lie on disk (chunked reads that do not grow the resident set, e.g. the
+    # streamed layer metrics); None for states held only in memory.
+    stored: StoredTensor | None = None
 
     @property
     def n_layers(self) -> int:
@@ -193,6 +201,73 @@ def pool(
     return torch.einsum("bsd,bs->bd", hidden, weights)
 
 
+# Rows per window: the pooled states of one window, (L+1, M, d) float32, take about this much.
+WINDOW_BYTES = 256 << 20
+
+
+def window_rows(n_states: int, d_model: int, budget: int | None = None) -> int:
+    """Examples per window so that a window's pooled states, (n_states, M, d_model) float32, take
+    about ``budget`` bytes (default `WINDOW_BYTES`): 24,966 for MiniLM, 2,621 for BERT-large."""
+    budget = WINDOW_BYTES if budget is None else budget
+    return max(1, budget // (4 * n_states * d_model))
+
+
+def autocast_context(device: torch.device, precision: str):
+    """A context for the forward pass: nothing for float32, else autocast to bf16 / fp16."""
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=getattr(torch, precision))
+
+
+def iter_pooled_windows(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    text_pairs: Sequence[str] | None,
+    pooling: str,
+    max_length: int,
+    batch_size: int,
+    progress: Progress | None = None,
+    rows: int | None = None,
+    precision: str = "float32",
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """Pooled states of every layer, one window of consecutive examples at a time.
+
+    Yields (start, states) with states (L+1, M, d_model) float32 on the CPU for examples
+    start..start+M−1 in input order. Within a window, examples are tokenized, sorted by length and
+    batched (dynamic padding), and the window's states are gathered on the model's device and
+    moved to the CPU once. Memory: one window (``rows`` examples, default `window_rows`), whatever
+    N is. With ``precision`` bfloat16 / float16 the forward pass runs under autocast; pooling is
+    float32 either way.
+    """
+    progress = progress or no_progress
+    n, n_states, d = len(texts), loaded.n_layers + 1, loaded.d_model
+    rows = rows or window_rows(n_states, d)
+    done = 0
+    progress(0.0, f"0 / {n} examples")
+    with torch.inference_mode():
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            pairs = text_pairs[start:stop] if text_pairs is not None else None
+            window = torch.empty((n_states, stop - start, d), device=loaded.device)
+            for batch in iter_encoded_batches(
+                loaded.tokenizer, texts[start:stop], pairs, max_length, batch_size, loaded.device
+            ):
+                with autocast_context(loaded.device, precision):
+                    output = loaded.model(
+                        **model_inputs(loaded.model, batch.inputs), output_hidden_states=True
+                    )
+                mask = batch.inputs["attention_mask"]
+                where = batch.indices.to(loaded.device)
+                for layer, hidden in enumerate(output.hidden_states):  # (B, S, d) each
+                    pooled = pool(hidden.float(), batch.real_mask, mask, pooling)  # (B, d)
+                    window[layer].index_copy_(0, where, pooled)
+                done += len(batch.indices)
+                progress(done / n, f"{done} / {n} examples")
+            window = window.cpu()
+            yield start, window
+            del window  # (with the caller's `del`) one window in memory, not two
+
+
 def forward_all_layers(
     loaded: LoadedModel,
     texts: Sequence[str],
@@ -201,39 +276,58 @@ def forward_all_layers(
     max_length: int,
     batch_size: int,
     progress: Progress | None = None,
+    precision: str = "float32",
 ) -> torch.Tensor:
-    """Pooled states of every layer, (L+1, N, d_model) float32 on the CPU, in input order."""
-    progress = progress or no_progress
-    n = len(texts)
-    out = torch.empty((loaded.n_layers + 1, n, loaded.d_model), dtype=torch.float32)
-    done = 0
-    progress(0.0, f"0 / {n} examples")
-    with torch.inference_mode():
-        for batch in iter_encoded_batches(
-            loaded.tokenizer, texts, text_pairs, max_length, batch_size, loaded.device
-        ):
-            output = loaded.model(
-                **model_inputs(loaded.model, batch.inputs), output_hidden_states=True
-            )
-            mask = batch.inputs["attention_mask"]
-            pooled = torch.stack(
-                [pool(h, batch.real_mask, mask, pooling) for h in output.hidden_states]
-            )  # (L+1, B, d)
-            out[:, batch.indices] = pooled.float().cpu()
-            done += len(batch.indices)
-            progress(done / n, f"{done} / {n} examples")
+    """Pooled states of every layer, (L+1, N, d_model) float32 on the CPU, in input order, in
+    memory (`extract_states` streams them to the cache instead)."""
+    out = torch.empty((loaded.n_layers + 1, len(texts), loaded.d_model), dtype=torch.float32)
+    for start, window in iter_pooled_windows(
+        loaded, texts, text_pairs, pooling, max_length, batch_size, progress, precision=precision
+    ):
+        out[:, start : start + window.shape[1]] = window
     return out
 
 
 def extraction_recipe(cfg: ExtractConfig, loaded: LoadedModel, data_fingerprint: str) -> dict:
-    """Everything that decides the numbers (batch size does not: padding is masked out)."""
-    return {
+    """Everything that decides the numbers (batch size does not: padding is masked out). The
+    precision appears only when it is not float32, so float32 keys are those of earlier versions."""
+    recipe = {
         "model": loaded.identity(),
         "data": {**to_dict(cfg.data), "fingerprint": data_fingerprint},
         "sample": to_dict(cfg.sample),
         "pooling": cfg.pooling,
         "max_length": cfg.max_length,
     }
+    if cfg.precision != "float32":
+        recipe["precision"] = cfg.precision
+    return recipe
+
+
+def states_specs(n_layers: int, n: int, d_model: int, regression: bool) -> dict[str, TensorSpec]:
+    """The tensors of a states entry: states (L+1, N, d) float32, one segment per layer; labels
+    (N,) int64 (float32 for regression); rows (N,) int64."""
+    return {
+        "states": TensorSpec("F32", (n_layers + 1, n, d_model), row_dim=1),
+        "labels": TensorSpec("F32" if regression else "I64", (n,)),
+        "rows": TensorSpec("I64", (n,)),
+    }
+
+
+def write_states(
+    writer: EntryWriter,
+    windows: Iterable[tuple[int, torch.Tensor]],
+    labels: torch.Tensor,
+    rows: torch.Tensor,
+) -> None:
+    """Stream windows of pooled states, (start, (L+1, M, d) float32), into a states entry, layer
+    by layer; then the labels and row indices. Any source of windows will do (the extractor, or a
+    synthetic source in the scale benchmark)."""
+    for start, window in windows:
+        for layer in range(window.shape[0]):
+            writer.write("states", window[layer], start, index=layer)
+        del window  # before the source builds the next one
+    writer.write("labels", labels)
+    writer.write("rows", rows)
 
 
 def extract_states(
@@ -242,7 +336,12 @@ def extract_states(
     cache: DiskCache | None = None,
     loaded: LoadedModel | None = None,
 ) -> LayerStates:
-    """Pooled states of every layer for the configured sample, from the disk cache when present."""
+    """Pooled states of every layer for the configured sample, from the disk cache when present.
+
+    A miss streams the states into a new cache entry window by window (`iter_pooled_windows`,
+    `write_states`), so memory does not grow with N; either way the states come back
+    memory-mapped (`LayerStates.states`) and locatable on disk (`LayerStates.stored`).
+    """
     from analysis.data import load_data, sample
 
     data = load_data(cfg.data)
@@ -251,27 +350,20 @@ def extract_states(
     cache = cache or DiskCache()
     recipe = extraction_recipe(cfg, loaded, data.fingerprint)
     labels = _labels_tensor(rows, data.task_type)
+    specs = states_specs(loaded.n_layers, len(rows), loaded.d_model, data.task_type == "regression")
 
-    def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    def write(writer: EntryWriter) -> dict[str, Any]:
         start = time.perf_counter()
         texts, pairs = texts_of(rows)
-        states = forward_all_layers(
-            loaded,
-            texts,
-            pairs,
-            cfg.pooling,
-            cfg.max_length,
-            cfg.batch_size,
-            progress,
-        )
-        tensors = {
-            "states": states,
-            "labels": labels,
-            "rows": torch.tensor(rows["row"].to_numpy(), dtype=torch.long),
-        }
-        return tensors, {"seconds": time.perf_counter() - start, "device": str(loaded.device)}
+        windows = iter_pooled_windows(
+            loaded, texts, pairs, cfg.pooling, cfg.max_length, cfg.batch_size, progress,
+            precision=cfg.precision,
+        )  # fmt: skip
+        row_ids = torch.tensor(rows["row"].to_numpy(), dtype=torch.long)
+        write_states(writer, windows, labels, row_ids)
+        return {"seconds": time.perf_counter() - start, "device": str(loaded.device)}
 
-    tensors, meta, hit = cache.get_or_compute("states", recipe, compute)
+    tensors, meta, hit = cache.get_or_write("states", recipe, specs, write)
     if hit and progress:
         progress(1.0, "served from the cache")
     return LayerStates(
@@ -289,6 +381,7 @@ def extract_states(
             "model_family": loaded.family,
             "n_heads": loaded.n_heads,
         },
+        stored=cache.stored("states", recipe)["states"],
     )
 
 

@@ -1,10 +1,11 @@
 import json
 import threading
 
+import numpy as np
 import pytest
 import torch
 
-from analysis.cache import DiskCache, recipe_key
+from analysis.cache import DiskCache, TensorSpec, recipe_key
 
 
 @pytest.fixture
@@ -112,3 +113,124 @@ def test_stale_temp_folders_are_cleared_only_when_old(cache):
     os.utime(old, (past, past))
     assert cache.clear_stale_temp() == 1
     assert young.exists() and not old.exists()
+
+
+# --- streamed entries ----------------------------------------------------------------------------
+
+
+def _stream(cache, recipe, values, rows_per_write=3):
+    """Write (A, R, D) float32 ``values`` as a streamed entry, ``rows_per_write`` rows at a time."""
+    specs = {
+        "x": TensorSpec("F32", values.shape, row_dim=1),
+        "ids": TensorSpec("I64", (values.shape[1],)),
+    }
+
+    def write(writer):
+        for a in range(values.shape[0]):
+            for start in range(0, values.shape[1], rows_per_write):
+                writer.write("x", values[a, start : start + rows_per_write], start, index=a)
+        writer.write("ids", torch.arange(values.shape[1]))
+        return {"note": "streamed"}
+
+    return cache.get_or_write("states", recipe, specs, write)
+
+
+def test_streamed_entry_round_trip_is_memory_mapped_and_copy_on_write(cache):
+    values = torch.randn(3, 10, 4)
+    tensors, meta, hit = _stream(cache, {"s": 1}, values)
+    assert not hit and meta == {"note": "streamed"}
+    assert torch.equal(tensors["x"], values) and torch.equal(tensors["ids"], torch.arange(10))
+    folder = cache.entry_dir("states", {"s": 1})
+    record = json.loads((folder / "meta.json").read_text())
+    assert len(record["content"]["segments"]) == 1 + 3 + 1  # header, one per slice, ids
+    # A safetensors file like any other.
+    from safetensors.torch import load_file
+
+    assert torch.equal(load_file(str(folder / "data.safetensors"))["x"], values)
+    again, _, hit = _stream(cache, {"s": 1}, values)
+    assert hit
+    again["x"][0, 0, 0] = 1e6  # private mapping: the file is not changed
+    assert float(cache.load("states", {"s": 1})[0]["x"][0, 0, 0]) == float(values[0, 0, 0])
+    stored = cache.stored("states", {"s": 1})["x"]
+    np.testing.assert_array_equal(stored.read_rows(2, 4, 9), values[2, 4:9].numpy())
+
+
+def test_streamed_writes_must_be_in_order_and_complete(cache):
+    specs = {"x": TensorSpec("F32", (2, 6, 3), row_dim=1)}
+
+    def out_of_order(writer):
+        writer.write("x", np.zeros((2, 3), np.float32), 2, index=0)
+        return {}
+
+    with pytest.raises(ValueError, match="in order"):
+        cache.get_or_write("states", {"bad": 1}, specs, out_of_order)
+
+    def incomplete(writer):
+        writer.write("x", np.zeros((6, 3), np.float32), 0, index=0)
+        return {}
+
+    with pytest.raises(ValueError, match="incomplete"):
+        cache.get_or_write("states", {"bad": 2}, specs, incomplete)
+    assert list(cache.entries()) == [] and not any(cache.root.rglob("*.safetensors"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "extend"])
+def test_damaged_streamed_entry_is_detected_removed_and_rewritten(cache, damage):
+    from analysis.cache import forget_verified
+
+    values = torch.randn(3, 50, 8)
+    _stream(cache, {"d": damage}, values)
+    data = cache.entry_dir("states", {"d": damage}) / "data.safetensors"
+    raw = bytearray(data.read_bytes())
+    if damage == "truncate":
+        data.write_bytes(bytes(raw[: len(raw) // 2]))
+    elif damage == "flip":  # same size: only the content hash can tell
+        raw[len(raw) // 2] ^= 0x01
+        data.write_bytes(bytes(raw))
+        forget_verified()  # as in a new process (this one checked the file when it wrote it)
+    else:
+        data.write_bytes(bytes(raw) + b"\0" * 64)
+    assert cache.load("states", {"d": damage}) is None
+    assert not data.parent.exists()
+    tensors, _, hit = _stream(cache, {"d": damage}, values)
+    assert not hit and torch.equal(tensors["x"], values)
+
+
+def test_content_is_hashed_once_per_process_and_file_version(cache, monkeypatch):
+    import analysis.cache as cache_module
+
+    values = torch.randn(2, 20, 4)
+    _stream(cache, {"h": 1}, values)  # hashed while written: nothing to read back
+    calls = []
+    real = cache_module.verify_content
+    monkeypatch.setattr(cache_module, "verify_content", lambda *a: calls.append(1) or real(*a))
+    cache.load("states", {"h": 1})
+    assert calls == []
+    cache_module.forget_verified()
+    cache.load("states", {"h": 1})
+    cache.load("states", {"h": 1})
+    assert calls == [1]
+
+
+def test_not_enough_disk_space_is_a_clear_error_before_any_work(cache, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 5))
+    called = []
+    with pytest.raises(OSError, match=r"needs .* GB for this entry"):
+        cache.get_or_write(
+            "states", {"big": 1}, {"x": TensorSpec("F32", (1000,))}, lambda w: called.append(1)
+        )
+    assert called == []
+
+
+def test_stale_temp_folder_of_a_live_writer_is_kept(cache):
+    import os
+    import time
+
+    busy = cache.root / "states" / ".tmp-busy"
+    busy.mkdir(parents=True)
+    (busy / "data.safetensors").write_bytes(b"x")  # still being written
+    past = time.time() - 7200
+    os.utime(busy, (past, past))
+    assert cache.clear_stale_temp() == 0 and busy.exists()

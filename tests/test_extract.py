@@ -154,13 +154,13 @@ def test_two_sessions_asking_for_the_same_extraction_compute_once(
     import analysis.extract as extract
 
     calls = []
-    real = extract.forward_all_layers
+    real = extract.iter_pooled_windows
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(extract, "forward_all_layers", counting)
+    monkeypatch.setattr(extract, "iter_pooled_windows", counting)
     cfg = ExtractConfig(
         model=ModelSpec(loaded.spec.name), data=DataSpec(str(csv_data)),
         sample=SampleSpec(n=20), max_length=32,
@@ -180,3 +180,119 @@ def test_two_sessions_asking_for_the_same_extraction_compute_once(
     assert calls == [1]
     assert torch.equal(results[0].states, results[1].states)
     assert sorted(r.meta["cache_hit"] for r in results) == [False, True]
+
+
+# --- streaming to the cache ----------------------------------------------------------------------
+
+
+def _cfg(loaded, csv_data, **kwargs):
+    return ExtractConfig(
+        model=ModelSpec(loaded.spec.name), data=DataSpec(str(csv_data)),
+        sample=SampleSpec(n=20, seed=3), max_length=32, batch_size=4, **kwargs,
+    )  # fmt: skip
+
+
+def test_windows_stream_the_same_states_as_one_pass(tmp_path, csv_data, loaded, monkeypatch):
+    import analysis.extract as extract
+
+    cfg = _cfg(loaded, csv_data)
+    one = extract_states(cfg, cache=DiskCache(tmp_path / "one"), loaded=loaded)
+    monkeypatch.setattr(extract, "WINDOW_BYTES", 3 * 32 * 4 * 6)  # 6 examples per window
+    assert extract.window_rows(3, 32) == 6
+    many = extract_states(cfg, cache=DiskCache(tmp_path / "many"), loaded=loaded)
+    torch.testing.assert_close(many.states, one.states, rtol=1e-5, atol=1e-6)
+    assert torch.equal(many.labels, one.labels) and torch.equal(many.rows, one.rows)
+    # Served memory-mapped, and locatable for chunked reads.
+    assert many.stored is not None and many.stored.shape == (3, 20, 32)
+    np.testing.assert_array_equal(many.stored.read_rows(1, 0, 20), many.states[1].numpy())
+
+
+def test_precision_is_part_of_the_key_only_when_not_float32(tmp_path, csv_data, loaded):
+    from analysis.extract import extraction_recipe
+
+    plain = extraction_recipe(_cfg(loaded, csv_data), loaded, "fp")
+    assert "precision" not in plain
+    bf16 = extraction_recipe(_cfg(loaded, csv_data, precision="bfloat16"), loaded, "fp")
+    assert bf16["precision"] == "bfloat16"
+    with pytest.raises(ValueError, match="Unknown precision"):
+        _cfg(loaded, csv_data, precision="int8")
+    # bf16 autocast runs on the CPU too (the GPU check compares it with float32 there).
+    cache = DiskCache(tmp_path / "cache")
+    low = extract_states(_cfg(loaded, csv_data, precision="bfloat16"), cache=cache, loaded=loaded)
+    full = extract_states(_cfg(loaded, csv_data), cache=cache, loaded=loaded)
+    assert not full.meta["cache_hit"] and low.meta["cache_path"] != full.meta["cache_path"]
+    torch.testing.assert_close(low.states, full.states, rtol=0.1, atol=0.1)
+
+
+def test_truncated_states_file_is_detected_deleted_and_recomputed(tmp_path, csv_data, loaded):
+    from pathlib import Path
+
+    cfg = _cfg(loaded, csv_data)
+    cache = DiskCache(tmp_path / "cache")
+    first = extract_states(cfg, cache=cache, loaded=loaded)
+    expected = first.states.clone()
+    data = Path(first.meta["cache_path"]) / "data.safetensors"
+    del first  # (a live memory map of a file truncated in place would fault on access)
+    data.write_bytes(data.read_bytes()[:-100])
+    again = extract_states(cfg, cache=cache, loaded=loaded)
+    assert not again.meta["cache_hit"] and torch.equal(again.states, expected)
+
+
+KILLED_WRITER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+import analysis.extract as extract
+from analysis.cache import DiskCache
+from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
+extract.WINDOW_BYTES = 3 * 32 * 4 * 4  # 4 examples per window: 5 windows
+cfg = ExtractConfig(ModelSpec({model!r}), DataSpec({data!r}), SampleSpec(n=20, seed=3),
+                    max_length=32, batch_size=2)
+
+def progress(fraction, message):
+    if fraction >= 0.5:  # two windows are on disk, the third is being computed
+        open({marker!r}, "w").close()
+        time.sleep(60)
+
+extract.extract_states(cfg, progress=progress, cache=DiskCache({cache!r}))
+"""
+
+
+def test_extraction_killed_mid_write_leaves_nothing_that_reads_as_valid(tmp_path, csv_data, loaded):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    marker, root = tmp_path / "writing", Path(__file__).resolve().parent.parent
+    script = KILLED_WRITER.format(
+        root=str(root), model=loaded.spec.name, data=str(csv_data), marker=str(marker),
+        cache=str(tmp_path / "cache"),
+    )  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert child.poll() is None, child.stderr.read().decode()
+            assert time.monotonic() < deadline, "the writer never reached the middle"
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    cache = DiskCache(tmp_path / "cache")
+    partial = list((tmp_path / "cache" / "states").iterdir())
+    assert len(partial) == 1 and partial[0].name.startswith(".tmp-")  # only the temporary folder
+    data = partial[0] / "data.safetensors"
+    assert data.exists() and not (partial[0] / "meta.json").exists()
+    assert list(cache.entries()) == []
+    cfg = ExtractConfig(
+        ModelSpec(loaded.spec.name), DataSpec(str(csv_data)), SampleSpec(n=20, seed=3),
+        max_length=32, batch_size=2,
+    )  # fmt: skip
+    result = extract_states(cfg, cache=cache, loaded=loaded)  # recomputed, not the partial file
+    assert not result.meta["cache_hit"] and torch.isfinite(result.states).all()
+    assert cache.clear_stale_temp(older_than_s=-1) == 1
+    assert [p.name for p in (tmp_path / "cache" / "states").iterdir()] == [
+        Path(result.meta["cache_path"]).name
+    ]

@@ -79,6 +79,7 @@ st.markdown(
     f"{loaded.n_layers + 1} × {len(rows):,} × {loaded.d_model} floats "
     f"({(loaded.n_layers + 1) * len(rows) * loaded.d_model * 4 / 1e6:.1f} MB), stored under the cache "
     "folder as safetensors + JSON, keyed by the model's weights, the data, the sample, the pooling "
-    "and the max length."
+    "and the max length. It is written to disk window by window as it is computed and read back "
+    "memory-mapped, one layer at a time, so memory does not grow with the number of examples."
 )
 next_step("views/data.py")

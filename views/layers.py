@@ -60,6 +60,7 @@ with tab_metrics:
         f"{cfg.model.name}: {states.n_layers} layers, d_model {states.d_model}; N = {states.n} examples "
         f"of {data_label(cfg.data.name)} ({cfg.sample.part} part, seed {cfg.sample.seed}), {cfg.pooling} pooling; "
         f"probe metric {states.metric}; metrics {source}. One seeded 80/10/10 split serves CCA and probes."
+        + (f" {df.attrs['route_note']}" if df.attrs.get("route_note") else "")
     )
     st.dataframe(df, hide_index=True, width="stretch")
     d1, d2 = st.columns(2)

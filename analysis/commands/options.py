@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from analysis.config import (
     PARTS,
     POOLINGS,
+    PRECISIONS,
     SAMPLE_SCHEMES,
     DataSpec,
     ExtractConfig,
@@ -78,6 +79,12 @@ def add_common(parser: argparse.ArgumentParser, n_default: int = 1000) -> None:
     parser.add_argument(
         "--batch-size", type=int, default=32, help=help_of(ExtractConfig, "batch_size")
     )
+    parser.add_argument(
+        "--precision",
+        default="float32",
+        choices=PRECISIONS,
+        help=help_of(ExtractConfig, "precision"),
+    )
 
 
 def apply_cache(args: argparse.Namespace) -> None:
@@ -115,6 +122,7 @@ def extract_config_from_args(args: argparse.Namespace) -> ExtractConfig:
         pooling=args.pooling,
         max_length=args.max_length,
         batch_size=args.batch_size,
+        precision=getattr(args, "precision", "float32"),
     )
 
 

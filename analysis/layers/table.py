@@ -35,6 +35,7 @@ from analysis.layers.metrics import (
     zeta,
 )
 from analysis.layers.probe import CV_FOLDS, PROBE_GRID, fit_probe
+from analysis.layers.streamed import route_recipe, streamed_metrics_of
 from analysis.progress import Progress
 from analysis.scores import task_score
 
@@ -203,6 +204,7 @@ def metrics_recipe(
         "probe_grid": list(PROBE_GRID),
         "probe_folds": CV_FOLDS,
         "version": METRICS_VERSION,
+        **route_recipe(layer_states),  # {} unless the states are large enough to stream
     }
 
 
@@ -223,10 +225,14 @@ def cached_layer_metrics(
 
     def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         start = time.perf_counter()
-        df = layer_metrics(
-            layer_states.states, layer_states.labels, layer_states.metric, seed, METRICS, n_bins,
-            progress,
-        )  # fmt: skip
+        if recipe.get("route") == "streamed":  # large states: analysis.layers.streamed
+            with blas_threads():
+                df = streamed_metrics_of(layer_states, seed, n_bins, progress)
+        else:
+            df = layer_metrics(
+                layer_states.states, layer_states.labels, layer_states.metric, seed, METRICS,
+                n_bins, progress,
+            )  # fmt: skip
         values = torch.tensor(df[list(COLUMNS)].to_numpy(dtype=np.float64))  # (L+1, 5)
         return {"values": values}, {**df.attrs, "seconds": time.perf_counter() - start}
 
@@ -280,4 +286,8 @@ def report(cfg: ExtractConfig, df: pd.DataFrame, hit: bool = False) -> dict[str,
         ),
         "cache_hit": hit,
         "seconds": df.attrs.get("seconds"),
+        # analysis.layers.streamed: how the metrics were computed, and the probe's subsample
+        **{
+            k: df.attrs[k] for k in ("route", "probe_cap", "probe_n", "route_note") if k in df.attrs
+        },
     }

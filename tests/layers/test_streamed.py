@@ -1,0 +1,179 @@
+"""The streamed layer metrics equal the in-memory route (analysis/layers/streamed.py docstring)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from threadpoolctl import threadpool_limits
+
+from analysis.cache import DiskCache, TensorSpec
+from analysis.layers import streamed, table
+
+# Tolerances justified in analysis/layers/streamed.py's docstring: ν and ϱ relative, CCA absolute;
+# the probe is the same fit on the same rows.
+NU_RTOL, RANK_RTOL, CCA_ATOL = 1e-8, 1e-8, 1e-8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    with threadpool_limits(1):
+        yield
+
+
+def bert_like(n=900, d=24, n_layers=3, n_classes=2, seed=0) -> tuple[np.ndarray, np.ndarray]:
+    """(L+1, N, d) float32 states with a large shared offset, outlier dimensions, anisotropic
+    noise and a class signal that varies by layer (the conditions where a one-pass second moment
+    would lose digits); labels (N,)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, n_classes, n)
+    offset = rng.standard_normal(d) * 3.0
+    offset[:2] = [40.0, -25.0]
+    directions = rng.standard_normal((n_classes, d))
+    mixing = rng.standard_normal((d, d)) * np.linspace(0.05, 1.0, d)
+    states = np.empty((n_layers + 1, n, d), dtype=np.float32)
+    for layer in range(n_layers + 1):
+        states[layer] = (
+            offset + rng.standard_normal((n, d)) @ mixing + 0.4 * layer * directions[labels]
+        )
+    return states, labels
+
+
+def assert_same(memory: pd.DataFrame, stream: pd.DataFrame) -> None:
+    np.testing.assert_allclose(stream["nu"], memory["nu"], rtol=NU_RTOL)
+    np.testing.assert_allclose(stream["rank"], memory["rank"], rtol=RANK_RTOL)
+    np.testing.assert_allclose(stream["cca"], memory["cca"], rtol=0, atol=CCA_ATOL)
+    np.testing.assert_array_equal(stream["probe"], memory["probe"])
+    np.testing.assert_array_equal(stream["probe_c"], memory["probe_c"])
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_streamed_equals_in_memory(n_classes):
+    states, labels = bert_like(n_classes=n_classes, seed=n_classes)
+    memory = table.layer_metrics(states, labels, "accuracy", seed=1)
+    stream = streamed.streamed_layer_metrics(states, labels, "accuracy", seed=1, chunk_rows=128)
+    assert_same(memory, stream)
+    n_train = len(table.split_indices(labels, 1).train)
+    assert stream.attrs["route"] == "streamed" and stream.attrs["probe_n"] == n_train
+    assert {k: stream.attrs[k] for k in ("n", "seed", "n_classes", "task_type")} == {
+        k: memory.attrs[k] for k in ("n", "seed", "n_classes", "task_type")
+    }
+
+
+def test_streamed_regression_equals_in_memory():
+    states, _ = bert_like(n=500)
+    scores = states[2, :, 0].astype(np.float64) + np.random.default_rng(3).normal(size=500)
+    memory = table.layer_metrics(states, scores, "spearman", which=("nu", "cca", "rank"))
+    stream = streamed.streamed_layer_metrics(
+        states, scores, "spearman", which=("nu", "cca", "rank"), chunk_rows=100
+    )
+    assert_same(memory, stream)
+    assert stream.attrs["label_note"] == memory.attrs["label_note"]
+
+
+def test_streamed_from_the_cache_file_equals_from_memory(tmp_path):
+    """States read from a cache entry in chunks (plain file reads) give the same numbers."""
+    states, labels = bert_like(n=700)
+    specs = {"states": TensorSpec("F32", states.shape, row_dim=1)}
+
+    def write(writer):
+        for layer in range(states.shape[0]):
+            for start in range(0, 700, 300):
+                writer.write("states", states[layer, start : start + 300], start, index=layer)
+        return {}
+
+    cache = DiskCache(tmp_path)
+    cache.get_or_write("states", {"r": 1}, specs, write)
+    stored = cache.stored("states", {"r": 1})["states"]
+    which = ("nu", "cca", "rank")
+    from_file = streamed.streamed_layer_metrics(stored, labels, which=which, chunk_rows=256)
+    from_memory = streamed.streamed_layer_metrics(states, labels, which=which, chunk_rows=256)
+    pd.testing.assert_frame_equal(from_file, from_memory)
+
+
+def test_index_with_repeats_is_the_resampled_sample():
+    """index = a bootstrap resample: the same as the in-memory route on states[:, index]."""
+    states, labels = bert_like(n=400)
+    index = np.random.default_rng(5).integers(0, 400, 400)  # repeats, and some rows left out
+    which = ("nu", "cca", "rank")
+    memory = table.layer_metrics(states[:, index], labels[index], which=which, seed=2)
+    stream = streamed.streamed_layer_metrics(
+        states, labels, which=which, seed=2, index=index, chunk_rows=96
+    )
+    assert_same(memory, stream)
+
+
+def test_probe_cap_is_a_stratified_subsample():
+    states, labels = bert_like(n=1000, n_layers=1)
+    labels = np.where(np.arange(1000) < 200, 1, 0)  # 20% positives
+    stream = streamed.streamed_layer_metrics(states, labels, which=("probe",), probe_cap=100)
+    assert stream.attrs["probe_n"] == 100 and stream.attrs["probe_test_n"] == 100
+    assert "fit on 100 of the 800 train examples" in stream.attrs["route_note"]
+    assert stream["probe"].between(0, 1).all() and stream["nu"].isna().all()
+    split = table.split_indices(labels, 0)
+    chosen = streamed.stratified_subset(split.train, labels[split.train], 100, 0)
+    assert len(chosen) == 100 and np.isin(chosen, split.train).all()
+    assert labels[chosen].sum() == 20  # the class shares of the train part
+    rare = np.r_[np.zeros(999, int), 1]  # one example of class 1: still in the subsample
+    assert np.sum(rare[streamed.stratified_subset(np.arange(1000), rare, 10, 0)]) == 1
+
+
+def test_probe_cap_follows_the_width():
+    assert streamed.probe_rows(384) == 20_000 and streamed.probe_rows(64) == 20_000
+    assert streamed.probe_rows(768) == 10_000 and streamed.probe_rows(1024) == 7_500
+
+
+def test_cell_moments_weights_are_repeats():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 4)) + 10
+    w = rng.integers(0, 3, 50)
+    weighted = streamed.CellMoments(w[None, :])
+    for start in range(0, 50, 7):
+        weighted.add(start, x[start : start + 7])
+    repeated = np.repeat(x, w, axis=0) - weighted.shift
+    np.testing.assert_allclose(weighted.sums[0], repeated.sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(weighted.grams[0], repeated.T @ repeated, rtol=1e-12)
+    assert weighted.count[0] == w.sum()
+
+
+def test_non_finite_states_are_refused():
+    states, labels = bert_like(n=200)
+    states[1, 5, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        streamed.streamed_layer_metrics(states, labels, which=("nu",))
+
+
+def test_route_is_chosen_by_the_size_of_one_layer(monkeypatch):
+    assert not streamed.use_streamed(20_000, 384)  # MiniLM, 20k: 59 MiB per float64 layer
+    assert streamed.use_streamed(100_000, 1024)  # BERT-large, 100k: 781 MiB
+    monkeypatch.setenv("TUNESCOPE_STREAM_METRICS_MB", "0")
+    assert streamed.use_streamed(10, 4)
+
+
+def test_layer_table_routes_large_states_and_says_so(monkeypatch, tmp_path):
+    import torch
+
+    from analysis.config import ExtractConfig
+    from analysis.extract import LayerStates
+
+    states, labels = bert_like(n=300, n_layers=2)
+    layer_states = LayerStates(
+        states=torch.from_numpy(states),
+        labels=torch.from_numpy(labels),
+        rows=torch.arange(300),
+        label_names=("a", "b"),
+        task_type="classification",
+        metric="accuracy",
+        config=ExtractConfig(),
+        meta={"cache_path": str(tmp_path / "states" / "abc")},
+    )
+    cache = DiskCache(tmp_path)
+    memory, _ = table.cached_layer_metrics(layer_states, cache=cache)
+    monkeypatch.setenv("TUNESCOPE_STREAM_METRICS_MB", "0")
+    assert table.metrics_recipe(layer_states, 0)["route"] == "streamed"
+    stream, hit = table.cached_layer_metrics(layer_states, cache=cache)
+    assert not hit  # another cache entry than the in-memory route's
+    assert_same(memory, stream)
+    report = table.report(ExtractConfig(), stream)
+    assert report["route"] == "streamed" and report["probe_n"] == 240
+    assert "route" not in table.report(ExtractConfig(), memory)
