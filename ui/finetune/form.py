@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from analysis.config import parse_ints
+from analysis.config import help_of, parse_ints
 from analysis.finetune.config import (
+    DEFAULT_HEAD_LR,
     AdapterOptions,
     FinetuneConfig,
     HeadsOptions,
@@ -106,6 +107,10 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         a, b, c, d = st.columns(4)
         steps = a.number_input("Steps", 1, 100_000, 200, step=50)
         lr_text = b.text_input("Learning rate", "", placeholder="method default", help=LR_HELP)
+        head_lr = b.number_input(
+            "Classifier learning rate", min_value=1e-7, max_value=1.0, value=DEFAULT_HEAD_LR,
+            format="%.1e", help=help_of(FinetuneConfig, "head_lr") + " (its own AdamW group)",
+        )  # fmt: skip
         batch_size = c.number_input("Batch size", 1, 1024, 16)
         seeds_text = d.text_input("Seeds", "0", help="comma-separated, e.g. 0,1,2")
         n_train = a.number_input("Train examples (0 = all)", 0, 10_000_000, 2000, step=500)
@@ -120,6 +125,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
     heads = heads_from_upload(upload.getvalue()) if upload is not None else heads_shared
     common = dict(
         model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=_learning_rate(lr_text),
+        head_lr=float(head_lr),
         batch_size=int(batch_size), max_length=extract_cfg.max_length, pooling=extract_cfg.pooling,
         n_train=int(n_train) or None, n_eval=int(n_eval), eval_every=int(eval_every),
     )  # fmt: skip
