@@ -15,6 +15,7 @@ import streamlit as st
 
 from analysis.layers.metrics import DEFAULT_BINS
 from analysis.layers.projection import project_2d
+from analysis.layers.repeats import LayerRepeats, cached_layer_repeats
 from analysis.layers.table import cached_layer_metrics, states_key
 from ui.memo import ProgressMemo
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from analysis.extract import LayerStates
 
 _METRICS: ProgressMemo[tuple[pd.DataFrame, bool]] = ProgressMemo(max_entries=24)
+_REPEATS: ProgressMemo[tuple[LayerRepeats, bool]] = ProgressMemo(max_entries=12)
 
 
 def get_layer_metrics(
@@ -38,6 +40,20 @@ def get_layer_metrics(
         ),
     )
     return df.copy(), hit
+
+
+def get_layer_repeats(
+    layer_states: LayerStates, seed: int, repeats: int, n_bins: int = DEFAULT_BINS
+) -> tuple[LayerRepeats, bool]:
+    """(repeats, hit) of analysis.layers.repeats.cached_layer_repeats, with a progress bar that
+    names the repeat and the layer on a miss."""
+    return _REPEATS.get(
+        (states_key(layer_states), seed, repeats, n_bins),
+        f"{repeats} bootstrap repeats of the layer metrics",
+        lambda progress: cached_layer_repeats(
+            layer_states, seed=seed, repeats=repeats, n_bins=n_bins, progress=progress
+        ),
+    )
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
