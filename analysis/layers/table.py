@@ -73,11 +73,13 @@ def layer_row(
     which: Sequence[str],
     seed: int,
     groups: np.ndarray | None = None,
+    probe_grid: Sequence[float] = PROBE_GRID,
 ) -> dict[str, float]:
     """One layer's metrics; h: (N, d) float64. Metrics not in ``which`` are NaN, and so are CCA
     and the probe when the sample is too small for their held-out parts (a few examples).
     ``probe_c``: the C the probe's cross-validation chose (NaN without a probe). groups: (N,)
-    which example each row copies, for a bootstrap resample (`analysis.layers.repeats`)."""
+    which example each row copies, for a bootstrap resample (`analysis.layers.repeats`);
+    probe_grid: the candidate C of the probe's cross-validation."""
     cca_ok = len(split.dev) >= 2 and len(split.test) >= 2
     row = {
         "layer": layer,
@@ -92,7 +94,10 @@ def layer_row(
     held_out = np.concatenate([split.dev, split.test])
     if "probe" in which and len(held_out) >= 1 and len(np.unique(raw[split.train])) >= 2:
         train_groups = None if groups is None else groups[split.train]
-        fit = fit_probe(h[split.train], raw[split.train], metric, seed=seed, groups=train_groups)
+        fit = fit_probe(
+            h[split.train], raw[split.train], metric, seed=seed, grid=tuple(probe_grid),
+            groups=train_groups,
+        )  # fmt: skip
         row["probe"] = task_score(metric, raw[held_out], fit.predict(h[held_out]))
         row["probe_c"] = fit.c
     return row

@@ -372,3 +372,36 @@ def _config(row: pd.Series) -> dict[str, Any]:
         return json.loads(raw)
     config = row.get("config")
     return config if isinstance(config, dict) else {}
+
+
+def with_groups(runs: pd.DataFrame) -> pd.DataFrame:
+    """``RunsDB.list_runs`` rows with each run's ``group`` (`group_key`) and a ``label`` recomputed
+    from its config (older runs stored shorter labels), for listings and exports."""
+    out = runs.copy()
+    configs = [json.loads(c) if isinstance(c, str) else {} for c in out.get("config_json", [])]
+    out["group"] = [group_key(c) for c in configs]
+    out["label"] = [run_label(c) for c in configs]
+    return out
+
+
+def resolve_group(runs: pd.DataFrame, ref: str) -> pd.DataFrame:
+    """The finished runs of a run group named by ``ref``: a group key (or a unique prefix of one),
+    or a run id (or a unique part of one), which stands for that run's whole group. A clear
+    ValueError when ``ref`` names nothing or several."""
+    grouped = with_groups(runs[runs["status"] == "done"]) if not runs.empty else runs
+    if grouped.empty:
+        raise ValueError("No finished runs yet: nothing to compare.")
+    by_group = grouped[grouped["group"].str.startswith(ref)]
+    groups = set(by_group["group"])
+    if not groups:
+        ids = grouped[(grouped["id"] == ref) | grouped["id"].str.endswith(ref)]
+        ids = ids if len(ids) else grouped[grouped["id"].str.startswith(ref)]
+        if len(ids) > 1:
+            raise ValueError(f"{ref!r} matches {len(ids)} runs; give more of the run id.")
+        groups = set(ids["group"])
+    if len(groups) != 1:
+        what = "no finished run or group" if not groups else f"{len(groups)} groups"
+        raise ValueError(
+            f"{ref!r} matches {what}; see `python -m analysis runs groups` (or `runs list`)."
+        )
+    return grouped[grouped["group"] == groups.pop()]

@@ -125,3 +125,12 @@ def test_add_repeats_keeps_one_repeat_as_is():
     assert two["repeats"] == 2 and set(two["rho_interval"]) == {"nu", "cca", "rank"}
     assert {"nu_se", "cca_se", "rank_se", "probe_se"} <= set(two["layers"][0])
     assert all(isinstance(k, str) for k in two["l_star_share"])
+
+
+def test_each_repeat_chooses_c_among_the_table_choice_and_its_neighbours():
+    assert rp.neighbour_grid(1e-2) == (1e-3, 1e-2, 1e-1)
+    assert rp.neighbour_grid(1e-4) == (1e-4, 1e-3)
+    assert rp.neighbour_grid(None) == rp.PROBE_GRID == rp.neighbour_grid(float("nan"))
+    states, labels = synthetic_states()
+    rep = rp.layer_repeats(states, labels, repeats=2, probe_c=[1e-3] * 4)
+    assert set(rep.values[:, :, 4].ravel()) <= {1e-4, 1e-3, 1e-2}
