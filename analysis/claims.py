@@ -773,10 +773,12 @@ def claims_table(results: Sequence[ClaimResult]) -> pd.DataFrame:
     reports."""
     rows = []
     for r in results:
-        lo_hi = "" if r.interval is None else f"[{r.interval[0]:+.3g}, {r.interval[1]:+.3g}]"
+        known = r.interval is not None and all(math.isfinite(x) for x in r.interval)
+        lo_hi = f"[{r.interval[0]:+.3g}, {r.interval[1]:+.3g}]" if known else ""
+        ours = None if r.ours is None or not math.isfinite(r.ours) else round(float(r.ours), 4)
         rows.append(
-            {"id": r.id, "claim": r.info.claim, "paper": r.info.paper,
-             "ours": None if r.ours is None else round(float(r.ours), 4), "interval": lo_hi,
+            {"id": r.id, "claim": r.info.claim, "paper": r.info.paper, "ours": ours,
+             "interval": lo_hi,
              "verdict": r.verdict,
              "n": f"{r.n_seeds} seeds" if r.n_seeds else f"{r.repeats} repeats" if r.repeats else "",
              "detail": r.detail}
