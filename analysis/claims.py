@@ -786,3 +786,41 @@ def claims_table(results: Sequence[ClaimResult]) -> pd.DataFrame:
     return pd.DataFrame(
         rows, columns=["id", "claim", "paper", "ours", "interval", "verdict", "n", "detail"]
     )
+
+
+# -- the Heads page's comparison -----------------------------------------------------------------
+
+
+def heads_comparisons(runs: pd.DataFrame) -> list[Comparison]:
+    """Finished heads runs (``RunsDB.list_runs`` rows) compared by selector: top-k PageRank
+    against every other selector whose runs share its budget and its other selection settings
+    (k, scope, PageRank settings…), each side one run group (`analysis.runs.results`).
+    Runs whose config does not say its selector (stored before that was kept) are left out."""
+    from analysis.runs.results import budget_key, distinct_labels, run_setting
+
+    groups: dict[str, dict[str, Any]] = {}
+    for row in runs.itertuples():
+        if row.status != "done" or row.method != "heads" or not isinstance(row.config_json, str):
+            continue
+        setting = run_setting(json.loads(row.config_json))
+        provenance = dict(setting.get("heads_settings") or {})
+        selector = provenance.pop("selector", None)
+        if selector is None:
+            continue
+        provenance.pop("seed", None)  # the random selector's draw
+        key = group_key(setting)
+        entry = groups.setdefault(key, {"selector": selector, "setting": setting, "results": [],
+                                        "match": (budget_key(setting), json.dumps(provenance, sort_keys=True))})  # fmt: skip
+        entry["results"].append(
+            json.loads(row.result_json) if isinstance(row.result_json, str) else {}
+        )
+    labels = distinct_labels({k: g["setting"] for k, g in groups.items()})
+    out = []
+    for key, entry in groups.items():
+        if entry["selector"] != "pagerank":
+            continue
+        pagerank = Arm.from_results(labels[key], entry["results"])
+        for other_key, other in groups.items():
+            if other["selector"] != "pagerank" and other["match"] == entry["match"]:
+                out.append(compare(pagerank, Arm.from_results(labels[other_key], other["results"])))
+    return out

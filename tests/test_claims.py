@@ -179,3 +179,24 @@ def test_parse_only_and_settings():
     cfg = config(only=("S1",))
     assert cfg.trajectory_run().trajectory_every == 40 // 16
     assert cfg.layer_claims == () and cfg.run_claims == ("S1",)
+
+
+def test_heads_comparisons_match_selectors_of_one_setting():
+    cfg = config(only=("H1", "H2"))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=SELECTIONS)
+    planned = claims.plan_runs(cfg, inputs)
+    means = {"PageRank heads": 0.8, "random heads": 0.7, "top-k I_h heads": 0.8,
+             "top-k correlation heads": 0.79}  # fmt: skip
+    runs = fabricated(planned, lambda arm, seed: noisy(means[arm])(seed)).assign(method="heads")
+    # A random-heads run with another k is a different setting: never compared with these.
+    other = claims.plan_runs(config(only=("H1",), k=5), claims.ClaimInputs(
+        n_layers=N_LAYERS, selections={s: HeadSelection(
+            {1: [0]}, settings={"selector": s, "k": 5}) for s in ("pagerank", "random")}))  # fmt: skip
+    runs = pd.concat([runs, fabricated(other, lambda arm, seed: 0.1).assign(method="heads",
+                      id=lambda f: f["id"] + "k5")])  # fmt: skip
+    found = {(c.name_a, c.name_b): c for c in claims.heads_comparisons(runs)}
+    assert len(found) == 4  # k = 2: PageRank vs 3 others; k = 5: PageRank vs random
+    by_b = {b.split(" ")[2]: c for (a, b), c in found.items() if "×3" in a}
+    assert by_b["random"].verdict.endswith("pagerank better")
+    assert by_b["richness"].verdict.startswith("no difference shown")
+    assert all(c.n_seeds_a == 3 for (a, _), c in found.items() if "×3" in a)

@@ -9,6 +9,7 @@ from analysis.heads.select import analyse_heads, trainable_parameter_count
 from ui.figures import heads as figures
 from ui.heads import text
 from ui.heads.robustness import robustness_view
+from ui.heads.runs import heads_runs_view
 from ui.heads.state import get_head_stats, settings_form, stats_config
 from ui.loaders import get_model, show_error
 from ui.sidebar import settings
@@ -52,9 +53,10 @@ st.caption(
     f"{3 * (loaded.d_head * loaded.d_model + loaded.d_head):,} parameters."
 )
 
-tab_rank, tab_rich, tab_corr, tab_robust = st.tabs(
-    ["PageRank and selection", "Information richness", "Correlation", "Robustness"]
-)
+tab_rank, tab_rich, tab_corr, tab_robust, tab_runs = st.tabs(
+    ["PageRank and selection", "Information richness", "Correlation", "Robustness",
+     "PageRank vs random heads"]
+)  # fmt: skip
 with tab_rank:
     text.pagerank()
     st.plotly_chart(figures.pagerank_heatmap(result.pagerank, result.selected), width="stretch")
@@ -84,6 +86,8 @@ with tab_corr:
 with tab_robust:
     text.robustness()
     robustness_view(base, result)
+with tab_runs:
+    heads_runs_view(base, stats, selection_cfg, loaded, xi)
 
 st.subheader("Export")
 st.markdown(

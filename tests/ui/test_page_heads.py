@@ -118,3 +118,26 @@ def test_robustness_figures():
     assert len(prof.data) == 10
     assert [t.name for t in prof.data if t.showlegend] == ["n = 300", "n = 1000"]
     assert prof.data[0].error_y.array is not None and prof.data[5].error_y.array is None
+
+
+@pytest.mark.usefixtures("stop_leftover_worker")
+def test_pagerank_vs_random_heads_queues_once_and_reuses(tiny_bert_dir, monkeypatch):
+    from analysis.runs.db import RunsDB
+
+    at = heads_page(tiny_bert_dir, monkeypatch)
+    assert any("No finished heads runs" in i.value for i in at.info)
+    at.number_input(key="heads_cmp_seeds").set_value(1)
+    at.number_input(key="heads_cmp_steps").set_value(2)
+    submit = next(b for b in at.button if b.label.startswith("Estimate and queue"))
+    submit.click().run()
+    assert not errors(at), errors(at)
+    db = RunsDB()
+    queued = db.list_runs()
+    assert len(queued) == 4 and set(queued["method"]) == {"heads"}  # 4 selectors × 1 seed
+    labels = set(queued["label"])
+    assert {"heads ×6 pagerank", "heads ×6 random"} <= labels
+    next(b for b in at.button if b.label.startswith("Estimate and queue")).click().run()
+    assert any("already there" in s.value for s in at.success)  # nothing queued twice
+    assert len(db.list_runs()) == 4
+    for run_id in queued["id"]:
+        db.request_cancel(run_id)

@@ -8,9 +8,15 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from analysis.finetune.config import FinetuneConfig
-from analysis.runs.comparisons import comparison_configs, comparison_table, summarise_comparison
+from analysis.runs.comparisons import (
+    comparison_configs,
+    comparison_table,
+    comparison_verdicts,
+    summarise_comparison,
+)
 from analysis.subspace.outliers import outlier_positions_file, random_positions_like
 from analysis.subspace.report import SubspaceReport
+from ui import verdicts
 from ui.figures import subspace as figures
 from ui.subspace.state import outlier_file, random_file, random_files, trajectory_runs
 
@@ -85,10 +91,18 @@ def comparison_view(db: RunsDB, cfg: ExtractConfig, run: dict, report: SubspaceR
     else:
         metric = str(table["metric"].dropna().iloc[0]) if table["metric"].notna().any() else ""
         st.plotly_chart(figures.comparison(summary, metric or "score"), width="stretch")
-        st.dataframe(summary, hide_index=True, width="stretch")
+        st.dataframe(summary.drop(columns=["setting", "budget"]), hide_index=True, width="stretch")
+        found = comparison_verdicts(table)
+        if found:
+            st.markdown(
+                "**Verdicts** — intrinsic vs full and vs random subspace, random subspace vs "
+                "frozen, outliers zeroed vs random weights zeroed (runs of the same budget):"
+            )
+            verdicts.show(found, metric or "score", "subspace_verdicts")
+            verdicts.explain()
         st.download_button(
             "Download the comparison runs (CSV)",
-            table.to_csv(index=False),
+            table.drop(columns=["result_json"]).to_csv(index=False),
             f"subspace-comparison-{run_id}.csv",
             "text/csv",
         )
