@@ -4,6 +4,7 @@ import json
 
 import streamlit as st
 
+from analysis.runs.results import with_groups
 from ui.figures.finetune import loss_curve
 from ui.finetune.state import get_db
 
@@ -25,7 +26,7 @@ filters = {}
 for column, name in zip(columns, ["model", "data", "method", "status"], strict=True):
     chosen = column.multiselect(name.capitalize(), sorted(everything[name].dropna().unique()))
     filters[name] = chosen or None
-runs = db.list_runs(**filters)
+runs = with_groups(db.list_runs(**filters))  # + each run's group and a label telling them apart
 st.dataframe(runs.drop(columns=["config_json", "result_json"]), hide_index=True, width="stretch")
 left, right = st.columns(2)
 left.download_button(

@@ -113,7 +113,15 @@ def run(args: argparse.Namespace) -> int:
             atomic_write_text(args.csv, frame.to_csv(index=False))
             print(f"wrote {len(frame)} runs to {args.csv}")
         if args.json:
-            print(f"wrote {db.export_json(args.json, **filters)} runs to {args.json}")
+            from analysis.runs.db import run_label
+            from analysis.runs.results import group_key
+
+            records = db.export_records(**filters)
+            for record in records:
+                record["group"] = group_key(record["config"])
+                record["label"] = run_label(record["config"])
+            atomic_write_text(args.json, json.dumps(records, indent=1, default=str))
+            print(f"wrote {len(records)} runs to {args.json}")
         return 0
     status = db.request_cancel(args.id)
     run_id = db.resolve_id(args.id)

@@ -5,6 +5,7 @@ A form, so moving a slider never starts anything: only "Estimate" and "Queue" ac
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
@@ -116,6 +117,11 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         n_train = a.number_input("Train examples (0 = all)", 0, 10_000_000, 2000, step=500)
         n_eval = b.number_input("Dev/test examples scored", 1, 1_000_000, 500, step=100)
         eval_every = c.number_input("Dev score every k steps", 1, 100_000, 50)
+        lr_grid = d.checkbox(
+            "Sweep: learning-rate grid ×½, ×1, ×2",
+            help="Each strategy also at half and twice its body learning rate; the rate with the "
+            "best mean dev score is kept in the results (never chosen on test).",
+        )
         first, second, _ = st.columns([1, 1, 4])
         estimate_only = first.form_submit_button("Estimate time")
         queue = second.form_submit_button("Queue", type="primary")
@@ -144,6 +150,12 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         for family, m, layers in plan
         for seed in seeds
     ]
+    if lr_grid and not mode.startswith("One"):
+        configs = [
+            (family, dataclasses.replace(cfg, lr=cfg.lr * factor) if factor != 1.0 else cfg)
+            for family, cfg in configs
+            for factor in ((0.5, 1.0, 2.0) if cfg.method != "frozen" else (1.0,))
+        ]
     _show_estimate(db, configs, loaded, time_now=estimate_only)
     if queue:
         _queue(db, configs, sweep=not mode.startswith("One"))
