@@ -375,8 +375,8 @@ def plan_runs(
         for seed in cfg.seeds:
             base = cfg.base_run(seed)
             add("X4", "full", _full(base))
-            add("X4", f"(1, {star}, {star})",
-                dataclasses.replace(base, method="layers", layers=(1, star, star)))  # fmt: skip
+            cut = dataclasses.replace(base, method="layers", layers=(1, star, star), lr=None)
+            add("X4", f"(1, {star}, {star})", cut)
     for claim, arms in (("H1", ("PageRank heads", "random heads")),
                         ("H2", ("PageRank heads", "top-k I_h heads", "top-k correlation heads"))):  # fmt: skip
         if claim not in cfg.only or not inputs.selections:
@@ -384,8 +384,8 @@ def plan_runs(
         for arm in arms:
             selection = inputs.selections[HEAD_SELECTORS[arm]]
             for seed in cfg.seeds:
-                config = dataclasses.replace(
-                    cfg.base_run(seed), method="heads", options=HeadsOptions(selection)
+                config = dataclasses.replace(  # lr=None: the method's own default rate
+                    cfg.base_run(seed), method="heads", options=HeadsOptions(selection), lr=None
                 )
                 add(claim, arm, config)
     if subspace_claims:
