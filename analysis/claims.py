@@ -370,7 +370,8 @@ def plan_runs(
             planned[run.key] = run
 
     subspace_claims = [c for c in ("S1", "S2") if c in cfg.only]
-    if "X4" in cfg.only and inputs.l_star is not None:
+    # ℓ* = L leaves nothing to cut: X4 is then inconclusive without runs (`_run_claim`).
+    if "X4" in cfg.only and inputs.l_star is not None and inputs.l_star < inputs.n_layers:
         star = inputs.l_star
         for seed in cfg.seeds:
             base = cfg.base_run(seed)

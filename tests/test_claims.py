@@ -161,6 +161,14 @@ def test_missing_seeds_are_not_measured_yet_and_failed_runs_are_queued_again():
     assert claims.missing_runs(planned, queued) == [planned[5]]  # queued ones are waited for
 
 
+def test_l_star_at_the_top_plans_no_x4_runs():
+    cfg = config(only=("X4",))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, l_star=N_LAYERS)
+    assert claims.plan_runs(cfg, inputs) == []
+    result = claims.evaluate(cfg, inputs, [], pd.DataFrame())[0]
+    assert result.verdict == "inconclusive" and "ℓ* = L" in result.detail
+
+
 def test_unlike_runs_are_not_reused():
     cfg = config(only=("X4",))
     inputs = claims.ClaimInputs(n_layers=N_LAYERS, l_star=3)
