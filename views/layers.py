@@ -45,8 +45,8 @@ if summ["l_star"] is not None:  # the Fine-tune page's default ℓ*
 with tab_metrics:
     n_repeats = st.number_input(
         "Bootstrap repeats R (1 = the single table, no intervals)", 1, 50, DEFAULT_REPEATS,
-        key="layers_repeats", help="Resamples of the N extracted examples: each costs about as "
-        "much as one table of metrics; the extraction is not repeated.",
+        key="layers_repeats", help="Bootstrap resamples of the N extracted examples (the extraction "
+        "is not repeated); each costs about a third of the table of metrics.",
     )  # fmt: skip
     rep = reps = se = None
     if n_repeats > 1:
@@ -89,9 +89,10 @@ with tab_metrics:
         f"probe metric {states.metric}; metrics {source}. One seeded 80/10/10 split serves CCA and probes"
         + (f"; ± : bootstrap standard errors over {n_repeats} resamples." if reps else ".")
     )
-    st.dataframe(df if se is None else df.merge(se, on="layer"), hide_index=True, width="stretch")
+    shown = df if se is None else df.merge(se, on="layer")
+    st.dataframe(shown, hide_index=True, width="stretch")
     d1, d2 = st.columns(2)
-    d1.download_button("Table (CSV)", df.to_csv(index=False), "layers.csv", "text/csv")
+    d1.download_button("Table (CSV)", shown.to_csv(index=False), "layers.csv", "text/csv")
     d2.download_button("Everything (JSON)", json.dumps(result), "layers.json", "application/json")
     with st.expander("What the metrics mean (formulas)", expanded=True):
         for explain in (text.nu, text.cca, text.rank, text.probe, text.zeta, text.repeats):
