@@ -102,6 +102,13 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         "application/json",
     )
 
+    st.subheader("Run groups: mean ± standard error over seeds")
+    groups = everything.drop(columns=["lr_sibling", "budget"])
+    st.dataframe(groups, hide_index=True, width="stretch")
+    st.download_button(
+        "Download the groups (CSV)", groups.to_csv(index=False), "finetune_groups.csv", "text/csv"
+    )
+
 
 def comparisons_view(table, summary, runs, metric: str) -> None:
     """Every run group against full fine-tuning of the same budget, and any two groups."""
