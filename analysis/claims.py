@@ -676,9 +676,20 @@ def _run_claim(
         return ClaimResult(claim, "not measured yet", runs=ids, detail=waiting)
     arms = {arm: _arm(arm, entries[arm]) for arm in need}
     n_seeds = min(a.n_seeds for a in arms.values())
-    return {"X4": _x4, "H1": _h1, "H2": _h2, "S1": _s1, "S2": _s2}[claim](
+    result = {"X4": _x4, "H1": _h1, "H2": _h2, "S1": _s1, "S2": _s2}[claim](
         arms, entries, n_seeds, ids, need
     )
+    same = [arm for arm in need[1:] if _same_heads(inputs, "PageRank heads", arm)]
+    if claim in ("H1", "H2") and same:
+        result.detail += f" ({' and '.join(same)}: the same heads as PageRank, so the same runs)"
+    return result
+
+
+def _same_heads(inputs: ClaimInputs, a: str, b: str) -> bool:
+    """Whether two arms' selectors chose exactly the same heads (HeadSelection equality)."""
+    sel_a = inputs.selections.get(HEAD_SELECTORS.get(a, ""))
+    sel_b = inputs.selections.get(HEAD_SELECTORS.get(b, ""))
+    return sel_a is not None and sel_a == sel_b
 
 
 def _result(
@@ -769,16 +780,27 @@ def claims_json(cfg: ClaimsConfig, results: Sequence[ClaimResult]) -> dict[str, 
     }
 
 
+def ours_text(result: ClaimResult) -> str:
+    """Our number as it reads: "ℓ* = 4" (X2), "5/5 repeats" (X3), a signed ρ or difference."""
+    x = result.ours
+    if x is None or not math.isfinite(x):
+        return ""
+    if result.id == "X2":
+        return f"ℓ* = {int(x)}"
+    if result.id == "X3":
+        return f"{round(x * (result.repeats or 0))}/{result.repeats} repeats"
+    return f"{x:+.2f}" if result.id == "X1" else f"{x:+.4f}"
+
+
 def claims_table(results: Sequence[ClaimResult]) -> pd.DataFrame:
-    """id, claim, paper, ours, interval, verdict, n (seeds or repeats), detail — for pages and
-    reports."""
+    """id, claim, paper, ours (as text: `ours_text`), interval, verdict, n (seeds or repeats),
+    detail — for pages and reports."""
     rows = []
     for r in results:
         known = r.interval is not None and all(math.isfinite(x) for x in r.interval)
         lo_hi = f"[{r.interval[0]:+.3g}, {r.interval[1]:+.3g}]" if known else ""
-        ours = None if r.ours is None or not math.isfinite(r.ours) else round(float(r.ours), 4)
         rows.append(
-            {"id": r.id, "claim": r.info.claim, "paper": r.info.paper, "ours": ours,
+            {"id": r.id, "claim": r.info.claim, "paper": r.info.paper, "ours": ours_text(r),
              "interval": lo_hi,
              "verdict": r.verdict,
              "n": f"{r.n_seeds} seeds" if r.n_seeds else f"{r.repeats} repeats" if r.repeats else "",

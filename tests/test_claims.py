@@ -211,3 +211,14 @@ def test_heads_comparisons_match_selectors_of_one_setting():
     assert by_b["random"].verdict.endswith("pagerank better")
     assert by_b["richness"].verdict.startswith("no difference shown")
     assert all(c.n_seeds_a == 3 for (a, _), c in found.items() if "×3" in a)
+
+
+def test_a_selector_that_picks_the_pagerank_heads_is_said_so():
+    same = {**SELECTIONS, "correlation": HeadSelection({1: [0, 1], 2: [0]}, settings={"k": 2})}
+    cfg = config(only=("H2",))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=same)
+    planned = claims.plan_runs(cfg, inputs)
+    runs = fabricated(planned, lambda arm, seed: noisy(0.8)(seed))
+    result = claims.evaluate(cfg, inputs, planned, runs)[0]
+    assert "top-k correlation heads: the same heads as PageRank" in result.detail
+    assert claims.ours_text(result) == "+0.0000"

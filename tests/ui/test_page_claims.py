@@ -70,6 +70,6 @@ def test_finished_runs_fill_in_the_verdicts(tiny_bert_dir, monkeypatch):
     assert not errors(at), errors(at)
     row = table_of(at).set_index("id").loc["H1"]
     assert row["verdict"] == "holds" and row["n"] == "2 seeds"
-    assert row["ours"] == pytest.approx(0.3)
+    assert row["ours"] == "+0.3000"
     assert not any("run(s) missing" in m.value for m in at.markdown)  # every run reused
     assert len(at.get("plotly_chart")) >= 1  # the forest plot behind the verdict

@@ -54,8 +54,7 @@ def write_report(
         "|---|---|---|---|---|---|---|",
     ]
     for row in table.itertuples():
-        ours = "" if row.ours is None or row.ours != row.ours else f"{row.ours:+.4g}"
-        cells = [row.id, row.claim, row.paper, ours, row.interval, f"**{row.verdict}**", row.n]
+        cells = [row.id, row.claim, row.paper, row.ours, row.interval, f"**{row.verdict}**", row.n]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     for result in results:
         info = result.info

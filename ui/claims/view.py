@@ -34,10 +34,7 @@ def claims_view(cfg: ClaimsConfig, inputs: ClaimInputs) -> None:
         f"{measured} of {len(results)} claims measured on {cfg.model.name} × {cfg.data.name} · "
         "refreshes every 10 s while runs train"
     )
-    st.dataframe(
-        table.style.map(_style, subset=["verdict"]), hide_index=True, width="stretch",
-        column_config={"ours": st.column_config.NumberColumn(format="%+.4g")},
-    )  # fmt: skip
+    st.dataframe(table.style.map(_style, subset=["verdict"]), hide_index=True, width="stretch")
     left, right = st.columns(2)
     left.download_button(
         "Claims (JSON)", json.dumps(claims.claims_json(cfg, results), indent=1),
