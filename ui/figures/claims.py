@@ -45,7 +45,7 @@ def rho_repeats(rho: Sequence[float], mean: float, interval: tuple[float, float]
         )
     )  # fmt: skip
     for x, text in ((RHO_STRONG, "paper: ≤ −0.85"), (RHO_WEAK, "−0.5")):
-        fig.add_vline(x=x, line_dash="dash", annotation_text=text)
+        fig.add_vline(x=x, line_dash="dash", annotation_text=text, annotation_position="bottom")
     fig.update_layout(
         xaxis_title="ρ(ν, s) across layers", xaxis_range=[-1.05, 1.05], height=240,
         margin=dict(t=30, b=40), showlegend=False,
