@@ -19,6 +19,7 @@ PAGES = [
     st.Page("views/finetune.py", title="Fine-tune", icon=":material/model_training:"),
     st.Page("views/subspace.py", title="Subspaces", icon=":material/scatter_plot:"),
     st.Page("views/runs.py", title="Runs", icon=":material/list_alt:"),
+    st.Page("views/claims.py", title="Paper check", icon=":material/fact_check:"),
 ]
 
 navigation = st.navigation(PAGES)

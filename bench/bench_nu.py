@@ -1,7 +1,7 @@
 """ν at RoBERTa-large size: our rank-(C−1) route vs the textbook route, side by side (issue #3).
 
 Synthetic float32 states, d = 1,024, N = 20,000, C = 2 and C = 6. Textbook: form Σ_w and Σ_b
-(d × d, float64), pinv, trace (`analysis.layer_metrics.nu_textbook`, array-API pinv cut-off).
+(d × d, float64), pinv, trace (`analysis.layers.metrics.nu_textbook`, array-API pinv cut-off).
 Goal: ≥ 50× faster, same value to ≤ 1e-8 relative.
 
     python bench/bench_nu.py [--threads 1] [--repeats 3]

@@ -10,6 +10,7 @@ from ui.figures import heads as figures
 from ui.heads import text
 from ui.heads.attention import attention_view
 from ui.heads.robustness import robustness_view
+from ui.heads.runs import heads_runs_view
 from ui.heads.state import get_head_stats, settings_form, stats_config
 from ui.loaders import get_model, show_error
 from ui.nav import next_step
@@ -58,9 +59,9 @@ st.caption(
     f"{3 * (loaded.d_head * loaded.d_model + loaded.d_head):,} parameters."
 )
 
-tab_rank, tab_attention, tab_rich, tab_corr, tab_robust = st.tabs(
+tab_rank, tab_attention, tab_rich, tab_corr, tab_robust, tab_runs = st.tabs(
     ["PageRank and selection", "What a head attends to", "Information richness", "Correlation",
-     "Robustness"]
+     "Robustness", "PageRank vs random heads"]
 )  # fmt: skip
 with tab_attention:
     text.attention()
@@ -96,6 +97,8 @@ with tab_corr:
 with tab_robust:
     text.robustness()
     robustness_view(base, result)
+with tab_runs:
+    heads_runs_view(base, stats, selection_cfg, loaded, xi)
 
 st.subheader("Export")
 st.markdown(

@@ -32,6 +32,7 @@ st.markdown(
 | **Fine-tune** | If I train only those layers / heads / adapters, how does the score compare with full fine-tuning, LoRA or BitFit — at what cost in time and memory? |
 | **Subspaces** | In how few directions does fine-tuning actually move the weights, and which weights stick out? |
 | **Runs** | Every run: its curves beside others', a note and tags, its files, an export. |
+| **Paper check** | Do the three papers' claims hold on *my* model and data? Ours with its interval, and a verdict. |
 
 **Your own data:** choose a file of the data folder in the sidebar's *Dataset* list, type its
 path, or upload one (CSV, TSV, JSON lines or Parquet with a text and a label column). Every page

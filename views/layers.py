@@ -5,11 +5,12 @@ import json
 import streamlit as st
 
 from analysis.layers.metrics import DEFAULT_BINS
+from analysis.layers.repeats import DEFAULT_REPEATS, add_repeats, summarise_repeats
 from analysis.layers.table import report, summary
 from ui.datasets import data_label
 from ui.figures import layers as figures
 from ui.layers import text
-from ui.layers.state import get_layer_metrics
+from ui.layers.state import get_layer_metrics, get_layer_repeats
 from ui.layers.view import layer_picture, suggestion, teaching_view
 from ui.layers.whatif import whatif_view
 from ui.loaders import get_states, show_error
@@ -42,32 +43,60 @@ if summ["l_star"] is not None:  # the Fine-tune page's default ℓ*, for exactly
 
 with tab_metrics:
     st.caption(describe(cfg))
-    suggestion(summ, df, states.n_layers)
+    n_repeats = st.number_input(
+        "Bootstrap repeats R (1 = the single table, no intervals)", 1, 50, DEFAULT_REPEATS,
+        key="layers_repeats", help="Bootstrap resamples of the N extracted examples (the extraction "
+        "is not repeated); each costs about a third of the table of metrics.",
+    )  # fmt: skip
+    rep = reps = se = None
+    if n_repeats > 1:
+        try:
+            rep, _ = get_layer_repeats(states, cfg.sample.seed, int(n_repeats), DEFAULT_BINS)
+        except ValueError as exc:
+            show_error(exc)
+        else:
+            reps, se = summarise_repeats(rep), rep.standard_errors()
+            result = add_repeats(result, rep)
+    suggestion(summ, df, states.n_layers, reps)
     if df.attrs.get("label_note"):
         st.warning(df.attrs["label_note"], icon=":material/info:")
-    st.plotly_chart(figures.metrics_figure(df, summ["l_star"], states.metric), width="stretch")
+    st.plotly_chart(figures.metrics_figure(df, summ["l_star"], states.metric, se), width="stretch")
     rho = summ["rho"]
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("ℓ*", summ["l_star"])
+    share = None if reps is None else reps.l_star_share.get(summ["l_star"], 0.0)
+    c1.metric(
+        "ℓ*", summ["l_star"], delta_color="off",
+        delta=None if share is None else f"{round(share * reps.repeats)}/{reps.repeats} repeats",
+    )  # fmt: skip
     c2.metric("ζ (smoothness of ν)", "-" if result["zeta"] is None else f"{summ['zeta']:.3g}")
-    c3.metric("ρ(ν, s)", "-" if result["rho"]["nu"] is None else f"{rho['nu']:+.3f}")
-    c4.metric(
-        "ρ(CCA, s) / ρ(ϱ, s)",
-        " / ".join("-" if result["rho"][k] is None else f"{rho[k]:+.2f}" for k in ("cca", "rank")),
-    )
+    if reps is None:
+        c3.metric("ρ(ν, s)", "-" if result["rho"]["nu"] is None else f"{rho['nu']:+.3f}")
+        c4.metric(
+            "ρ(CCA, s) / ρ(ϱ, s)",
+            " / ".join("-" if result["rho"][k] is None else f"{rho[k]:+.2f}" for k in ("cca", "rank")),
+        )  # fmt: skip
+    else:
+        for col, m, name in ((c3, "nu", "ρ(ν, s)"), (c4, "cca", "ρ(CCA, s)")):
+            lo, hi = reps.rho_interval[m]
+            col.metric(f"{name}, mean [5–95 %]", f"{reps.rho_mean[m]:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+        st.plotly_chart(
+            figures.l_star_shares(reps.l_star_share, states.n_layers, reps.repeats), width="stretch"
+        )
     source = "served from the cache" if hit else f"computed in {df.attrs.get('seconds', 0):.1f} s"
     st.caption(
         f"{cfg.model.name}: {states.n_layers} layers, d_model {states.d_model}; N = {states.n} examples "
         f"of {data_label(cfg.data.name)} ({cfg.sample.part} part, seed {cfg.sample.seed}), {cfg.pooling} pooling; "
-        f"probe metric {states.metric}; metrics {source}. One seeded 80/10/10 split serves CCA and probes."
+        f"probe metric {states.metric}; metrics {source}. One seeded 80/10/10 split serves CCA and probes"
+        + (f"; ± : bootstrap standard errors over {n_repeats} resamples." if reps else ".")
         + (f" {df.attrs['route_note']}" if df.attrs.get("route_note") else "")
     )
-    st.dataframe(df, hide_index=True, width="stretch")
+    shown = df if se is None else df.merge(se, on="layer")
+    st.dataframe(shown, hide_index=True, width="stretch")
     d1, d2 = st.columns(2)
-    d1.download_button("Table (CSV)", df.to_csv(index=False), "layers.csv", "text/csv")
+    d1.download_button("Table (CSV)", shown.to_csv(index=False), "layers.csv", "text/csv")
     d2.download_button("Everything (JSON)", json.dumps(result), "layers.json", "application/json")
     with st.expander("What the metrics mean (formulas)", expanded=True):
-        for explain in (text.nu, text.cca, text.rank, text.probe, text.zeta):
+        for explain in (text.nu, text.cca, text.rank, text.probe, text.zeta, text.repeats):
             explain()
 
 with tab_picture:

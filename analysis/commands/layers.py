@@ -19,33 +19,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=2,
         help="regression tasks: quantile bins of the scores used as classes for ν, CCA and ϱ",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="R stratified bootstrap resamples of the N states, each with its own split: adds "
+        "standard errors per layer, ρ's 5th–95th percentile interval and ℓ*'s share of repeats "
+        "(1: the single table only)",
+    )
     parser.add_argument("--json", default=None, help="write the results as JSON ('-': stdout)")
 
 
 def table(result: dict[str, Any]) -> str:
-    """A readable table of the layers, ℓ* starred."""
-    lines = [f"{'layer':>5} {'nu':>11} {'cca':>7} {'rank':>8} {'probe':>7}"]
+    """A readable table of the layers, ℓ* starred; with repeats, each value ± its bootstrap s.e."""
+    repeats = "repeats" in result
+    width = (19, 15, 15, 15) if repeats else (11, 7, 8, 7)
+    names = ("nu", "cca", "rank", "probe")
+    lines = [f"{'layer':>5} " + " ".join(f"{m:>{w}}" for m, w in zip(names, width, strict=True))]
     for row in result["layers"]:
         cells = [
-            "-" if row[m] is None else fmt.format(row[m])
-            for m, fmt in (
-                ("nu", "{:.4g}"),
-                ("cca", "{:.3f}"),
-                ("rank", "{:.2f}"),
-                ("probe", "{:.3f}"),
-            )
+            _cell(row.get(m), row.get(f"{m}_se"), fmt)
+            for m, fmt in zip(names, ("{:.4g}", "{:.3f}", "{:.2f}", "{:.3f}"), strict=True)
         ]
         star = "  ← ℓ*" if row["layer"] == result["l_star"] else ""
         lines.append(
-            f"{row['layer']:>5} {cells[0]:>11} {cells[1]:>7} {cells[2]:>8} {cells[3]:>7}{star}"
+            f"{row['layer']:>5} "
+            + " ".join(f"{c:>{w}}" for c, w in zip(cells, width, strict=True))
+            + star
         )
     return "\n".join(lines)
 
 
+def _cell(value: float | None, se: float | None, fmt: str) -> str:
+    if value is None:
+        return "-"
+    return fmt.format(value) + ("" if se is None else " ± " + fmt.format(se))
+
+
 def run(args: argparse.Namespace) -> int:
     from analysis.extract import extract_states
+    from analysis.layers.repeats import add_repeats, cached_layer_repeats, summarise_repeats
     from analysis.layers.table import cached_layer_metrics, report
 
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be at least 1 (got {args.repeats}).")
     cfg = extract_config_from_args(args)
     bar = TqdmProgress("hidden states")
     try:
@@ -58,6 +75,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     result = report(cfg, df, hit)
+    summ = None
+    if args.repeats > 1:
+        bar = TqdmProgress(f"{args.repeats} repeats")
+        try:
+            rep, _ = cached_layer_repeats(
+                states, seed=cfg.sample.seed, repeats=args.repeats, n_bins=args.bins, progress=bar
+            )
+        finally:
+            bar.close()
+        result = add_repeats(result, rep)
+        summ = summarise_repeats(rep)
     write_json(args.json, result)
     if args.json != "-":
         source = "served from the cache" if hit else f"computed in {result['seconds']:.1f} s"
@@ -74,6 +102,16 @@ def run(args: argparse.Namespace) -> int:
         zeta = "-" if result["zeta"] is None else f"{result['zeta']:.3g}"
         print(f"ℓ* = {result['l_star']} (lowest ν over layers 1..{result['n_layers']}); ζ = {zeta}")
         print(f"ρ(metric, probe) across layers: {rho}")
+        if summ is not None:
+            intervals = ", ".join(
+                f"{m} {summ.rho_mean[m]:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                for m, (lo, hi) in summ.rho_interval.items()
+            )
+            print(
+                f"over {args.repeats} bootstrap repeats (± = bootstrap s.e.): ρ mean "
+                f"[5th, 95th percentile]: {intervals}; {summ.l_star_sentence()}"
+                f"{' (stable)' if summ.stable else ' (not stable: no layer in ≥ 80 %)'}"
+            )
         if args.json:
             print(f"JSON written to {args.json}")
     return 0

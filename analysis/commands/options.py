@@ -26,6 +26,7 @@ from analysis.config import (
     parse_ints,
 )
 from analysis.finetune.config import (
+    DEFAULT_HEAD_LR,
     AdapterOptions,
     FinetuneConfig,
     HeadsOptions,
@@ -138,6 +139,7 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
 
     add("--steps", FinetuneConfig, "steps", type=int, default=200)
     add("--lr", FinetuneConfig, "lr", type=float, default=None)
+    add("--head-lr", FinetuneConfig, "head_lr", type=float, default=DEFAULT_HEAD_LR)
     add("--batch-size", FinetuneConfig, "batch_size", type=int, default=16)
     add("--max-length", FinetuneConfig, "max_length", type=int, default=128)
     add("--n-train", FinetuneConfig, "n_train", type=int, default=None)
@@ -185,7 +187,7 @@ def executor_from_args(args: argparse.Namespace) -> ExecutorChoice:
         executor=args.executor,
         ray_address=args.ray_address,
         cpus_per_run=args.ray_cpus_per_run,
-        device=args.device,
+        device=getattr(args, "device", None),
     )
 
 
@@ -253,6 +255,7 @@ def finetune_config(
         options=method_options(args, method),
         steps=args.steps,
         lr=args.lr,
+        head_lr=args.head_lr,
         batch_size=args.batch_size,
         max_length=args.max_length,
         seed=seed,

@@ -1,5 +1,10 @@
-"""``runs``: list, show, export, cancel, annotate and delete the fine-tuning runs kept in the
-runs database."""
+"""``runs``: list, show, export, compare, cancel, annotate (note, tag) and delete the fine-tuning
+runs kept in the runs database.
+
+Listings and exports carry each run's group (`analysis.runs.results.group_key`: runs identical in
+every setting but the seed) and a label that tells settings apart; ``runs groups`` lists the
+groups with n_seeds and mean ± s.e.; ``runs compare A B`` applies `analysis.compare.compare`.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,14 @@ import argparse
 import json
 
 from analysis.commands.options import apply_cache, write_json
+from analysis.io import atomic_write_text
 
 NAME = "runs"
-HELP = "list, show, export, cancel, annotate (note, tag) or delete fine-tuning runs"
-LIST_COLUMNS = ["id", "status", "model", "data", "method", "label", "seed", "score", "metric"]
+HELP = "list, show, export, compare, cancel, annotate (note, tag) or delete fine-tuning runs"
+LIST_COLUMNS = [
+    "id", "status", "model", "data", "method", "label", "seed", "score", "metric", "group",
+]  # fmt: skip
+GROUP_COLUMNS = ["group", "label", "n_seeds", "score", "score_sem", "dev_score", "step_time_s"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,10 +55,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     delete.add_argument(
         "--files-only", action="store_true", help="keep the run and its steps, delete its files"
     )
+    groups = sub.add_parser(
+        "groups", help="run groups (runs identical but for the seed): n_seeds, mean ± s.e."
+    )
+    groups.add_argument("--model", default=None)
+    groups.add_argument("--data", default=None)
+    groups.add_argument("--json", default=None, help="also write the groups as JSON here")
+    compare = sub.add_parser(
+        "compare",
+        help="compare two settings: diff of mean test scores ± s.e., a verdict, paired bootstrap",
+        description="A and B: a run id (standing for its whole run group) or a group key from "
+        "`runs groups`. Verdict 'A better' / 'B better' when |diff| > 2 se, else 'no difference "
+        "shown (n seeds = …)'; paired_p from a bootstrap over the test examples when both were "
+        "scored on the same test part.",
+    )
+    compare.add_argument("a", metavar="RUN_OR_GROUP_A")
+    compare.add_argument("b", metavar="RUN_OR_GROUP_B")
+    compare.add_argument("--json", default=None, help="write the comparison as JSON here")
 
 
 def run(args: argparse.Namespace) -> int:
     from analysis.runs.db import RunsDB
+    from analysis.runs.results import with_groups
 
     apply_cache(args)
     db = RunsDB()
@@ -63,8 +90,12 @@ def run(args: argparse.Namespace) -> int:
             "sweep_id": args.sweep,
             "tag": args.tag,
         }
+    if args.action == "groups":
+        return _groups(db, args)
+    if args.action == "compare":
+        return _compare(db, args)
     if args.action == "list":
-        table = db.list_runs(**filters)
+        table = with_groups(db.list_runs(**filters))
         if table.empty:
             print("no runs yet")
         else:
@@ -94,9 +125,19 @@ def run(args: argparse.Namespace) -> int:
         if not args.csv and not args.json:
             raise ValueError("runs export needs --csv FILE and/or --json FILE.")
         if args.csv:
-            print(f"wrote {db.export_csv(args.csv, **filters)} runs to {args.csv}")
+            frame = with_groups(db.list_runs(**filters)).drop(columns=["result_json"])
+            atomic_write_text(args.csv, frame.to_csv(index=False))
+            print(f"wrote {len(frame)} runs to {args.csv}")
         if args.json:
-            print(f"wrote {db.export_json(args.json, **filters)} runs to {args.json}")
+            from analysis.runs.db import run_label
+            from analysis.runs.results import group_key
+
+            records = db.export_records(**filters)
+            for record in records:
+                record["group"] = group_key(record["config"])
+                record["label"] = run_label(record["config"])
+            atomic_write_text(args.json, json.dumps(records, indent=1, default=str))
+            print(f"wrote {len(records)} runs to {args.json}")
         return 0
     if args.action == "note":
         db.set_note(args.id, args.text)
@@ -118,4 +159,55 @@ def run(args: argparse.Namespace) -> int:
         print(f"run {run_id}: cancel requested; it stops at its next step")
     else:
         print(f"run {run_id}: {status}")
+    return 0
+
+
+def _groups(db, args: argparse.Namespace) -> int:
+    from analysis.runs.results import results_table, summarise
+
+    summary = summarise(results_table(db.list_runs(model=args.model, data=args.data)))
+    if summary.empty:
+        print("no finished runs yet")
+    else:
+        print(summary[GROUP_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if args.json:
+        write_json(args.json, {"groups": json.loads(summary.to_json(orient="records"))})
+    return 0
+
+
+def _compare(db, args: argparse.Namespace) -> int:
+    from analysis.compare import Arm, compare
+    from analysis.runs.results import resolve_group
+
+    runs = db.list_runs(status="done")
+    arms = []
+    for ref in (args.a, args.b):
+        group = resolve_group(runs, ref)
+        records = [json.loads(r) for r in group["result_json"]]
+        arms.append((group, Arm.from_results(str(group["label"].iloc[0]), records)))
+    (group_a, arm_a), (group_b, arm_b) = arms
+    metrics = {m for m in (arm_a.metric, arm_b.metric) if m}
+    if len(metrics) > 1:
+        raise ValueError(f"A and B are scored with different metrics ({', '.join(metrics)}).")
+    result = compare(arm_a, arm_b, "A", "B")
+    for name, group, arm in (("A", group_a, arm_a), ("B", group_b, arm_b)):
+        seeds = ", ".join(str(s) for s in sorted(group["seed"]))
+        print(f"{name}: {arm.name} · group {group['group'].iloc[0]} · seeds {seeds}")
+    lo, hi = result.interval()
+    paired = "-" if result.paired_p is None else f"{result.paired_p:.3f}"
+    print(
+        f"diff (A − B) {result.diff:+.4f} ± {result.se:.4f} (2 se: [{lo:+.4f}, {hi:+.4f}]); "
+        f"verdict: {result.verdict}; paired bootstrap p = {paired}"
+    )
+    payload = {
+        **result.to_dict(),
+        "label_a": arm_a.name,
+        "label_b": arm_b.name,
+        "group_a": str(group_a["group"].iloc[0]),
+        "group_b": str(group_b["group"].iloc[0]),
+        "runs_a": group_a["id"].tolist(),
+        "runs_b": group_b["id"].tolist(),
+        "metric": metrics.pop() if metrics else None,
+    }
+    write_json(args.json, payload)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -19,6 +20,8 @@ from analysis.commands.options import (
     write_json,
 )
 from analysis.strategies import STRATEGY_NAMES
+
+DEFAULT_LR_GRID = (0.5, 1.0, 2.0)  # × the body learning rate (SPEC.md, "Learning rates")
 
 NAME = "sweep"
 HELP = (
@@ -45,6 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--all-tops", action="store_true", help="ℓ*-up also as (ℓ*+1, t, t) for every t < L"
     )
     add_training_options(parser)
+    parser.add_argument(
+        "--lr-grid",
+        nargs="?",
+        const=",".join(f"{m:g}" for m in DEFAULT_LR_GRID),
+        default=None,
+        metavar="FACTORS",
+        help="also try these multiples of each method's body learning rate (alone: "
+        f"{','.join(f'{m:g}' for m in DEFAULT_LR_GRID)}); the rate with the best mean dev score "
+        "is chosen per strategy, never on test (frozen has no body: one rate)",
+    )
     parser.add_argument(
         "--foreground", action="store_true", help="run the sweep here instead of queueing it"
     )
@@ -80,6 +93,26 @@ def compute_l_star(args: argparse.Namespace, loaded) -> int:
     return int(l_star)
 
 
+def lr_factors(text: str | None) -> tuple[float, ...]:
+    """The learning-rate multipliers of ``--lr-grid`` ("0.5,1,2"); (1.0,) without a grid."""
+    if text is None:
+        return (1.0,)
+    try:
+        factors = tuple(float(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise ValueError(f"--lr-grid takes factors like 0.5,1,2 (got {text!r}).") from None
+    if not factors or any(not f > 0 for f in factors) or len(set(factors)) != len(factors):
+        raise ValueError(f"--lr-grid needs distinct positive factors (got {text!r}).")
+    return factors
+
+
+def lr_scaled(cfg, factor: float):
+    """``cfg`` with its body learning rate (given, or the method's default) times ``factor``."""
+    import dataclasses
+
+    return cfg if factor == 1.0 else dataclasses.replace(cfg, lr=cfg.lr * factor)
+
+
 def loaded_spec(args: argparse.Namespace):
     from analysis.commands.options import model_spec_from_args
 
@@ -110,18 +143,25 @@ def run(args: argparse.Namespace) -> int:
     if "heads" in names and not args.heads:
         raise ValueError("The heads strategy needs --heads FILE (from the heads page or CLI).")
     plan = sweep_strategies(names, n_layers, l_star=l_star, all_tops=args.all_tops)
+    factors = lr_factors(args.lr_grid)
     configs = [
-        (s, finetune_config(args, method=s.method, layers=s.layers, seed=seed))
+        (s, lr_scaled(finetune_config(args, method=s.method, layers=s.layers, seed=seed), f))
         for s in plan
+        for f in (factors if s.method != "frozen" else (1.0,))
         for seed in seeds
     ]
-    print(f"{len(plan)} strategies × {len(seeds)} seeds = {len(configs)} runs (L = {n_layers})")
+    grid = f" × learning rates ×{{{', '.join(f'{f:g}' for f in factors)}}}" if args.lr_grid else ""
+    print(
+        f"{len(plan)} strategies{grid} × {len(seeds)} seeds = {len(configs)} runs (L = {n_layers})"
+    )
     for strategy in plan:
         print(f"  {strategy.family:<9} {strategy.method:<7} {strategy.label}")
+    if args.lr_grid:
+        print("  the learning rate of each strategy is chosen on the dev part, never on test")
     payload: dict = {"l_star": l_star, "n_layers": n_layers, "runs": []}
     if args.dry_run:
         payload["runs"] = [
-            {"family": s.family, "method": s.method, "label": s.label, "seed": c.seed}
+            {"family": s.family, "method": s.method, "label": s.label, "seed": c.seed, "lr": c.lr}
             for s, c in configs
         ]
         write_json(args.json, payload)
@@ -131,6 +171,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.foreground:
         ids, workers = launch(args, db, [(cfg, s.family) for s, cfg in configs], sweep_id)
         print(f"queued {len(ids)} runs as {sweep_id} ({workers})")
+        if args.lr_grid:
+            print(
+                "once they finish, `runs groups` and the Fine-tune page show the learning rate "
+                "each strategy's dev score chose"
+            )
         payload["sweep_id"] = sweep_id
         payload["runs"] = [{"run_id": i, "status": "queued"} for i in ids]
         write_json(args.json, payload)
@@ -162,5 +207,22 @@ def _run_here(db, configs, sweep_id, loaded, payload, args) -> int:
             {"run_id": run_id, "status": status, "family": strategy.family, "result": run["result"]}
         )
     payload["sweep_id"] = sweep_id
+    if args.lr_grid:
+        payload["lr_choices"] = _lr_choices(db, sweep_id)
     write_json(args.json, payload)
     return 1 if failures else 0
+
+
+def _lr_choices(db, sweep_id: str) -> list[dict]:
+    """Print and return, per strategy, the learning rate its mean dev score chose."""
+    from analysis.runs.results import lr_choices, results_table, summarise
+
+    choices = lr_choices(summarise(results_table(db.list_runs(sweep_id=sweep_id))))
+    chosen = choices[choices["chosen"]]
+    print("learning rate chosen on the dev part (test shown, not used):")
+    for row in chosen.itertuples():
+        print(
+            f"  {row.label}: lr {row.lr:g}, dev {row.dev_score:.4f}, test {row.score:.4f} "
+            f"(n_seeds {row.n_seeds})"
+        )
+    return json.loads(choices.drop(columns=["lr_sibling"]).to_json(orient="records"))

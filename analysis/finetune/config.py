@@ -13,7 +13,16 @@ The JSON form (``to_dict``) is flat, as stored in the runs database since its fi
 ``heads``, ``adapter_layers``, ``adapter_size``, ``lora_r``, ``lora_alpha``, ``lora_layers`` and
 ``subspace_from`` sit beside the common keys.
 
-Default learning rates (short runs of a few hundred steps; override with ``lr``):
+The fresh classifier trains with its own learning rate, ``head_lr`` (1e-3 for every method), in
+its own AdamW parameter group: so "frozen" and "top layer only" differ only in what the body trains
+(SPEC.md, "Learning rates"). Configs stored before ``head_lr`` existed load with the default; their
+classifier actually trained at ``lr`` (`analysis.runs.results.run_setting` keeps that apart).
+
+A heads run also stores where its selection came from (``heads_settings``: the selector, k,
+PageRank settings… of `HeadSelection.settings`), so a PageRank run and a random-heads run of the
+same size tell themselves apart; configs stored before that load with empty settings.
+
+Default body learning rates (short runs of a few hundred steps; override with ``lr``):
 
 ============================  =======  =====================================================
 method                        lr       why
@@ -188,7 +197,9 @@ FLAT_DEFAULTS: dict[str, Any] = {
     "lora_alpha": 16,
     "lora_layers": None,
     "subspace_from": None,
+    "heads_settings": None,  # provenance of the head selection (HeadSelection.settings)
 }
+DEFAULT_HEAD_LR = 1e-3
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -230,6 +241,9 @@ class FinetuneConfig:
         "default, 5e-5 full / layers, 2e-4 heads, 1e-3 adapter / BitFit / frozen, 5e-4 LoRA, "
         "1e-2 subspace)"
     )  # fmt: skip
+    head_lr: float = setting(
+        DEFAULT_HEAD_LR, help="learning rate of the fresh classifier, the same for every method"
+    )
     batch_size: int = setting(16, help="examples per training step")
     max_length: int = setting(128, help="tokens kept per example")
     seed: int = setting(0, help="training seed (classifier init, data order, subsets)")
@@ -336,6 +350,12 @@ class FinetuneConfig:
         if not _is_number(lr) or not math.isfinite(lr) or lr <= 0:
             raise ValueError(f"The learning rate must be a positive finite number (got {lr!r}).")
         object.__setattr__(self, "lr", float(lr))
+        head_lr = self.head_lr
+        if not _is_number(head_lr) or not math.isfinite(head_lr) or head_lr <= 0:
+            raise ValueError(
+                f"The classifier's learning rate must be a positive finite number (got {head_lr!r})."
+            )
+        object.__setattr__(self, "head_lr", float(head_lr))
         if not _is_int(self.max_length) or not 8 <= self.max_length <= 4096:
             raise ValueError(
                 f"Max length must be between 8 and 4096 tokens (got {self.max_length!r})."
@@ -461,6 +481,7 @@ class FinetuneConfig:
             for key, name in FLAT_KEYS[type(self.options)].items():
                 value = getattr(self.options, name)
                 if isinstance(value, HeadSelection):
+                    flat["heads_settings"] = dict(value.settings) or None
                     value = layers_json(value.layers)
                 elif isinstance(value, tuple):
                     value = list(value)
@@ -501,8 +522,9 @@ def options_from_flat(method: str, flat: Mapping[str, Any]) -> MethodOptions | N
     wanted = OPTIONS_OF.get(method)
     mine = FLAT_KEYS.get(wanted, {}) if wanted else {}
     for key, value in flat.items():
-        if key not in mine and value != FLAT_DEFAULTS[key]:
-            owners = [m for m, c in OPTIONS_OF.items() if key in FLAT_KEYS[c]]
+        owned = key in mine or (key == "heads_settings" and wanted is HeadsOptions)
+        if not owned and value != FLAT_DEFAULTS[key]:
+            owners = [m for m, c in OPTIONS_OF.items() if key in FLAT_KEYS[c]] or ["heads"]
             raise ValueError(
                 f"{key} is only used by method{'s' if len(owners) > 1 else ''} "
                 f"{' / '.join(repr(o) for o in owners)}."
@@ -510,8 +532,14 @@ def options_from_flat(method: str, flat: Mapping[str, Any]) -> MethodOptions | N
     if wanted is None:
         return None
     given = {name: flat[key] for key, name in mine.items() if flat.get(key) is not None}
-    if wanted is HeadsOptions and "heads" not in given:
-        return None  # FinetuneConfig says what is missing
+    if wanted is HeadsOptions:
+        if "heads" not in given:
+            return None  # FinetuneConfig says what is missing
+        settings = flat.get("heads_settings") or {}
+        if not isinstance(settings, Mapping):
+            raise ValueError("heads_settings must be a JSON object (the selection's settings).")
+        if not isinstance(given["heads"], HeadSelection):
+            given["heads"] = HeadSelection(given["heads"], settings=dict(settings))
     for name in ("layers",):
         if isinstance(given.get(name), list):
             given[name] = tuple(given[name])

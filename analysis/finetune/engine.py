@@ -47,6 +47,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from analysis.compare import encode_predictions, fingerprint_of_part
 from analysis.data import TaskData, load_data
 from analysis.extract import Tokenized, pad_id_of, texts_of, tokenize
 from analysis.finetune.config import FinetuneConfig
@@ -92,6 +93,9 @@ class FinetuneResult:
     n_dev: int = 0
     n_test: int = 0
     trajectory: dict[str, Any] | None = None  # what the recorder's close() returned
+    # Per-example test predictions and gold labels, compact (`analysis.compare.encode_predictions`):
+    # what the paired bootstrap of a comparison needs. Absent from results of older runs.
+    test_predictions: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe({k: getattr(self, k) for k in self.__dataclass_fields__})
@@ -300,6 +304,7 @@ def build_model(
         encoder, loaded.family, n_outputs, cfg.head_layer, cfg.pooling, loaded.n_layers
     )
     prepared = prepare_method(model, cfg, inputs)
+    prepared.head_params = tuple(p for p in model.classifier.parameters() if p.requires_grad)
     model.to(device)
     prepared.grad_masks = {p: m.to(p.device) for p, m in prepared.grad_masks.items()}
     kept = model.n_layers_kept
@@ -318,14 +323,14 @@ def build_model(
 
 
 def make_optimizer(prepared: Prepared, cfg: FinetuneConfig):
-    """AdamW over the method's groups and the warm-up / decay schedule: (optimizer, scheduler)."""
+    """AdamW over the method's groups (the body at ``cfg.lr``, the fresh classifier at
+    ``cfg.head_lr``) and the warm-up / decay schedule: (optimizer, scheduler)."""
     # torch's fused AdamW (one kernel per step, not a loop over tensors) where every parameter
     # allows it: 10-20% of a MiniLM step on the CPU, and what transformers' Trainer uses by default
     # (bench/bench_finetune.py measures both side by side).
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in prepared.params)
-    optimizer = torch.optim.AdamW(
-        prepared.param_groups(cfg.weight_decay), lr=cfg.lr, fused=True if fused else None
-    )
+    groups = prepared.param_groups(cfg.weight_decay, lr=cfg.lr, head_lr=cfg.head_lr)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=True if fused else None)
     warmup_steps = round(cfg.warmup * cfg.steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg.steps, warmup_steps))
     return optimizer, scheduler
@@ -376,6 +381,7 @@ class TaskParts:
     metric: str
     regression: bool
     n_outputs: int  # C, or 1 for regression
+    test_fingerprint: str = ""  # the test part's texts and labels (`analysis.compare`)
 
 
 def encode_task(
@@ -403,6 +409,10 @@ def encode_task(
     def encode(rows: pd.DataFrame) -> EncodedPart:
         return encode_part(tokenizer, rows, cfg.max_length, regression)
 
+    texts, pairs = texts_of(test_rows)
+    fingerprint_texts = (
+        texts if pairs is None else [f"{a}\x1f{b}" for a, b in zip(texts, pairs, strict=True)]
+    )
     return TaskParts(
         train=encode(train_rows),
         dev=encode(dev_rows) if len(dev_rows) else None,
@@ -410,6 +420,7 @@ def encode_task(
         metric=data.metric,
         regression=regression,
         n_outputs=n_outputs,
+        test_fingerprint=fingerprint_of_part(fingerprint_texts, test_rows["label"].to_numpy()),
     )
 
 
@@ -467,10 +478,10 @@ class TrainingLoop:
         self._window: list[float] = []  # train losses since the last evaluation
 
     def score(self, part: EncodedPart) -> float:
-        predictions = predict(
-            self.model, part, self.pad_id, self.device, self.eval_batch, self.autocast
-        )
-        return score_part(self.parts.metric, part, predictions, self.parts.regression)
+        return score_part(self.parts.metric, part, self.predict(part), self.parts.regression)
+
+    def predict(self, part: EncodedPart) -> np.ndarray:
+        return predict(self.model, part, self.pad_id, self.device, self.eval_batch, self.autocast)
 
     def train(
         self,
@@ -528,11 +539,18 @@ class TrainingLoop:
             on_eval(step, {"dev": dev_score, "train_loss": float(np.mean(self._window))})
         self._window.clear()
 
-    def finish(self) -> float:
-        """Restore the best dev state (if it is not the last one) and score the test part."""
+    def finish(self) -> tuple[float, dict[str, Any]]:
+        """Restore the best dev state (if it is not the last one) and score the test part:
+        (test score, its per-example predictions as `analysis.compare.encode_predictions`)."""
         if self.best.restore(self.model, self.cfg.steps) and self.prepared.after_step is not None:
             self.prepared.after_step()
-        return self.score(self.parts.test)
+        test = self.parts.test
+        predictions = self.predict(test)
+        score = score_part(self.parts.metric, test, predictions, self.parts.regression)
+        record = encode_predictions(
+            predictions, test.labels.numpy(), self.parts.test_fingerprint, self.parts.regression
+        )
+        return score, record
 
 
 def run_finetune(
@@ -583,7 +601,7 @@ def run_finetune(
             )  # fmt: skip
         loop.train(should_stop, on_step, on_eval, recorder, memory, scaled(progress, 0.05, 0.95))
         progress(0.95, "Scoring the test part")
-        test_score = loop.finish()
+        test_score, test_predictions = loop.finish()
     finally:
         peak_mb = memory.stop()
         trajectory_meta = recorder.close() if recorder is not None else None
@@ -614,6 +632,7 @@ def run_finetune(
         n_dev=len(parts.dev) if has_dev else 0,
         n_test=len(parts.test),
         trajectory=trajectory_meta,
+        test_predictions=test_predictions,
     )
 
 

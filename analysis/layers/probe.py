@@ -72,6 +72,7 @@ def fit_probe(
     seed: int = 0,
     grid: tuple[float, ...] = PROBE_GRID,
     folds: int = CV_FOLDS,
+    groups: ArrayLike | None = None,
 ) -> ProbeFit:
     """Fit the probe of one layer: CV over ``grid`` on (states, labels), refit with the best C.
 
@@ -79,18 +80,29 @@ def fit_probe(
     (``spearman`` means regression). Ties between candidates go to the smaller C (the stronger
     regularisation). With fewer than 2 examples of some class (regression: fewer than 4
     examples) there is nothing to cross-validate, and the probe is fit with C = 1.
+
+    groups: (N,) the example each row is a copy of, for rows of a bootstrap resample
+    (`analysis.layers.repeats`): the folds then split the distinct examples, so that no copy of
+    an example sits in a fold's train part while another copy is scored (that leak would favour
+    weak regularisation). None: every row is its own example.
     """
     x = as_float64(states)
     y = as_labels(labels)
     regression = metric == "spearman"
+    group_ids = None if groups is None else np.unique(as_labels(groups), return_inverse=True)[1]
+    first = (
+        np.arange(len(y))
+        if group_ids is None
+        else np.unique(group_ids, return_index=True)[1]  # one row per distinct example
+    )
     if regression:
         y = y.astype(np.float64)
-        smallest = len(y) // 2
+        smallest = len(first) // 2
     else:
-        _, counts = np.unique(y, return_counts=True)
-        if len(counts) < 2:
+        _, counts = np.unique(y[first], return_counts=True)
+        if len(np.unique(y)) < 2:
             raise ValueError("The probe needs at least two classes in its train part.")
-        smallest = int(counts.min())
+        smallest = int(counts.min()) if len(counts) >= 2 else 0
     scaler = StandardScaler().fit(x)
     z = scaler.transform(x)
     k = min(folds, smallest)
@@ -101,19 +113,21 @@ def fit_probe(
             model = Ridge(alpha=1.0 / FALLBACK_C) if regression else _logistic(FALLBACK_C)
             return ProbeFit(scaler, model.fit(z, y), FALLBACK_C, np.nan, (), regression)
         scorer = make_scorer(lambda t, p: task_score(metric, t, p))
+        splitter = (
+            KFold(k, shuffle=True, random_state=seed)
+            if regression
+            else StratifiedKFold(k, shuffle=True, random_state=seed)
+        )
+        cv = splitter if group_ids is None else _group_folds(splitter, y, group_ids, first)
         if regression:
             # RidgeCV tries the alphas in order; largest α (smallest C) first breaks ties that way.
-            model = RidgeCV(
-                alphas=[1.0 / c for c in grid],
-                cv=KFold(k, shuffle=True, random_state=seed),
-                scoring=scorer,
-            ).fit(z, y)
+            model = RidgeCV(alphas=[1.0 / c for c in grid], cv=cv, scoring=scorer).fit(z, y)
             return ProbeFit(
                 scaler, model, 1.0 / float(model.alpha_), float(model.best_score_), (), True
             )
         model = LogisticRegressionCV(
             Cs=list(grid),
-            cv=StratifiedKFold(k, shuffle=True, random_state=seed),
+            cv=cv,
             scoring=scorer,
             solver="lbfgs",
             max_iter=MAX_ITER,
@@ -125,6 +139,18 @@ def fit_probe(
     return ProbeFit(
         scaler, model, float(model.C_), float(means[best]), tuple(means.tolist()), False
     )
+
+
+def _group_folds(
+    splitter: KFold | StratifiedKFold, y: np.ndarray, group_ids: np.ndarray, first: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The splitter's folds over the distinct examples (one row each: ``first``), expanded to
+    every row: all copies of an example land in the same fold."""
+    folds = []
+    for _, held in splitter.split(np.zeros(len(first)), y[first]):
+        scored = np.isin(group_ids, held)
+        folds.append((np.flatnonzero(~scored), np.flatnonzero(scored)))
+    return folds
 
 
 def _logistic(c: float) -> LogisticRegression:

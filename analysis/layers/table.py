@@ -64,7 +64,7 @@ def _reporting(layers: range, report: Progress) -> Iterator[int]:
     report(1.0, "all layers done")
 
 
-def _layer_row(
+def layer_row(
     layer: int,
     h: np.ndarray,
     classes: np.ndarray,
@@ -73,10 +73,14 @@ def _layer_row(
     metric: str,
     which: Sequence[str],
     seed: int,
+    groups: np.ndarray | None = None,
+    probe_grid: Sequence[float] = PROBE_GRID,
 ) -> dict[str, float]:
     """One layer's metrics; h: (N, d) float64. Metrics not in ``which`` are NaN, and so are CCA
     and the probe when the sample is too small for their held-out parts (a few examples).
-    ``probe_c``: the C the probe's cross-validation chose (NaN without a probe)."""
+    ``probe_c``: the C the probe's cross-validation chose (NaN without a probe). groups: (N,)
+    which example each row copies, for a bootstrap resample (`analysis.layers.repeats`);
+    probe_grid: the candidate C of the probe's cross-validation."""
     cca_ok = len(split.dev) >= 2 and len(split.test) >= 2
     row = {
         "layer": layer,
@@ -90,7 +94,11 @@ def _layer_row(
     # held-out parts score it (twice the examples halve the score's noise variance).
     held_out = np.concatenate([split.dev, split.test])
     if "probe" in which and len(held_out) >= 1 and len(np.unique(raw[split.train])) >= 2:
-        fit = fit_probe(h[split.train], raw[split.train], metric, seed=seed)
+        train_groups = None if groups is None else groups[split.train]
+        fit = fit_probe(
+            h[split.train], raw[split.train], metric, seed=seed, grid=tuple(probe_grid),
+            groups=train_groups,
+        )  # fmt: skip
         row["probe"] = task_score(metric, raw[held_out], fit.predict(h[held_out]))
         row["probe_c"] = fit.c
     return row
@@ -130,7 +138,7 @@ def layer_metrics(
     n_layers = len(states)
     with blas_threads():
         rows = [
-            _layer_row(layer, as_float64(states[layer]), classes, raw, split, metric, which, seed)
+            layer_row(layer, as_float64(states[layer]), classes, raw, split, metric, which, seed)
             for layer in _reporting(range(n_layers), report)
         ]
     df = pd.DataFrame(rows, columns=["layer", *COLUMNS])

@@ -4,7 +4,14 @@ Intrinsic subspace vs random subspace vs frozen vs full fine-tuning (same model,
 seeds), and the disable experiment: full fine-tuning with the outlier weights zeroed vs as many
 random weights zeroed. `comparison_configs` plans the runs; `comparison_table` sorts the
 finished ones (rows of `RunsDB.list_runs`) into the groups; `summarise_comparison` gives each
-group's mean and standard error over seeds.
+group's mean and standard error over seeds; `comparison_verdicts` compares them
+(`analysis.compare.compare`).
+
+Only runs of one setting are averaged (SPEC.md, "Numbers a researcher can quote"): a group's runs
+are split by their run group (`analysis.runs.results.group_key`), except that the zero-weights
+file of the disable experiment counts by its role (the random control draws its weights with the
+run's seed, so its seeds zero different files by design). A full run of 100 steps and one of
+300 are two rows, never "n_seeds 2".
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.compare import Arm, Comparison, compare
 from analysis.finetune.config import FinetuneConfig, SubspaceOptions
 
 COMPARISON_GROUPS = (
@@ -67,36 +75,69 @@ def comparison_table(
 ) -> pd.DataFrame:
     """Completed runs (``RunsDB.list_runs`` rows, with ``config_json``) sorted into the groups.
 
-    Columns: id, group, seed, score, metric, n_trainable.
+    Columns: id, group, seed, score, metric, n_trainable, setting (the run group, with a
+    zero-weights file counted by its role), budget (`analysis.runs.results.budget_key`), label
+    (what tells settings apart), result_json (for the comparisons' paired bootstrap).
     """
-    rows = []
+    from analysis.runs.results import budget_key, distinct_labels, run_setting
+
+    rows, settings = [], {}
     for _, run in runs.iterrows():
         if run.get("status") != "done" or not isinstance(run.get("config_json"), str):
             continue
-        group = comparison_group(json.loads(run["config_json"]), source, outlier_file, random_files)
-        if group is not None:
-            rows.append(
-                {
-                    "id": run["id"],
-                    "group": group,
-                    "seed": run["seed"],
-                    "score": run["score"],
-                    "metric": run.get("metric"),
-                    "n_trainable": run.get("n_trainable"),
-                }
-            )
-    return pd.DataFrame(rows, columns=["id", "group", "seed", "score", "metric", "n_trainable"])
+        config = json.loads(run["config_json"])
+        group = comparison_group(config, source, outlier_file, random_files)
+        if group is None:
+            continue
+        setting = run_setting(config)
+        if setting.get("zero_weights"):
+            setting["zero_weights"] = group  # the role, not the file
+        key = _digest(setting)
+        settings[key] = setting
+        rows.append(
+            {"id": run["id"], "group": group, "seed": run["seed"], "score": run["score"],
+             "metric": run.get("metric"), "n_trainable": run.get("n_trainable"), "setting": key,
+             "budget": budget_key(setting), "result_json": run.get("result_json")}
+        )  # fmt: skip
+    columns = ["id", "group", "seed", "score", "metric", "n_trainable", "setting", "budget",
+               "label", "result_json"]  # fmt: skip
+    table = pd.DataFrame(rows, columns=[c for c in columns if c != "label"])
+    labels = distinct_labels(settings)
+    table["label"] = [
+        _role_label(group, labels[key], settings[key])
+        for group, key in zip(table["group"], table["setting"], strict=True)
+    ]
+    return table[columns]
+
+
+def _role_label(group: str, label: str, setting: dict[str, Any]) -> str:
+    """The comparison group's name plus what tells its settings apart (``full · steps 100``)."""
+    extra = label.split(" · ", 1)[1] if " · " in label else ""
+    extra = " · ".join(p for p in extra.split(" · ") if p and not p.startswith("zero"))
+    return f"{group} · {extra}" if extra else group
+
+
+def _digest(value: Any) -> str:
+    import hashlib
+
+    from analysis.cache import canonical_json
+
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
 
 
 def summarise_comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """Per group: n_seeds, mean score, score_sem = std(ddof=1)/√n (NaN with one seed), n_trainable."""
-    columns = ["group", "n_seeds", "score", "score_sem", "n_trainable"]
+    """Per group and setting: n_seeds, mean score, score_sem = std(ddof=1)/√n (NaN with one
+    seed), n_trainable; ``label`` names the group (and the setting, where a group has several)."""
+    columns = ["group", "label", "setting", "budget", "n_seeds", "score", "score_sem",
+               "n_trainable"]  # fmt: skip
     if table.empty:
         return pd.DataFrame(columns=columns)
     scores = table.assign(score=pd.to_numeric(table["score"], errors="coerce"))
     out = (
-        scores.groupby("group", sort=False)
+        scores.groupby(["group", "setting"], sort=False)
         .agg(
+            label=("label", "first"),
+            budget=("budget", "first"),
             n_seeds=("score", "count"),
             score=("score", "mean"),
             score_std=("score", "std"),
@@ -107,7 +148,47 @@ def summarise_comparison(table: pd.DataFrame) -> pd.DataFrame:
     out["score_sem"] = out["score_std"] / np.sqrt(out["n_seeds"].clip(lower=1))
     out.loc[out["n_seeds"] < 2, "score_sem"] = np.nan
     order = {g: i for i, g in enumerate(COMPARISON_GROUPS)}
-    return out.sort_values("group", key=lambda s: s.map(order)).reset_index(drop=True)[columns]
+    out = out.sort_values(
+        ["group", "label"], key=lambda s: s.map(order) if s.name == "group" else s
+    )
+    return out.reset_index(drop=True)[columns]
+
+
+# The paper's questions, as (A, B) pairs of comparison groups.
+VERDICT_PAIRS = (
+    ("intrinsic subspace", "full"),
+    ("intrinsic subspace", "random subspace"),
+    ("random subspace", "frozen"),
+    ("outliers zeroed", "random weights zeroed"),
+)
+
+
+def comparison_verdicts(table: pd.DataFrame) -> list[Comparison]:
+    """A vs B for each pair of `VERDICT_PAIRS` whose groups both have runs of one budget (the
+    same model, data, steps, batch size…): the setting with the most seeds of each side.
+    table: `comparison_table`."""
+    if table.empty:
+        return []
+    summary = summarise_comparison(table)
+    out = []
+    for a, b in VERDICT_PAIRS:
+        for budget in summary["budget"].unique():
+            here = summary[summary["budget"] == budget]
+            side_a, side_b = here[here["group"] == a], here[here["group"] == b]
+            if side_a.empty or side_b.empty:
+                continue
+            arms = [_arm(table, side.sort_values("n_seeds").iloc[-1]) for side in (side_a, side_b)]
+            out.append(compare(*arms))
+    return out
+
+
+def _arm(table: pd.DataFrame, row: pd.Series) -> Arm:
+    runs = table[(table["group"] == row["group"]) & (table["setting"] == row["setting"])]
+    results = [
+        {"metric": m, **(json.loads(r) if isinstance(r, str) else {}), "score": s}
+        for m, r, s in zip(runs["metric"], runs["result_json"], runs["score"], strict=True)
+    ]
+    return Arm.from_results(str(row["label"]), results)
 
 
 def comparison_configs(

@@ -249,15 +249,29 @@ def _config_fields(cfg: FinetuneConfig | dict[str, Any]) -> dict[str, Any]:
 
 
 def run_label(config: dict[str, Any]) -> str:
-    """A short human name for what a run trains: ``(1, 3, 3)``, ``heads ×6``, ``lora 3,4``…"""
+    """A short human name for what a run trains: ``(1, 3, 3)``, ``heads ×6 pagerank``,
+    ``lora 3,4``, ``subspace of ab12cd``, ``full · zeroed zero-outliers``…
+
+    It names what tells runs of one method apart (the head selector, the subspace's source and
+    kind, a zero-weights file); settings such as steps or learning rates are not in it
+    (`analysis.runs.results.summarise` adds those where two groups would share a label).
+    """
     method = str(config.get("method", "?"))
     layers = config.get("layers")
+    zero = config.get("zero_weights")
+    zeroed = f" · zeroed {Path(str(zero)).stem}" if zero else ""
     if method == "layers" and layers:
-        return "(" + ", ".join(str(int(x)) for x in layers) + ")"
+        return "(" + ", ".join(str(int(x)) for x in layers) + ")" + zeroed
     if method == "heads":
         heads = config.get("heads") or {}
         chosen = heads.values() if isinstance(heads, dict) else [h for _, h in heads]
         label = f"heads ×{sum(len(h) for h in chosen)}"
+        selector = (config.get("heads_settings") or {}).get("selector")
+        if selector:
+            label += f" {selector}"
+    elif method in ("subspace", "subspace-random") and config.get("subspace_from"):
+        kind = "subspace" if method == "subspace" else "random subspace"
+        label = f"{kind} of {_short_source(str(config['subspace_from']))}"
     elif method in ("adapter", "lora") and config.get(f"{method}_layers"):
         label = f"{method} " + ",".join(str(x) for x in config[f"{method}_layers"])
     elif method in ("adapter", "lora") and layers:
@@ -266,7 +280,13 @@ def run_label(config: dict[str, Any]) -> str:
         label = method
     if layers and method != "layers":
         label += f" @{layers[2]}"  # the classifier reads layer ℓ_head
-    return label
+    return label + zeroed
+
+
+def _short_source(source: str) -> str:
+    """A run id's random tail (``ab12cd``) or a trajectory folder's name."""
+    name = Path(source).name if ("/" in source or "\\" in source) else source
+    return name.rsplit("-", 1)[-1] if name.count("-") >= 2 else name
 
 
 def pid_alive(pid: int | None) -> bool:

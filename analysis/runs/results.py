@@ -1,20 +1,107 @@
-"""Finished runs as tables for the paper's figures: per-run results, means ± standard error over
-seeds, the Pareto frontier of score vs trainable parameters, and the compute a cut model saves.
+"""Finished runs as tables for the paper's figures: run groups (the seeds of one setting), means
+± standard error over seeds, the Pareto frontier of score vs trainable parameters, the compute a
+cut model saves, and the learning rate a sweep's grid chose on the dev part.
+
+**Run groups** (SPEC.md, "Numbers a researcher can quote"): runs are seeds of one another only
+when their configs agree in everything but the seed — model, data, sample, method and its options
+(head selection and its selector, adapter / LoRA placement, subspace source and kind), steps,
+learning rates, batch size, pooling, max length, zero-weights file… (`run_setting`; the device a
+run happened to run on is not a setting). `group_key` hashes that; `summarise` averages only
+within a group, and every aggregate carries ``n_seeds``. Runs that differ in anything else — even
+only in steps — are never pooled.
 
 Pure pandas: the page and the CLI both use these.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from analysis.runs.db import RESULT_COLUMNS
+from analysis.cache import canonical_json
+from analysis.compare import Arm
+from analysis.finetune.config import FinetuneConfig
+from analysis.runs.db import RESULT_COLUMNS, run_label
 from analysis.strategies import family_of, n_tuned_layers
+
+NOT_A_SETTING = ("seed", "device")  # which seed, and where it ran: not what was run
+# What makes two runs' costs and scores comparable across methods: the same task and budget.
+BUDGET = ("model", "data", "steps", "batch_size", "max_length", "n_train", "n_eval",
+          "eval_every", "pooling", "weight_decay", "warmup", "mixed_precision")  # fmt: skip
+
+
+def run_setting(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything a run's config says except the seed (and the device it ran on), normalised
+    through `FinetuneConfig` so that a key missing from an older config counts as its default.
+
+    One exception to the defaults: a config stored before ``head_lr`` existed trained its
+    classifier at ``lr``, so its setting says ``head_lr = lr`` (what really happened), not the
+    new default. A config `FinetuneConfig` refuses is used as stored.
+    """
+    raw = {k: v for k, v in config.items() if k != "device"}
+    try:
+        setting = FinetuneConfig.from_dict(raw).to_dict()
+        if "head_lr" not in raw:
+            setting["head_lr"] = setting["lr"]
+    except (ValueError, TypeError):
+        setting = dict(raw)
+    for key in NOT_A_SETTING:
+        setting.pop(key, None)
+    return setting
+
+
+def group_key(config: Mapping[str, Any]) -> str:
+    """The run group of a config: SHA-256 (16 hex digits) of `run_setting` — equal for runs that
+    differ only in their seed (and device)."""
+    return _digest(run_setting(config))
+
+
+def budget_key(setting: Mapping[str, Any]) -> str:
+    """Task and training budget of a setting (`BUDGET`): runs of different methods are compared
+    (cost saved, "vs full fine-tuning") only within one budget."""
+    return _digest({k: setting.get(k) for k in BUDGET})
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_short(v) for v in value)
+    if isinstance(value, dict):
+        return "#" + hashlib.sha256(canonical_json(value).encode()).hexdigest()[:4]
+    return str(value)
+
+
+def distinct_labels(settings: Mapping[str, dict[str, Any]]) -> dict[str, str]:
+    """A label per group (group → setting) that tells every group apart: `run_label`, plus the
+    settings in which groups sharing that label differ (``full · steps 100``)."""
+    base = {group: run_label(setting) for group, setting in settings.items()}
+    out = dict(base)
+    by_label: dict[str, list[str]] = {}
+    for group, label in base.items():
+        by_label.setdefault(label, []).append(group)
+    for label, groups in by_label.items():
+        if len(groups) < 2:
+            continue
+        keys = sorted({k for g in groups for k in settings[g]})
+        differing = [
+            k for k in keys if len({canonical_json(settings[g].get(k)) for g in groups}) > 1
+        ]
+        for group in groups:
+            parts = [f"{k} {_short(settings[group].get(k))}" for k in differing]
+            out[group] = " · ".join([label, *parts])
+    return out
+
 
 RESULT_TABLE_COLUMNS = [
     "id",
@@ -27,15 +114,24 @@ RESULT_TABLE_COLUMNS = [
     "n_tuned_layers",
     *RESULT_COLUMNS,
     "sweep_id",
+    "group",
+    "lr",
+    "head_lr",
+    "lr_sibling",
+    "budget",
+    "zero_weights",
 ]
-NUMERIC = ["n_tuned_layers", *(c for c in RESULT_COLUMNS if c != "metric")]
+NUMERIC = ["n_tuned_layers", *(c for c in RESULT_COLUMNS if c != "metric"), "lr", "head_lr"]
+SEM_OF = ("score", "wall_s", "step_time_s", "peak_mem_mb")  # aggregates drawn with error bars
 
 
 def results_table(
     runs: pd.DataFrame, l_star: int | None = None, n_layers: int | None = None
 ) -> pd.DataFrame:
-    """One row per completed run (``RunsDB.list_runs`` output in), with its family and the number
-    of tuned layers.
+    """One row per completed run (``RunsDB.list_runs`` output in), with its family, the number
+    of tuned layers, its run ``group`` (`group_key`), a ``label`` that tells groups apart
+    (`distinct_labels`), its learning rates, and ``lr_sibling``: the group it would be without its
+    body learning rate (runs of one learning-rate grid share it).
 
     family: the one recorded by the sweep that queued the run, else derived from its layers and
     ``l_star`` (`strategies.family_of`). ``n_layers`` (L) defaults to the largest
@@ -47,9 +143,14 @@ def results_table(
     if n_layers is None:
         forward = pd.to_numeric(done["layers_forward"], errors="coerce")
         n_layers = int(forward.max()) if forward.notna().any() else None
-    families, tuned = [], []
+    families, tuned, groups, settings, siblings = [], [], [], {}, []
     for _, row in done.iterrows():
         config = _config(row)
+        setting = run_setting(config)
+        key = group_key(config)
+        groups.append(key)
+        settings.setdefault(key, setting)
+        siblings.append(_digest({k: v for k, v in setting.items() if k != "lr"}))
         layers = config.get("layers")
         method = str(row["method"])
         big_l = n_layers or (int(layers[2]) if layers else 1)
@@ -65,6 +166,14 @@ def results_table(
         tuned.append(count)
     done["family"] = families
     done["n_tuned_layers"] = tuned
+    done["group"] = groups
+    labels = distinct_labels(settings)
+    done["label"] = [labels[g] for g in groups]
+    done["lr"] = [settings[g].get("lr") for g in groups]
+    done["head_lr"] = [settings[g].get("head_lr") for g in groups]
+    done["lr_sibling"] = siblings
+    done["budget"] = [budget_key(settings[g]) for g in groups]
+    done["zero_weights"] = [settings[g].get("zero_weights") for g in groups]
     for column in RESULT_TABLE_COLUMNS:
         if column not in done:
             done[column] = np.nan
@@ -75,42 +184,106 @@ def results_table(
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean ± standard error over seeds per (family, method, label).
+    """Mean ± standard error over the seeds of each run group (`results_table`'s ``group``).
 
-    score_sem = std(score, ddof=1) / sqrt(n_seeds) (NaN with one seed); costs are means.
+    X_sem = std(X, ddof=1) / sqrt(n_seeds) (NaN with one seed) for the score, wall-clock, step
+    time and peak memory; other costs are means. One row per group, its label, family, method,
+    learning rates and ``lr_sibling`` taken from its runs (equal within a group, family aside: the
+    first run's).
     """
-    keys = ["family", "method", "label"]
+    keys = ["group"]
+    firsts = ["family", "method", "label", "lr", "head_lr", "lr_sibling", "budget", "zero_weights"]
     columns = [
         *keys,
+        "family",
+        "method",
+        "label",
         "n_seeds",
         "score",
         "score_sem",
+        "dev_score",
         "n_tuned_layers",
         "n_trainable",
         "share",
         "layers_forward",
         "wall_s",
+        "wall_s_sem",
         "step_time_s",
+        "step_time_s_sem",
         "peak_mem_mb",
+        "peak_mem_mb_sem",
+        "lr",
+        "head_lr",
+        "lr_sibling",
+        "budget",
+        "zero_weights",
     ]
     if table.empty:
         return pd.DataFrame(columns=columns)
     grouped = table.groupby(keys, dropna=False, sort=False)
+    means = {c: (c, "mean") for c in ("dev_score", "n_tuned_layers", "n_trainable", "share",
+                                       "layers_forward")}  # fmt: skip
+    stats = {}
+    for c in SEM_OF:
+        stats[c] = (c, "mean")
+        stats[f"{c}_std"] = (c, "std")
     out = grouped.agg(
         n_seeds=("score", "count"),
-        score=("score", "mean"),
-        score_std=("score", "std"),
-        n_tuned_layers=("n_tuned_layers", "mean"),
-        n_trainable=("n_trainable", "mean"),
-        share=("share", "mean"),
-        layers_forward=("layers_forward", "mean"),
-        wall_s=("wall_s", "mean"),
-        step_time_s=("step_time_s", "mean"),
-        peak_mem_mb=("peak_mem_mb", "mean"),
+        **{c: (c, "first") for c in firsts},
+        **stats,
+        **means,
     ).reset_index()
-    out["score_sem"] = out["score_std"] / np.sqrt(out["n_seeds"].clip(lower=1))
-    out.loc[out["n_seeds"] < 2, "score_sem"] = np.nan
+    for c in SEM_OF:
+        n = table.groupby(keys, sort=False)[c].count().reindex(out["group"]).to_numpy()
+        out[f"{c}_sem"] = out[f"{c}_std"] / np.sqrt(np.clip(n, 1, None))
+        out.loc[n < 2, f"{c}_sem"] = np.nan
     return out[columns]
+
+
+def group_arms(table: pd.DataFrame, runs: pd.DataFrame) -> dict[str, Arm]:
+    """Each run group's `analysis.compare.Arm` (its test scores, and its per-example test
+    predictions where every run recorded them). table: `results_table`; runs: the
+    ``RunsDB.list_runs`` rows it came from (for ``result_json``)."""
+    raw = runs.set_index("id")["result_json"] if "result_json" in runs else pd.Series(dtype=object)
+    arms = {}
+    for group, part in table.groupby("group", sort=False):
+        records = []
+        for run_id, score, metric in zip(part["id"], part["score"], part["metric"], strict=True):
+            text = raw.get(run_id)
+            record = json.loads(text) if isinstance(text, str) else {}
+            records.append({"metric": metric, **record, "score": score})
+        arms[str(group)] = Arm.from_results(str(part["label"].iloc[0]), records)
+    return arms
+
+
+def lr_choices(summary: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's learning-rate grid, chosen on the dev part (never test): among groups that differ
+    only in the body learning rate (same ``lr_sibling``, ≥ 2 rates), the one with the best mean
+    dev score. Columns: lr_sibling, group, label, lr, n_seeds, dev_score, score, score_sem,
+    chosen. Empty when no grid was run."""
+    columns = ["lr_sibling", "group", "label", "lr", "n_seeds", "dev_score", "score",
+               "score_sem", "chosen"]  # fmt: skip
+    if summary.empty:
+        return pd.DataFrame(columns=columns)
+    grids = summary.groupby("lr_sibling").filter(lambda g: g["lr"].nunique() >= 2).copy()
+    if grids.empty:
+        return pd.DataFrame(columns=columns)
+    grids["chosen"] = False
+    for _, part in grids.groupby("lr_sibling", sort=False):
+        dev = pd.to_numeric(part["dev_score"], errors="coerce")
+        if dev.notna().any():
+            grids.loc[dev.idxmax(), "chosen"] = True
+    return grids.sort_values(["lr_sibling", "lr"])[columns].reset_index(drop=True)
+
+
+def without_unchosen_lrs(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with each learning-rate grid reduced to the rate chosen on dev (`lr_choices`);
+    groups outside any grid stay."""
+    choices = lr_choices(summary)
+    if choices.empty:
+        return summary
+    dropped = set(choices.loc[~choices["chosen"], "group"])
+    return summary[~summary["group"].isin(dropped)].reset_index(drop=True)
 
 
 def pareto_front(n_trainable: ArrayLike, score: ArrayLike) -> np.ndarray:
@@ -134,7 +307,8 @@ def compute_saved(summary: pd.DataFrame, n_layers: int | None = None) -> pd.Data
     """Cut models against full fine-tuning: for every layer strategy whose classifier reads
     ℓ_head < L, its score next to the share of forward layers, step time and peak memory saved.
 
-    saved = 1 − cost / cost(full fine-tuning) (same data, model and budget assumed).
+    saved = 1 − cost / cost(full fine-tuning), against the full fine-tuning group of the same task
+    and budget (`budget_key`); a cut model without one is left out.
     """
     columns = [
         "label",
@@ -146,18 +320,30 @@ def compute_saved(summary: pd.DataFrame, n_layers: int | None = None) -> pd.Data
         "step_time_saved",
         "memory_saved",
     ]
-    full = summary[summary["method"] == "full"]
-    if full.empty or summary.empty:
+    refs = full_references(summary)
+    if refs.empty or summary.empty:
         return pd.DataFrame(columns=columns)
-    ref = full.iloc[0]
-    big_l = n_layers or ref["layers_forward"]
-    cut = summary[(summary["method"] == "layers") & (summary["layers_forward"] < big_l)].copy()
+    big_l = n_layers or refs["layers_forward"].max()
+    cut = summary[(summary["method"] == "layers") & (summary["layers_forward"] < big_l)]
+    cut = cut.merge(
+        refs[["budget", "step_time_s", "peak_mem_mb"]], on="budget", suffixes=("", "_full")
+    )
     if cut.empty:
         return pd.DataFrame(columns=columns)
     cut["layers_saved"] = 1 - cut["layers_forward"] / big_l
-    cut["step_time_saved"] = 1 - cut["step_time_s"] / ref["step_time_s"]
-    cut["memory_saved"] = 1 - cut["peak_mem_mb"] / ref["peak_mem_mb"]
+    cut["step_time_saved"] = 1 - cut["step_time_s"] / cut["step_time_s_full"]
+    cut["memory_saved"] = 1 - cut["peak_mem_mb"] / cut["peak_mem_mb_full"]
     return cut[columns].sort_values("layers_forward").reset_index(drop=True)
+
+
+def full_references(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per budget, the full fine-tuning group to compare against: method ``full`` without zeroed
+    weights; of several such groups (other learning rates, say), the one with the most seeds."""
+    if summary.empty:
+        return summary
+    full = summary[(summary["method"] == "full") & summary["zero_weights"].isna()]
+    full = full.sort_values("n_seeds", ascending=False, kind="stable")
+    return full.drop_duplicates("budget").reset_index(drop=True)
 
 
 def estimate_step_time(
@@ -186,3 +372,36 @@ def _config(row: pd.Series) -> dict[str, Any]:
         return json.loads(raw)
     config = row.get("config")
     return config if isinstance(config, dict) else {}
+
+
+def with_groups(runs: pd.DataFrame) -> pd.DataFrame:
+    """``RunsDB.list_runs`` rows with each run's ``group`` (`group_key`) and a ``label`` recomputed
+    from its config (older runs stored shorter labels), for listings and exports."""
+    out = runs.copy()
+    configs = [json.loads(c) if isinstance(c, str) else {} for c in out.get("config_json", [])]
+    out["group"] = [group_key(c) for c in configs]
+    out["label"] = [run_label(c) for c in configs]
+    return out
+
+
+def resolve_group(runs: pd.DataFrame, ref: str) -> pd.DataFrame:
+    """The finished runs of a run group named by ``ref``: a group key (or a unique prefix of one),
+    or a run id (or a unique part of one), which stands for that run's whole group. A clear
+    ValueError when ``ref`` names nothing or several."""
+    grouped = with_groups(runs[runs["status"] == "done"]) if not runs.empty else runs
+    if grouped.empty:
+        raise ValueError("No finished runs yet: nothing to compare.")
+    by_group = grouped[grouped["group"].str.startswith(ref)]
+    groups = set(by_group["group"])
+    if not groups:
+        ids = grouped[(grouped["id"] == ref) | grouped["id"].str.endswith(ref)]
+        ids = ids if len(ids) else grouped[grouped["id"].str.startswith(ref)]
+        if len(ids) > 1:
+            raise ValueError(f"{ref!r} matches {len(ids)} runs; give more of the run id.")
+        groups = set(ids["group"])
+    if len(groups) != 1:
+        what = "no finished run or group" if not groups else f"{len(groups)} groups"
+        raise ValueError(
+            f"{ref!r} matches {what}; see `python -m analysis runs groups` (or `runs list`)."
+        )
+    return grouped[grouped["group"] == groups.pop()]

@@ -104,3 +104,29 @@ def test_ctrl_c_records_the_run_as_cancelled(tiny_bert_dir):
     assert child.returncode == 130, err[-2000:]
     run = db.get_run(db.list_runs()["id"].iloc[0])
     assert run["status"] == "cancelled" and run["result"] is None
+
+
+def test_sweep_learning_rate_grid_is_chosen_on_dev(tiny_bert_dir, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    argv = ["sweep", *tiny_args(tiny_bert_dir), "--strategies", "frozen,bitfit", "--seeds", "0"]
+    assert main([*argv, "--lr-grid", "--head-lr", "2e-3", "--dry-run", "--json", str(plan)]) == 0
+    runs = json.loads(plan.read_text())["runs"]
+    # BitFit at ×½, ×1, ×2 of its 1e-3; frozen has no body, so one rate.
+    assert sorted((r["label"], r["lr"]) for r in runs) == [
+        ("bitfit", 5e-4), ("bitfit", 1e-3), ("bitfit", 2e-3), ("frozen", 1e-3),
+    ]  # fmt: skip
+    assert "chosen on the dev part" in capsys.readouterr().out
+    assert main([*argv, "--lr-grid", "0,1", "--dry-run"]) == 2
+
+    out = tmp_path / "sweep.json"
+    argv = ["sweep", *tiny_args(tiny_bert_dir), "--strategies", "bitfit", "--seeds", "0"]
+    assert (
+        main([*argv, "--lr-grid", "1,10", "--steps", "2", "--foreground", "--json", str(out)]) == 0
+    )
+    payload = json.loads(out.read_text())
+    choices = payload["lr_choices"]
+    assert sorted(c["lr"] for c in choices) == [1e-3, 1e-2]
+    chosen = [c for c in choices if c["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["dev_score"] == max(c["dev_score"] for c in choices)
+    configs = [RunsDB().get_run(r["run_id"])["config"] for r in payload["runs"]]
+    assert {c["head_lr"] for c in configs} == {1e-3}  # the classifier's rate stays fixed

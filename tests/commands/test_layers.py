@@ -6,6 +6,7 @@ import json
 import math
 
 import pandas as pd
+import pytest
 
 from analysis.cli import main
 
@@ -79,3 +80,27 @@ def test_cli_regression_bins_the_scores_and_says_so(tiny_bert_dir, tmp_path, cap
     assert "2 quantile bins" in payload["label_note"]
     assert all(row["probe"] is None or -1 <= row["probe"] <= 1 for row in payload["layers"])
     assert "quantile bins" in capsys.readouterr().out
+
+
+def test_cli_repeats_add_intervals_and_one_repeat_changes_nothing(tiny_bert_dir, tmp_path, capsys):
+    _, single = run_layers(tiny_bert_dir, tmp_path)
+    _, one = run_layers(tiny_bert_dir, tmp_path, "--repeats", "1")
+    assert {k: v for k, v in one.items() if k not in ("cache_hit", "seconds")} == {
+        k: v for k, v in single.items() if k not in ("cache_hit", "seconds")
+    }
+    code, payload = run_layers(tiny_bert_dir, tmp_path, "--repeats", "3")
+    assert code == 0 and payload["repeats"] == 3
+    for row in payload["layers"]:
+        assert {"nu_se", "cca_se", "rank_se", "probe_se", "probe_c"} <= set(row)
+        assert row["nu_se"] is None or row["nu_se"] >= 0
+    assert payload["layers"][1]["nu"] == single["layers"][1]["nu"]  # the full-sample value
+    assert set(payload["rho_interval"]) == {"nu", "cca", "rank"}
+    for lo, hi in payload["rho_interval"].values():
+        assert lo is None or lo <= hi
+    shares = payload["l_star_share"]
+    assert set(shares) <= {"1", "2"} and sum(shares.values()) == pytest.approx(1.0)
+    out = capsys.readouterr().out
+    assert "over 3 bootstrap repeats" in out and " ± " in out
+    _, cached = run_layers(tiny_bert_dir, tmp_path, "--repeats", "3")
+    assert cached["rho_interval"] == payload["rho_interval"]  # repeats are cached / deterministic
+    assert main(["layers", "--model", str(tiny_bert_dir), "--n", "40", "--repeats", "0"]) == 2

@@ -1,52 +1,80 @@
-"""``runs note / tag / delete`` and ``--tag``; ``--trajectory-every auto`` (no training here)."""
+"""``runs list / groups / compare`` on fabricated finished runs (no training)."""
 
 from __future__ import annotations
 
-import argparse
+import json
+import os
 
+import numpy as np
 import pytest
 
 from analysis.cli import main
-from analysis.commands.options import add_model_data, add_training_options, finetune_config
-from analysis.runs.db import RunsDB, run_folder
+from analysis.compare import encode_predictions
+from analysis.finetune.config import flat_config
+from analysis.runs.db import RunsDB
+
+LABELS = np.array([0, 1] * 100)
 
 
-def finished_run(db: RunsDB, seed: int = 0) -> str:
-    run_id = db.enqueue({"model": {"name": "m"}, "data": {"name": "d"}, "method": "full",
-                         "seed": seed})  # fmt: skip
-    db.claim_next(worker_pid=1)
-    db.finish(run_id, {"score": 0.5})
+def finished(db: RunsDB, accuracy: float, seed: int, **config) -> str:
+    cfg = flat_config(seed=seed, **config)
+    run_id = db.enqueue(cfg, running_pid=os.getpid())
+    rng = np.random.default_rng(seed * 7 + int(accuracy * 100))
+    wrong = rng.random(len(LABELS)) > accuracy
+    preds = np.where(wrong, 1 - LABELS, LABELS)
+    db.finish(
+        run_id,
+        {"score": float(np.mean(preds == LABELS)), "metric": "accuracy", "dev_score": accuracy,
+         "step_time_s": 0.1, "test_predictions": encode_predictions(preds, LABELS, "t", False)},
+    )  # fmt: skip
     return run_id
 
 
-def test_note_tag_filter_and_delete(capsys):
-    db = RunsDB()
-    keep, drop = finished_run(db, 0), finished_run(db, 1)
-    assert main(["runs", "note", keep[-6:], "warm-up too short"]) == 0
-    assert main(["runs", "tag", keep, "baseline, keep"]) == 0
-    assert "baseline, keep" in capsys.readouterr().out
-    assert db.get_run(keep)["note"] == "warm-up too short"
-    assert main(["runs", "list", "--tag", "keep"]) == 0
-    listed = capsys.readouterr().out
-    assert keep in listed and drop not in listed
-
-    folder = run_folder(db.path.parent, drop) / "trajectory"
-    folder.mkdir(parents=True)
-    (folder / "index.json").write_text("{}")
-    assert main(["runs", "delete", drop, "--files-only"]) == 0
-    assert not folder.exists() and db.get_run(drop)["status"] == "done"
-    assert main(["runs", "delete", drop]) == 0
-    assert set(db.list_runs()["id"]) == {keep}
-    assert main(["runs", "tag", keep, "x" * 41]) == 2  # one clear line, exit 2
-    assert "at most 40" in capsys.readouterr().err
+@pytest.fixture
+def db() -> RunsDB:
+    return RunsDB()
 
 
-@pytest.mark.parametrize("value, every", [("auto", 3), ("5", 5)])
-def test_trajectory_every_auto_takes_the_librarys_rule(value, every):
-    parser = argparse.ArgumentParser()
-    add_model_data(parser)
-    add_training_options(parser)
-    args = parser.parse_args(["--steps", "70", "--trajectory-every", value])
-    assert finetune_config(args, method="full", layers=None, seed=0).trajectory_every == every
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--trajectory-every", "often"])
+def test_compare_two_run_groups(db, tmp_path, capsys):
+    full = [finished(db, 0.90, s, method="full", steps=100) for s in range(3)]
+    frozen = [finished(db, 0.70, s, method="frozen", steps=100) for s in range(3)]
+    out = tmp_path / "cmp.json"
+    assert main(["runs", "compare", full[0], frozen[1], "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert list(payload)[:6] == ["diff", "se", "verdict", "n_seeds_a", "n_seeds_b", "paired_p"]
+    assert payload["verdict"] == "A better"  # a run id stands for its whole group
+    assert payload["n_seeds_a"] == payload["n_seeds_b"] == 3
+    assert payload["diff"] == pytest.approx(0.2, abs=0.06)
+    assert payload["paired_p"] < 0.01  # both scored on the same test part
+    assert sorted(payload["runs_a"]) == sorted(full)
+    printed = capsys.readouterr().out
+    assert "verdict: A better" in printed and "seeds 0, 1, 2" in printed
+
+    # A group key works as well, and the groups listing shows n_seeds.
+    assert main(["runs", "groups", "--json", str(tmp_path / "groups.json")]) == 0
+    groups = json.loads((tmp_path / "groups.json").read_text())["groups"]
+    assert sorted(g["n_seeds"] for g in groups) == [3, 3]
+    key = next(g["group"] for g in groups if g["label"] == "frozen")
+    assert main(["runs", "compare", key[:8], full[2], "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["verdict"] == "B better"
+
+
+def test_runs_differing_in_steps_are_not_one_group(db, tmp_path, capsys):
+    short = finished(db, 0.8, 0, method="full", steps=100)
+    finished(db, 0.9, 1, method="full", steps=300)
+    out = tmp_path / "cmp.json"
+    assert main(["runs", "compare", short, short, "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert (
+        payload["n_seeds_a"] == 1 and payload["verdict"] == "no difference shown (n seeds = 1, 1)"
+    )
+    assert main(["runs", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "group" in listing.splitlines()[0]
+
+
+def test_compare_bad_references_are_one_clear_line(db, capsys):
+    finished(db, 0.8, 0, method="full")
+    assert main(["runs", "compare", "nope", "nada"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "runs groups" in err

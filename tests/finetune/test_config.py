@@ -178,3 +178,31 @@ def test_placement_defaults():
     assert flat_config(method="lora", lora_layers=(4, 1)).placement(4) == (1, 4)
     assert FinetuneConfig().resolved_layers(6) == (1, 6, 6)
     assert FinetuneConfig(layers=(1, 1, 3)).head_layer == 3
+
+
+def test_the_classifier_has_its_own_learning_rate():
+    for method in ("full", "frozen", "lora"):
+        assert flat_config(method=method).head_lr == 1e-3  # one default for every method
+    cfg = FinetuneConfig(head_lr=5e-3)
+    assert cfg.to_dict()["head_lr"] == 5e-3
+    assert FinetuneConfig.from_dict(cfg.to_dict()) == cfg
+    old = cfg.to_dict()
+    del old["head_lr"]  # stored before head_lr existed
+    assert FinetuneConfig.from_dict(old).head_lr == 1e-3
+    for bad in (0, -1e-3, math.nan, "fast"):
+        with pytest.raises(ValueError, match="classifier's learning rate"):
+            FinetuneConfig(head_lr=bad)
+    assert "classifier" in help_of(FinetuneConfig, "head_lr")
+
+
+def test_a_heads_run_keeps_where_its_selection_came_from():
+    selection = HeadSelection({1: [0, 2]}, settings={"selector": "random", "k": 2, "seed": 0})
+    cfg = FinetuneConfig(method="heads", options=HeadsOptions(selection))
+    flat = cfg.to_dict()
+    assert flat["heads"] == {"1": [0, 2]} and flat["heads_settings"]["selector"] == "random"
+    back = FinetuneConfig.from_dict(json.loads(json.dumps(flat)))
+    assert back == cfg and back.heads.settings["k"] == 2
+    del flat["heads_settings"]  # a config stored before the provenance was kept
+    assert FinetuneConfig.from_dict(flat).heads.settings == {}
+    with pytest.raises(ValueError, match="only used by method 'heads'"):
+        FinetuneConfig.from_dict({"method": "full", "heads_settings": {"selector": "random"}})

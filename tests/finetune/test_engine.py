@@ -104,7 +104,9 @@ def early_late(result, k: int = 8) -> tuple[float, float]:
 
 @pytest.mark.parametrize(("method", "lr"), [("bitfit", 1e-2), ("lora", 1e-2)])
 def test_lora_and_bitfit_learn_an_easy_task(tiny, method, lr):
-    cfg = config(tiny, method=method, lr=lr, steps=40, eval_every=20, batch_size=16, warmup=0.0)
+    cfg = config(
+        tiny, method=method, lr=lr, head_lr=lr, steps=40, eval_every=20, batch_size=16, warmup=0.0
+    )
     result = run_finetune(cfg, loaded=tiny, data=synthetic_data())
     early, late = early_late(result)
     assert late < 0.8 * early, (early, late)
@@ -298,3 +300,33 @@ def test_real_trajectory_recorder_writes_snapshots(tiny, tmp_path):
     folder = tmp_path / "trajectory"
     assert result.trajectory_dir == str(folder) and (folder / "index.json").is_file()
     assert json.loads(json.dumps(result.to_dict()))["trajectory"] is not None
+
+
+def test_the_classifier_trains_at_its_own_learning_rate(tiny):
+    from analysis.finetune.engine import make_optimizer
+
+    cfg = config(tiny, method="layers", layers=(2, 2, 2), lr=5e-5, head_lr=2e-3)
+    built = build_model(cfg, tiny, 2, "cpu")
+    optimizer, _ = make_optimizer(built.prepared, cfg)
+    head = {id(p) for p in built.model.classifier.parameters()}
+    for group in optimizer.param_groups:
+        ids = {id(p) for p in group["params"]}
+        assert ids <= head or not ids & head  # no group mixes body and classifier
+        assert group["initial_lr"] == (2e-3 if ids <= head else 5e-5)
+    ratios = {g["lr"] / g["initial_lr"] for g in optimizer.param_groups}
+    assert len(ratios) == 1  # one schedule scales both rates
+    grouped = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    assert head <= grouped
+
+
+def test_result_carries_its_test_predictions(tiny):
+    from analysis.compare import decode_predictions
+    from analysis.scores import task_score
+
+    data = synthetic_data()
+    result = run_finetune(config(tiny, method="frozen"), loaded=tiny, data=data)
+    preds, labels, fingerprint = decode_predictions(result.to_dict()["test_predictions"])
+    assert len(preds) == result.n_test == len(labels)
+    assert task_score("accuracy", labels, preds) == pytest.approx(result.score)
+    other = run_finetune(config(tiny, method="bitfit", seed=1), loaded=tiny, data=data)
+    assert decode_predictions(other.test_predictions)[2] == fingerprint  # same test part

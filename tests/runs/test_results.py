@@ -126,3 +126,96 @@ def test_figures(runs):
     )
     fig = figures.loss_curve(steps)
     assert [t.name for t in fig.data] == ["train loss", "dev score"]
+
+
+def config_row(run_id, seed, score, dev=None, **config):
+    row = run_row(run_id, config.get("method", "full"), config.get("layers"), seed, score, 1000,
+                  1.0, 600)  # fmt: skip
+    row["config_json"] = json.dumps({"method": "full", "seed": seed, **config})
+    row["dev_score"] = score if dev is None else dev
+    return row
+
+
+def test_runs_that_differ_only_in_steps_are_never_pooled():
+    # The example: three seed-0 full runs of 30, 100 and 150 steps are not "3 seeds".
+    runs = pd.DataFrame(
+        [
+            config_row("s30", 0, 0.70, steps=30),
+            config_row("s100", 0, 0.75, steps=100),
+            config_row("s150", 0, 0.82, steps=150),
+            config_row("s100b", 1, 0.77, steps=100),
+        ]
+    )
+    table = results.results_table(runs)
+    assert table.groupby("group")["id"].apply(set).map(len).sort_values().tolist() == [1, 1, 2]
+    summary = results.summarise(table).set_index("label")
+    assert sorted(summary.index) == ["full · steps 100", "full · steps 150", "full · steps 30"]
+    assert summary.loc["full · steps 100", "n_seeds"] == 2
+    assert summary.loc["full · steps 100", "score"] == pytest.approx(0.76)
+    assert summary.loc["full · steps 30", "n_seeds"] == 1
+
+
+def test_group_key_ignores_only_seed_and_device():
+    base = {"method": "layers", "layers": [1, 3, 3], "steps": 100}
+    key = results.group_key({**base, "seed": 0})
+    assert results.group_key({**base, "seed": 7, "device": "cuda:0"}) == key
+    for change in ({"steps": 101}, {"lr": 1e-4}, {"head_lr": 1e-2}, {"batch_size": 8},
+                   {"pooling": "first"}, {"max_length": 64}, {"zero_weights": "z.json"},
+                   {"n_train": 100}, {"data": {"name": "trec6"}}):  # fmt: skip
+        assert results.group_key({**base, **change}) != key, change
+    # An explicit default equals a missing key …
+    assert results.group_key({**base, "batch_size": 16}) == key
+    # … except head_lr: an older config without it trained its classifier at lr.
+    legacy = results.run_setting({**base, "lr": 5e-5})
+    assert legacy["head_lr"] == 5e-5
+    assert results.run_setting({**base, "head_lr": 1e-3})["head_lr"] == 1e-3
+
+
+def test_labels_tell_selectors_zero_files_and_subspaces_apart():
+    heads = {"1": [0, 1], "2": [3]}
+    runs = pd.DataFrame(
+        [
+            config_row("p0", 0, 0.8, method="heads", heads=heads,
+                       heads_settings={"selector": "pagerank", "k": 2}),
+            config_row("r0", 0, 0.7, method="heads", heads=heads,
+                       heads_settings={"selector": "random", "k": 2}),
+            config_row("z0", 0, 0.6, zero_weights="/c/zero-outliers.json"),
+            config_row("z1", 0, 0.65, zero_weights="/c/zero-random-seed0.json"),
+            config_row("i0", 0, 0.7, method="subspace", subspace_from="20260101-0000-abc123"),
+            config_row("q0", 0, 0.6, method="subspace-random",
+                       subspace_from="20260101-0000-abc123"),
+        ]
+    )  # fmt: skip
+    labels = set(results.results_table(runs)["label"])
+    assert labels == {
+        "heads ×3 pagerank", "heads ×3 random", "full · zeroed zero-outliers",
+        "full · zeroed zero-random-seed0", "subspace of abc123", "random subspace of abc123",
+    }  # fmt: skip
+
+
+def test_learning_rate_grid_is_chosen_on_dev_not_test():
+    grid = {"method": "layers", "layers": [1, 3, 3], "head_lr": 1e-3}
+    runs = pd.DataFrame(
+        [
+            config_row("a", 0, 0.90, dev=0.70, lr=2.5e-5, **grid),
+            config_row("b", 0, 0.80, dev=0.85, lr=5e-5, **grid),
+            config_row("c", 0, 0.85, dev=0.80, lr=1e-4, **grid),
+            config_row("f", 0, 0.88, dev=0.88),
+        ]
+    )
+    summary = results.summarise(results.results_table(runs, n_layers=6))
+    choices = results.lr_choices(summary)
+    assert choices["lr"].tolist() == [2.5e-5, 5e-5, 1e-4]
+    assert choices.loc[choices["chosen"], "lr"].tolist() == [5e-5]  # best dev, not best test
+    kept = results.without_unchosen_lrs(summary)
+    assert sorted(kept["label"]) == ["(1, 3, 3) · lr 5e-05", "full"]
+
+
+def test_group_arms_and_full_references(runs):
+    table = results.results_table(runs, l_star=3)
+    summary = results.summarise(table)
+    refs = results.full_references(summary)
+    assert refs["label"].tolist() == ["full"] and refs["n_seeds"].tolist() == [2]
+    arms = results.group_arms(table, runs)
+    full = arms[refs["group"].iloc[0]]
+    assert sorted(full.scores) == [0.90, 0.92] and full.predictions == ()

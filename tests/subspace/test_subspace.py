@@ -290,3 +290,38 @@ def test_comparison_groups_and_summary():
     assert full["n_seeds"] == 2 and full["score"] == pytest.approx(0.85)
     assert full["score_sem"] == pytest.approx(np.std([0.9, 0.8], ddof=1) / np.sqrt(2))
     assert np.isnan(summary.iloc[1]["score_sem"])  # one seed: no error bar
+
+
+def test_comparison_never_pools_unlike_runs_and_gives_verdicts():
+    import pandas as pd
+
+    def run(i, seed, score, **config):
+        config = {"method": "full", "seed": seed, **config}
+        return {"id": f"r{i}", "status": "done", "seed": seed, "score": score,
+                "metric": "accuracy", "n_trainable": 10, "config_json": json.dumps(config)}  # fmt: skip
+
+    runs = pd.DataFrame(
+        [
+            # the example: seed-0 full runs of 30, 100 and 150 steps are not 3 seeds
+            run(0, 0, 0.70, steps=30), run(1, 0, 0.75, steps=100), run(2, 0, 0.82, steps=150),
+            run(3, 1, 0.76, steps=100),
+            run(4, 0, 0.60, steps=100, zero_weights="/z/outliers.json"),
+            run(5, 1, 0.62, steps=100, zero_weights="/z/outliers.json"),
+            run(6, 0, 0.74, steps=100, zero_weights="/z/random-0.json"),
+            run(7, 1, 0.75, steps=100, zero_weights="/z/random-1.json"),
+        ]
+    )  # fmt: skip
+    table = comparisons.comparison_table(
+        runs, ("src",), "/z/outliers.json", ["/z/random-0.json", "/z/random-1.json"]
+    )
+    summary = comparisons.summarise_comparison(table).set_index("label")
+    full = summary[summary["group"] == "full"]
+    assert sorted(full.index) == ["full · steps 100", "full · steps 150", "full · steps 30"]
+    assert full.loc["full · steps 100", "n_seeds"] == 2 and sorted(full["n_seeds"]) == [1, 1, 2]
+    # the random control draws its weights per seed: one setting, two seeds
+    assert summary.loc["random weights zeroed", "n_seeds"] == 2
+    verdicts = comparisons.comparison_verdicts(table)
+    assert [(c.name_a, c.name_b) for c in verdicts] == [
+        ("outliers zeroed", "random weights zeroed")
+    ]
+    assert verdicts[0].verdict == "random weights zeroed better"  # −0.135 ± 0.011

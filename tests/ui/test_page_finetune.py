@@ -194,3 +194,17 @@ def test_a_bad_file_is_refused_on_the_page_and_never_queued(tiny_bert_dir, monke
     at.switch_page("views/data.py").run()
     assert errors(at)[0].startswith("latin1.csv is not valid UTF-8")  # the same message
     assert RunsDB().list_runs().empty
+
+
+def test_sweep_learning_rate_grid_triples_the_runs(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=10, seeds="0,1")
+    widget(at.radio, "What to launch").set_value("A sweep of strategies")
+    widget(at.multiselect, "Strategies (sweep)").set_value(["down", "frozen"])
+    widget(at.number_input, "ℓ* (best-specialised layer)").set_value(1)
+    widget(at.checkbox, "Sweep: learning-rate grid ×½, ×1, ×2").check()
+    widget(at.button, "Estimate time").click().run()
+    assert not errors(at), errors(at)
+    # (1, 1, 1) and (1, 1, 2) at three rates, frozen (no body) at one; × 2 seeds.
+    estimate = next(i.value for i in at.info if "Estimated training time" in i.value)
+    assert "for 14 run(s)" in estimate

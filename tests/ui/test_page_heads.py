@@ -189,3 +189,26 @@ def test_correlation_grid_labels_head_indices():
     assert list(fig.layout.xaxis.tickvals) == list(range(12))
     assert fig.layout.xaxis.title.text == "head" and fig.layout.yaxis.title.text == "head"
     assert figures.head_ticks(40) == list(range(0, 40, 4))
+
+
+@pytest.mark.usefixtures("stop_leftover_worker")
+def test_pagerank_vs_random_heads_queues_once_and_reuses(tiny_bert_dir, monkeypatch):
+    from analysis.runs.db import RunsDB
+
+    at = heads_page(tiny_bert_dir, monkeypatch)
+    assert any("No finished heads runs" in i.value for i in at.info)
+    at.number_input(key="heads_cmp_seeds").set_value(1)
+    at.number_input(key="heads_cmp_steps").set_value(2)
+    submit = next(b for b in at.button if b.label.startswith("Estimate and queue"))
+    submit.click().run()
+    assert not errors(at), errors(at)
+    db = RunsDB()
+    queued = db.list_runs()
+    assert len(queued) == 4 and set(queued["method"]) == {"heads"}  # 4 selectors × 1 seed
+    labels = set(queued["label"])
+    assert {"heads ×6 pagerank", "heads ×6 random"} <= labels
+    next(b for b in at.button if b.label.startswith("Estimate and queue")).click().run()
+    assert any("already there" in s.value for s in at.success)  # nothing queued twice
+    assert len(db.list_runs()) == 4
+    for run_id in queued["id"]:
+        db.request_cancel(run_id)

@@ -25,17 +25,33 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
     at = layers_page(tiny_bert_dir, monkeypatch)
     assert not errors(at)
     table = at.dataframe[0].value
-    assert list(table.columns) == ["layer", "nu", "cca", "rank", "probe", "probe_c"]
+    metrics = ["nu", "cca", "rank", "probe"]
+    assert list(table.columns) == ["layer", *metrics, "probe_c", *(f"{m}_se" for m in metrics)]
     assert table["layer"].tolist() == [0, 1, 2]
     l_star = next(iter(at.session_state["suggested_l_star"].values()))
     assert l_star == int(table.loc[table["layer"] >= 1].set_index("layer")["nu"].idxmin())
-    assert next(m.value for m in at.metric if m.label == "ℓ*") == str(l_star)
-    assert any(f"ℓ\\* = {l_star}" in i.value for i in at.info)  # the suggestion box
-    assert len(at.latex) >= 6  # ν, ℓ*, CCA, ϱ, ρ, ζ
+    star = next(m for m in at.metric if m.label == "ℓ*")
+    assert star.value == str(l_star) and star.delta.endswith("/5 repeats")  # 5 repeats default
+    box = next(i.value for i in at.info if f"ℓ\\* = {l_star}" in i.value)  # the suggestion box
+    assert "of 5 repeats" in box and "ρ(ν, s) = " in box
+    assert len(at.latex) >= 7  # ν, ℓ*, CCA, ϱ, ρ, ζ, repeats
     charts = at.get("plotly_chart")
-    assert len(charts) == 3  # metrics, layer picture, teaching scatter
+    assert len(charts) == 4  # metrics with bands, ℓ* shares, layer picture, teaching scatter
+    bands = [t for t in charts[0].proto.spec and json.loads(charts[0].proto.spec)["data"]
+             if t.get("fill") == "toself"]  # fmt: skip
+    assert len(bands) == 4
     teaching = [m for m in at.metric if m.label == "CCA score"]
     assert teaching and 0 < float(teaching[0].value) <= 1
+
+
+def test_one_repeat_shows_the_single_table(tiny_bert_dir, monkeypatch):
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    at.number_input(key="layers_repeats").set_value(1).run()
+    assert not errors(at)
+    assert list(at.dataframe[0].value.columns) == ["layer", "nu", "cca", "rank", "probe", "probe_c"]
+    assert len(at.get("plotly_chart")) == 3
+    box = next(i.value for i in at.info if "ℓ\\* = " in i.value)
+    assert "of 1 repeats" not in box and "Stable" not in box  # no shares from one sample
 
 
 def test_layer_slider_and_teaching_sliders_rerun_cleanly(tiny_bert_dir, monkeypatch):
@@ -62,7 +78,7 @@ def test_whatifs_run_and_show_every_group(tiny_bert_dir, monkeypatch):
     pooling = results["pooling"]["table"]
     assert pooling["setting"].tolist() == ["mean", "first"]
     assert results["seeds"]["curves"]["setting"].nunique() == 2
-    assert len(at.get("plotly_chart")) == 3 + 4 * 2 + 1  # + one band figure more for seeds
+    assert len(at.get("plotly_chart")) == 4 + 4 * 2 + 1  # + one band figure more for seeds
 
 
 def test_bad_settings_show_a_message_and_teaching_still_works(tiny_bert_dir, monkeypatch):

@@ -12,18 +12,43 @@ from plotly.subplots import make_subplots
 
 from analysis.runs.results import pareto_front
 
-# Blue ℓ*-down, green ℓ*-up, red baselines: the colours of the first paper's Figure 4.
+# Blue ℓ*-down, green ℓ*-up, red baselines: the colours of the first paper's Figure 4; every
+# other method family has its own colour.
 FAMILY_COLOURS = {
     "ℓ*-down": "#1f77b4",
     "ℓ*-up": "#2ca02c",
     "baseline": "#d62728",
     "middle": "#9467bd",
+    "heads": "#ff7f0e",
+    "adapter": "#8c564b",
+    "lora": "#e377c2",
+    "bitfit": "#17becf",
+    "frozen": "#bcbd22",
+    "subspace": "#393b79",
+    "subspace-random": "#9c9ede",
     "other": "#7f7f7f",
 }
+LAYER_FAMILIES = ("ℓ*-down", "ℓ*-up", "middle")
+
+
+def display_family(family: str, method: str) -> str:
+    """The family a point is coloured and listed by: the layer strategy's family (ℓ*-down, ℓ*-up,
+    middle, baseline for full and top-layer runs), else the method itself (heads, lora…)."""
+    if family in LAYER_FAMILIES or method in ("full", "layers"):
+        return family if family in FAMILY_COLOURS else "other"
+    return method if method in FAMILY_COLOURS else "other"
 
 
 def _colour(family: str) -> str:
     return FAMILY_COLOURS.get(family, FAMILY_COLOURS["other"])
+
+
+def _families(summary: pd.DataFrame) -> pd.Series:
+    return pd.Series(
+        [display_family(str(f), str(m)) for f, m in zip(summary["family"], summary["method"],
+                                                        strict=True)],
+        index=summary.index, dtype=object,
+    )  # fmt: skip
 
 
 def loss_curve(steps: pd.DataFrame, title: str = "") -> go.Figure:
@@ -59,7 +84,7 @@ def score_vs_layers(
     fig = go.Figure()
     points = summary.dropna(subset=["n_tuned_layers", "score"])
     top = n_layers if n_layers is not None else points["layers_forward"].max()
-    for family, part in points.groupby("family", sort=False):
+    for family, part in points.groupby(_families(points), sort=False):
         symbols = ["circle" if f < top else "diamond" for f in part["layers_forward"]]
         fig.add_trace(
             go.Scatter(
@@ -90,7 +115,7 @@ def score_vs_params(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
     the runs that no other run beats with as few or fewer trainable parameters."""
     fig = go.Figure()
     points = summary.dropna(subset=["n_trainable", "score"]).reset_index(drop=True)
-    for family, part in points.groupby("family", sort=False):
+    for family, part in points.groupby(_families(points), sort=False):
         fig.add_trace(
             go.Scatter(
                 x=part["n_trainable"],
@@ -100,7 +125,9 @@ def score_vs_params(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
                 marker=dict(size=10, color=_colour(family)),
                 name=str(family),
                 text=part["label"],
-                hovertemplate="%{text}<br>n_trainable %{x:,}<br>score %{y:.4f}<extra></extra>",
+                customdata=part["n_seeds"],
+                hovertemplate="%{text}<br>n_trainable %{x:,}<br>score %{y:.4f}"
+                "<br>n_seeds %{customdata}<extra></extra>",
             )
         )
     front = points[pareto_front(points["n_trainable"], points["score"])].sort_values("n_trainable")
@@ -125,21 +152,52 @@ def score_vs_params(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
 
 
 def costs(summary: pd.DataFrame) -> go.Figure:
-    """Wall-clock per run and peak memory per strategy, side by side, sorted by wall-clock."""
+    """Wall-clock per run and peak memory per run group, side by side, sorted by wall-clock:
+    bars are means over the group's seeds with ± standard-error bars, coloured by family, and
+    each bar is labelled with its n_seeds."""
     data = summary.sort_values("wall_s", na_position="last")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("wall-clock (s)", "peak memory (MB)"))
-    colours = [_colour(f) for f in data["family"]]
-    fig.add_trace(
-        go.Bar(x=data["label"], y=data["wall_s"], marker_color=colours, name="wall-clock"),
-        row=1,
-        col=1,
+    colours = [_colour(f) for f in _families(data)]
+    seeds = [f"n={n}" for n in data["n_seeds"]]
+    for col, (value, name) in enumerate((("wall_s", "wall-clock"), ("peak_mem_mb", "peak memory")),
+                                        start=1):  # fmt: skip
+        sem = data[f"{value}_sem"] if f"{value}_sem" in data else pd.Series(np.nan, data.index)
+        fig.add_trace(
+            go.Bar(
+                x=data["label"],
+                y=data[value],
+                error_y=dict(type="data", array=sem.fillna(0.0).to_numpy(float), visible=True),
+                marker_color=colours,
+                name=name,
+                text=seeds,
+                textposition="inside",
+                customdata=data["n_seeds"],
+                hovertemplate="%{x}<br>%{y:.4g} (mean of %{customdata} seeds)<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+    fig.update_layout(showlegend=False, height=380)
+    return fig
+
+
+def comparison_bars(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
+    """Mean test score per run group with ± standard-error bars, coloured by family, each bar
+    labelled with its n_seeds (summary: `analysis.runs.results.summarise`)."""
+    data = summary.sort_values("score", ascending=False, na_position="last")
+    fig = go.Figure(
+        go.Bar(
+            x=data["label"],
+            y=data["score"],
+            error_y=dict(type="data", array=data["score_sem"].fillna(0.0).to_numpy(float)),
+            marker_color=[_colour(f) for f in _families(data)],
+            text=[f"n={n}" for n in data["n_seeds"]],
+            textposition="inside",
+            customdata=data["n_seeds"],
+            hovertemplate="%{x}<br>mean %{y:.4f} over %{customdata} seeds<extra></extra>",
+        )
     )
-    fig.add_trace(
-        go.Bar(x=data["label"], y=data["peak_mem_mb"], marker_color=colours, name="peak memory"),
-        row=1,
-        col=2,
-    )
-    fig.update_layout(showlegend=False, height=360)
+    fig.update_layout(yaxis_title=f"test {metric} (mean ± s.e.)", height=360, showlegend=False)
     return fig
 
 

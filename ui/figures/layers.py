@@ -1,4 +1,4 @@
-"""Figures for the Layers page. Frames follow analysis.layer_metrics: one row per layer 0..L."""
+"""Figures for the Layers page. Frames follow analysis.layers.table: one row per layer 0..L."""
 
 from __future__ import annotations
 
@@ -21,9 +21,23 @@ COLOURS = {"nu": "#1f77b4", "cca": "#2ca02c", "rank": "#9467bd", "probe": "#d627
 PALETTE = qualitative.Plotly
 
 
-def metrics_figure(df: pd.DataFrame, l_star: int | None, probe_label: str = "probe") -> go.Figure:
+def _rgba(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def metrics_figure(
+    df: pd.DataFrame,
+    l_star: int | None,
+    probe_label: str = "probe",
+    se: pd.DataFrame | None = None,
+) -> go.Figure:
     """ν (log scale), CCA, ϱ and probe score against layer, one panel each, sharing the layer axis;
-    ℓ* marked by a dashed line on every panel and a star on ν; hover gives exact values."""
+    ℓ* marked by a dashed line on every panel and a star on ν; hover gives exact values.
+
+    se: per layer nu_se, cca_se, rank_se, probe_se (`LayerRepeats.standard_errors`): a shaded
+    band of ± one bootstrap standard error around each curve (on the log ν axis the band's lower
+    edge is kept above zero)."""
     metrics = ["nu", "cca", "rank", "probe"]
     titles = [TITLES[m] if m != "probe" else f"probe score ({probe_label})" for m in metrics]
     fig = make_subplots(
@@ -32,6 +46,25 @@ def metrics_figure(df: pd.DataFrame, l_star: int | None, probe_label: str = "pro
     layers = df["layer"].to_numpy()
     for row, metric in enumerate(metrics, start=1):
         values = df[metric].to_numpy(dtype=float)
+        if se is not None and f"{metric}_se" in se:
+            half = se[f"{metric}_se"].to_numpy(dtype=float)
+            lo, hi = values - half, values + half
+            if metric == "nu":
+                lo = np.maximum(lo, values * 0.05)
+            ok = np.isfinite(lo) & np.isfinite(hi)
+            fig.add_trace(
+                go.Scatter(
+                    x=np.r_[layers[ok], layers[ok][::-1]],
+                    y=np.r_[hi[ok], lo[ok][::-1]],
+                    fill="toself",
+                    fillcolor=_rgba(COLOURS[metric], 0.18),
+                    line={"width": 0},
+                    name=f"{SYMBOLS[metric]} ± s.e.",
+                    hoverinfo="skip",
+                ),
+                row=row,
+                col=1,
+            )
         fig.add_trace(
             go.Scatter(
                 x=layers,
@@ -39,7 +72,16 @@ def metrics_figure(df: pd.DataFrame, l_star: int | None, probe_label: str = "pro
                 name=SYMBOLS[metric],
                 mode="lines+markers",
                 line={"color": COLOURS[metric]},
-                hovertemplate=f"layer %{{x}}<br>{SYMBOLS[metric]} = %{{y:.6g}}<extra></extra>",
+                customdata=(
+                    se[f"{metric}_se"].to_numpy(dtype=float)
+                    if se is not None and f"{metric}_se" in se
+                    else None
+                ),
+                hovertemplate=(
+                    f"layer %{{x}}<br>{SYMBOLS[metric]} = %{{y:.6g}}"
+                    + (" ± %{customdata:.3g}" if se is not None else "")
+                    + "<extra></extra>"
+                ),
             ),
             row=row,
             col=1,
@@ -203,7 +245,7 @@ def whatif_bars(table: pd.DataFrame) -> go.Figure:
 
 def band_figure(curves: pd.DataFrame, band: pd.DataFrame, value: str = "nu") -> go.Figure:
     """Several seeds: each seed's curve thin, the mean bold, the min–max band shaded.
-    band: analysis.layer_metrics.seed_band (layer, mean, std, lo, hi)."""
+    band: analysis.layers.whatif.seed_band (layer, mean, std, lo, hi)."""
     fig = go.Figure()
     colour = COLOURS[value]
     fig.add_trace(
@@ -285,4 +327,28 @@ def teaching_scatter(x: np.ndarray, y: np.ndarray) -> go.Figure:
     fig.update_layout(height=460, margin={"t": 20})
     if not three_d:
         fig.update_yaxes(scaleanchor="x", scaleratio=1)
+    return fig
+
+
+def l_star_shares(shares: dict[int, float], n_layers: int, repeats: int) -> go.Figure:
+    """The share of bootstrap repeats that pick each layer as ℓ*, layers 1..L; the 80 % line
+    marks "stable"."""
+    layers = list(range(1, n_layers + 1))
+    values = [shares.get(layer, 0.0) for layer in layers]
+    fig = go.Figure(
+        go.Bar(
+            x=layers,
+            y=values,
+            marker_color=["#ff7f0e" if v >= 0.8 else "#1f77b4" for v in values],
+            text=[f"{round(v * repeats)}/{repeats}" for v in values],
+            textposition="outside",
+            hovertemplate="ℓ* = layer %{x} in %{text} repeats<extra></extra>",
+        )
+    )
+    fig.add_hline(y=0.8, line_dash="dash", annotation_text="stable (80 %)")
+    fig.update_layout(
+        xaxis_title="layer", yaxis_title="share of repeats", yaxis_range=[0, 1.15], height=260,
+        margin={"t": 20, "b": 40},
+    )  # fmt: skip
+    fig.update_xaxes(dtick=1)
     return fig

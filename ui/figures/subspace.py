@@ -112,10 +112,12 @@ def recurring_dims(recurring: list[dict], top: int = 20) -> go.Figure:
 
 
 def comparison(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
-    """Mean test score per group with ± standard error over seeds (error bars)."""
+    """Mean test score per group (and setting, where a group has several: ``label``) with ±
+    standard error over seeds (error bars), each bar labelled with its n_seeds."""
+    names = summary["label"] if "label" in summary else summary["group"]
     fig = go.Figure(
         go.Bar(
-            x=summary["group"],
+            x=names,
             y=summary["score"],
             error_y=dict(type="data", array=summary["score_sem"].fillna(0.0), visible=True),
             marker_color=[GROUP_COLOURS.get(g, "#7f7f7f") for g in summary["group"]],

@@ -8,6 +8,7 @@ layer fields are kept per extraction, so another data set or model starts on its
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import time
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from analysis.config import parse_ints
+from analysis.config import help_of, parse_ints
 from analysis.finetune.config import (
+    DEFAULT_HEAD_LR,
     AdapterOptions,
     FinetuneConfig,
     HeadsOptions,
@@ -150,6 +152,11 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
             "Learning rate", "", placeholder="method default", help=LR_HELP, key="ft_lr",
             persist_state=KEEP,
         )  # fmt: skip
+        head_lr = b.number_input(
+            "Classifier learning rate", min_value=1e-7, max_value=1.0, value=DEFAULT_HEAD_LR,
+            format="%.1e", help=help_of(FinetuneConfig, "head_lr") + " (its own AdamW group)",
+            key="ft_head_lr", persist_state=KEEP,
+        )  # fmt: skip
         batch_size = c.number_input("Batch size", 1, 1024, 16, key="ft_batch", persist_state=KEEP)
         seeds_text = d.text_input(
             "Seeds", "0", help="comma-separated, e.g. 0,1,2", key="ft_seeds", persist_state=KEEP
@@ -165,6 +172,12 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         eval_every = c.number_input(
             "Dev score every k steps", 1, 100_000, 50, key="ft_eval_every", persist_state=KEEP
         )
+        lr_grid = d.checkbox(
+            "Sweep: learning-rate grid ×½, ×1, ×2",
+            help="Each strategy also at half and twice its body learning rate; the rate with the "
+            "best mean dev score is kept in the results (never chosen on test).",
+            key="ft_lr_grid", persist_state=KEEP,
+        )  # fmt: skip
         first, second, _ = st.columns([1, 1, 4])
         estimate_only = first.form_submit_button("Estimate time")
         queue = second.form_submit_button("Queue", type="primary")
@@ -174,6 +187,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
     heads = heads_from_upload(upload.getvalue()) if upload is not None else heads_found
     common = dict(
         model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=_learning_rate(lr_text),
+        head_lr=float(head_lr),
         batch_size=int(batch_size), max_length=extract_cfg.max_length, pooling=extract_cfg.pooling,
         n_train=int(n_train) or None, n_eval=int(n_eval), eval_every=int(eval_every),
     )  # fmt: skip
@@ -192,6 +206,12 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         for family, m, layers in plan
         for seed in seeds
     ]
+    if lr_grid and not mode.startswith("One"):
+        configs = [
+            (family, dataclasses.replace(cfg, lr=cfg.lr * factor) if factor != 1.0 else cfg)
+            for family, cfg in configs
+            for factor in ((0.5, 1.0, 2.0) if cfg.method != "frozen" else (1.0,))
+        ]
     # Layers within 1..L, heads within 0..H-1: refused here, not in the worker.
     for _, cfg in configs:
         cfg.check_model(loaded.n_layers, loaded.n_heads)

@@ -1,5 +1,9 @@
 """Results against baselines: the first paper's Figure 4, score vs trainable parameters with the
-Pareto frontier, costs per method, the compute a cut model saves, and a downloadable table."""
+Pareto frontier, comparisons with verdicts against full fine-tuning, costs per run group, the
+compute a cut model saves, a learning-rate grid's choice on dev, and a downloadable table.
+
+Every point and bar is one run group (runs identical in every setting but the seed,
+`analysis.runs.results`), shown as its mean ± standard error with its n_seeds."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ import json
 
 import streamlit as st
 
+from analysis.compare import compare
 from analysis.runs import results
+from ui import verdicts
 from ui.figures import finetune as figures
 from ui.finetune.state import get_db
 
@@ -20,11 +26,14 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
     if table.empty:
         st.info("No finished run of this model on this data yet: queue some in the form above.")
         return
-    summary = results.summarise(table)
+    everything = results.summarise(table)
+    choices = results.lr_choices(everything)
+    summary = results.without_unchosen_lrs(everything)
     metric = str(table["metric"].dropna().iloc[0]) if table["metric"].notna().any() else "score"
     st.caption(
-        f"{len(table)} finished run(s) of this model and data · refreshes every 10 s · families: "
-        f"as queued by a sweep, else judged against ℓ* = {l_star}"
+        f"{len(table)} finished run(s) in {len(everything)} run group(s) of this model and data "
+        f"(a group: runs identical in every setting but the seed) · refreshes every 10 s · "
+        f"families: as queued by a sweep, else judged against ℓ* = {l_star}"
     )
 
     st.subheader("Score vs number of tuned layers")
@@ -45,12 +54,17 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
     st.latex(r"\text{share} = n_\text{trainable} / n_\text{params}")
     st.plotly_chart(figures.score_vs_params(summary, metric), width="stretch")
 
+    comparisons_view(table, summary, runs, metric)
+
     st.subheader("Wall-clock and peak memory")
     st.markdown(
-        "Measured per run (mean over seeds). Peak memory is what the run added on top of the "
-        "process: the trainable copy, optimizer state and activations."
+        "Measured per run; each bar is a run group's mean over its seeds (n = … on the bar) with "
+        "± one standard error. Peak memory is what the run added on top of the process: the "
+        "trainable copy, optimizer state and activations."
     )
     st.plotly_chart(figures.costs(summary), width="stretch")
+    if not choices.empty:
+        lr_grid_view(choices)
 
     saved = results.compute_saved(summary, n_layers)
     st.subheader("Compute saved by cutting the model at ℓ_head")
@@ -87,3 +101,44 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         "finetune_results.json",
         "application/json",
     )
+
+    st.subheader("Run groups: mean ± standard error over seeds")
+    groups = everything.drop(columns=["lr_sibling", "budget"])
+    st.dataframe(groups, hide_index=True, width="stretch")
+    st.download_button(
+        "Download the groups (CSV)", groups.to_csv(index=False), "finetune_groups.csv", "text/csv"
+    )
+
+
+def comparisons_view(table, summary, runs, metric: str) -> None:
+    """Every run group against full fine-tuning of the same budget, and any two groups."""
+    st.subheader("Against full fine-tuning, with verdicts")
+    arms = results.group_arms(table, runs)
+    refs = results.full_references(summary).set_index("budget")["group"]
+    against_full = [
+        compare(arms[g], arms[refs[b]])
+        for g, b in zip(summary["group"], summary["budget"], strict=True)
+        if b in refs.index and g != refs[b]
+    ]
+    verdicts.explain()
+    if against_full:
+        verdicts.show(against_full, metric, "ft_vs_full")
+    else:
+        st.info("Needs a full fine-tuning run with the same steps, batch size and data.")
+    labels = dict(zip(summary["group"], summary["label"], strict=True))
+    if len(labels) >= 2:
+        left, right = st.columns(2)
+        a = left.selectbox("A", list(labels), format_func=labels.get, key="ft_cmp_a")
+        b = right.selectbox("B", list(labels), index=1, format_func=labels.get, key="ft_cmp_b")
+        if a != b:
+            verdicts.show([compare(arms[a], arms[b])], metric, "ft_pair")
+
+
+def lr_grid_view(choices) -> None:
+    st.subheader("Learning-rate grid, chosen on the dev part")
+    st.markdown(
+        "A sweep tried several body learning rates per strategy (the classifier's stays fixed). "
+        "For each strategy the rate with the best mean **dev** score is kept; the figures above "
+        "show only that one. The test scores below are reported, never used to choose."
+    )
+    st.dataframe(choices.drop(columns=["lr_sibling", "group"]), hide_index=True, width="stretch")

@@ -1,7 +1,7 @@
 """The Heads page's settings form and its cached head statistics.
 
 Head statistics (the expensive part: a forward pass with per-head SVDs) are disk-cached by
-analysis.heads_collect and kept in a small in-process LRU here, keyed by the HeadStatsConfig.
+analysis.heads.collect and kept in a small in-process LRU here, keyed by the HeadStatsConfig.
 Everything else (PageRank, selection) is recomputed from them on each rerun: it is cheap.
 """
 

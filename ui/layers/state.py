@@ -1,6 +1,6 @@
 """The Layers page's cached computations: metrics per extraction, 2-D pictures per layer.
 
-Metric tables are disk-cached by analysis.layer_metrics (keyed by the states' recipe and the
+Metric tables are disk-cached by analysis.layers.table (keyed by the states' recipe and the
 metric settings) and kept in a small in-process LRU here, so moving a slider never recomputes
 states or metrics. The 2-D pictures and the per-example probe predictions (a cross-validated
 probe: about a second per layer at N = 2,000) are st.cache_data entries keyed by the same states
@@ -18,6 +18,7 @@ import streamlit as st
 from analysis.layers.examples import ProbePredictions, probe_predictions
 from analysis.layers.metrics import DEFAULT_BINS
 from analysis.layers.projection import project_2d
+from analysis.layers.repeats import LayerRepeats, cached_layer_repeats
 from analysis.layers.table import cached_layer_metrics, states_key
 from ui.loaders import get_data
 from ui.memo import ProgressMemo
@@ -28,12 +29,13 @@ if TYPE_CHECKING:
     from analysis.extract import LayerStates
 
 _METRICS: ProgressMemo[tuple[pd.DataFrame, bool]] = ProgressMemo(max_entries=24)
+_REPEATS: ProgressMemo[tuple[LayerRepeats, bool]] = ProgressMemo(max_entries=12)
 
 
 def get_layer_metrics(
     layer_states: LayerStates, seed: int, n_bins: int = DEFAULT_BINS, label: str = "Layer metrics"
 ) -> tuple[pd.DataFrame, bool]:
-    """(df, hit) of analysis.layer_metrics.cached_layer_metrics, with a progress bar on a miss."""
+    """(df, hit) of analysis.layers.table.cached_layer_metrics, with a progress bar on a miss."""
     df, hit = _METRICS.get(
         (states_key(layer_states), seed, n_bins),
         label,
@@ -42,6 +44,20 @@ def get_layer_metrics(
         ),
     )
     return df.copy(), hit
+
+
+def get_layer_repeats(
+    layer_states: LayerStates, seed: int, repeats: int, n_bins: int = DEFAULT_BINS
+) -> tuple[LayerRepeats, bool]:
+    """(repeats, hit) of analysis.layers.repeats.cached_layer_repeats, with a progress bar that
+    names the repeat and the layer on a miss."""
+    return _REPEATS.get(
+        (states_key(layer_states), seed, repeats, n_bins),
+        f"{repeats} bootstrap repeats of the layer metrics",
+        lambda progress: cached_layer_repeats(
+            layer_states, seed=seed, repeats=repeats, n_bins=n_bins, progress=progress
+        ),
+    )
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -105,3 +105,24 @@ def teaching() -> None:
         "points. CCA rises towards 1 as the classes become linearly separable; ϱ only sees how "
         "elongated each class is."
     )
+
+
+def repeats() -> None:
+    st.markdown(
+        "**Repeats** — how much would these numbers move with another sample? The states are "
+        "extracted once; each repeat draws a *stratified bootstrap resample* of the N examples "
+        "(N_y draws with replacement within each class) and recomputes every metric with a split "
+        "of its own. A resample holds some examples several times, so the train / held-out split "
+        "is drawn over the *distinct* examples and every copy goes with its example (a copy on "
+        "each side would score the probe and CCA on what they were fit on); the probe's "
+        "cross-validation folds split distinct examples too. Bands: ± one bootstrap standard "
+        "error (the standard deviation of a layer's value over the R repeats) around the "
+        "full-sample curve. ρ(ν, s) is computed on every repeat and quoted as its mean with the "
+        "5th–95th percentile interval; ℓ\\* as the share of repeats that pick each layer "
+        "(stable at ≥ 80 %)."
+    )
+    st.latex(
+        r"se(\nu^{(\ell)})=\operatorname{sd}_{r=1..R}\,\nu^{(\ell)}_r,\qquad "
+        r"\rho(\nu,s)=\overline{\rho_r}\ \ [\,\rho_{(5\%)},\ \rho_{(95\%)}\,],\qquad "
+        r"\text{share}(\ell)=\tfrac1R\,\#\{r:\ \ell^*_r=\ell\}"
+    )

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.layers.repeats import RepeatSummary, rho_verdict
 from analysis.layers.table import strategies
 from analysis.layers.teaching import synthetic_classes, teaching_metrics
 from ui.figures import layers as figures
@@ -32,8 +33,12 @@ def fmt_strategy(s: tuple[int, int, int] | list[int]) -> str:
     return f"({s[0]}, {s[1]}, {s[2]})"
 
 
-def suggestion(summ: dict[str, Any], df: pd.DataFrame, n_layers: int) -> None:
-    """The "what this suggests" box: ℓ*, the strategies it implies, and how far to trust it."""
+def suggestion(
+    summ: dict[str, Any], df: pd.DataFrame, n_layers: int, repeats: RepeatSummary | None = None
+) -> None:
+    """The "what this suggests" box: ℓ*, the strategies it implies, and how far to trust it —
+    from the bootstrap repeats when there are some (ℓ*'s share of repeats; a verdict on whether ν
+    tracks the probe only when ρ's interval supports one)."""
     l_star = summ["l_star"]
     if l_star is None:
         st.warning("ν is undefined on every layer (the class means coincide): no ℓ* to suggest.")
@@ -48,6 +53,10 @@ def suggestion(summ: dict[str, Any], df: pd.DataFrame, n_layers: int) -> None:
     lines = [
         f"**ℓ\\* = {l_star}**: the lowest ν among layers 1..{n_layers}"
         + (f" (the probe peaks at layer {best_probe})." if best_probe is not None else "."),
+    ]
+    if repeats is not None:
+        lines.append(_stability(repeats, l_star))
+    lines += [
         f"- **ℓ\\*-down** — train layers ℓ_bottom..{l_star} "
         + (
             f"and read the classifier at layer {l_star} (layers above are dropped: cheaper) or at "
@@ -59,12 +68,7 @@ def suggestion(summ: dict[str, Any], df: pd.DataFrame, n_layers: int) -> None:
         f"- compare with full fine-tuning {fmt_strategy((1, n_layers, n_layers))} and the top "
         "layers only; launch any of them on the **Fine-tune** page (ℓ\\* is passed on).",
     ]
-    rho = summ["rho"]["nu"]
-    if rho is not None and np.isfinite(rho) and rho > -0.5:
-        lines.append(
-            f"\n⚠ Here ν and the probe curve disagree (ρ(ν, s) = {rho:+.2f}; the paper saw ≤ −0.85): "
-            "treat ℓ\\* as a hint, try more examples (N) or the what-ifs."
-        )
+    lines.append("\n" + _agreement(summ["rho"]["nu"], repeats))
     st.info("\n".join(lines), icon=":material/lightbulb:")
 
 
@@ -102,6 +106,44 @@ def example_table(layer_states: LayerStates, layer: int, seed: int) -> pd.DataFr
         table["correct"] = preds.correct
     table.attrs.update(c=preds.c, held_out=preds.held_out, accuracy=preds.accuracy)
     return table
+
+
+def _stability(repeats: RepeatSummary, l_star: int) -> str:
+    sentence = repeats.l_star_sentence().replace("ℓ*", "ℓ\\*")
+    if repeats.stable and repeats.modal_l_star == l_star:
+        return f"Stable: {sentence} (bootstrap resamples of the N examples)."
+    return (
+        f"⚠ Not stable: {sentence}; no layer wins ≥ 80 % of the bootstrap resamples, so treat "
+        "ℓ\\* as a hint (more examples N usually settle it)."
+    )
+
+
+def _agreement(rho: float | None, repeats: RepeatSummary | None) -> str:
+    """Whether ν tracks the probe (claim X1), said only as far as the repeats support it."""
+    if repeats is None or repeats.repeats < 2:
+        if rho is None or not np.isfinite(rho):
+            return "ρ(ν, s) is undefined here."
+        return (
+            f"ρ(ν, s) = {rho:+.2f} on this one sample (the paper saw ≤ −0.85); with one sample "
+            "there is no interval: set repeats ≥ 2 to see whether it holds."
+        )
+    mean = repeats.rho_mean["nu"]
+    lo, hi = repeats.rho_interval["nu"]
+    quoted = f"ρ(ν, s) = {mean:+.2f} [{lo:+.2f}, {hi:+.2f}] over {repeats.repeats} repeats"
+    verdict = rho_verdict(mean, (lo, hi))
+    if verdict == "holds":
+        return f"ν tracks the probe here: {quoted} (the paper: ≤ −0.85)."
+    if verdict == "holds weakly":
+        return f"ν tracks the probe, more weakly than in the paper (≤ −0.85): {quoted}."
+    if verdict == "does not hold":
+        return (
+            f"⚠ ν and the probe disagree here: {quoted}. Lower ν did not mean a better probe on "
+            "this data: treat ℓ\\* as a hint, try more examples (N) or the what-ifs."
+        )
+    return (
+        f"{quoted}: the interval covers both agreement and disagreement, so the repeats cannot "
+        "tell whether ν tracks the probe here (more examples N narrow it)."
+    )
 
 
 @st.fragment

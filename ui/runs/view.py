@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
+from analysis.runs.results import with_groups
 from ui.datasets import data_label
 from ui.figures.finetune import loss_curve
 from ui.figures.runs import overlay_curves
@@ -43,7 +44,7 @@ def filtered_runs(db: RunsDB, everything: pd.DataFrame) -> tuple[pd.DataFrame, d
         help="Runs carrying any of these tags",
     )  # fmt: skip
     filters["tag"] = tags or None
-    return db.list_runs(**filters), filters
+    return with_groups(db.list_runs(**filters)), filters  # + group and a telling label
 
 
 def runs_table(db: RunsDB, runs: pd.DataFrame, filters: dict) -> None:

@@ -9,10 +9,16 @@ import pandas as pd
 import streamlit as st
 
 from analysis.finetune.config import FinetuneConfig
-from analysis.runs.comparisons import comparison_configs, comparison_table, summarise_comparison
+from analysis.runs.comparisons import (
+    comparison_configs,
+    comparison_table,
+    comparison_verdicts,
+    summarise_comparison,
+)
 from analysis.subspace.budget import MAX_SNAPSHOTS, auto_every, snapshot_count, trajectory_bytes
 from analysis.subspace.outliers import outlier_positions_file, random_positions_like
 from analysis.subspace.report import SubspaceReport
+from ui import verdicts
 from ui.datasets import data_label
 from ui.figures import subspace as figures
 from ui.links import publish, take_link
@@ -147,10 +153,18 @@ def comparison_view(
     else:
         metric = str(table["metric"].dropna().iloc[0]) if table["metric"].notna().any() else ""
         st.plotly_chart(figures.comparison(summary, metric or "score"), width="stretch")
-        st.dataframe(summary, hide_index=True, width="stretch")
+        st.dataframe(summary.drop(columns=["setting", "budget"]), hide_index=True, width="stretch")
+        found = comparison_verdicts(table)
+        if found:
+            st.markdown(
+                "**Verdicts** — intrinsic vs full and vs random subspace, random subspace vs "
+                "frozen, outliers zeroed vs random weights zeroed (runs of the same budget):"
+            )
+            verdicts.show(found, metric or "score", "subspace_verdicts")
+            verdicts.explain()
         st.download_button(
             "Download the comparison runs (CSV)",
-            table.to_csv(index=False),
+            table.drop(columns=["result_json"]).to_csv(index=False),
             f"subspace-comparison-{run_id}.csv",
             "text/csv",
         )

@@ -1,0 +1,167 @@
+"""``claims``: the papers' claims (X1–X4, H1–H2, S1–S2) re-measured on this model and data, each
+with our number, its interval and a verdict (`analysis.claims`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from analysis.commands.options import (
+    TqdmProgress,
+    add_executor_options,
+    add_model_data,
+    apply_cache,
+    data_spec_from_args,
+    executor_from_args,
+    model_spec_from_args,
+    write_json,
+)
+
+NAME = "claims"
+HELP = "re-measure the papers' claims on this model and data: ours ± interval and a verdict"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_data(parser)
+    parser.add_argument("--only", default=None, help="claims to measure, e.g. X1,H1 (default all)")
+    parser.add_argument(
+        "--seeds",
+        default="3",
+        help="training seeds of the run claims: a count (3 → 0,1,2) or a list",
+    )
+    parser.add_argument("--steps", type=int, default=200, help="optimizer steps of every run")
+    parser.add_argument("--batch-size", type=int, default=16, help="examples per training step")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens kept per example")
+    parser.add_argument("--n-train", type=int, default=None, help="train examples (default all)")
+    parser.add_argument("--n-eval", type=int, default=1000, help="dev / test examples scored")
+    parser.add_argument("--eval-every", type=int, default=50, help="dev score every k steps")
+    parser.add_argument("--n", type=int, default=1000, help="examples of the layer claims")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed of the layer claims")
+    parser.add_argument("--repeats", type=int, default=5, help="bootstrap repeats (X1–X3)")
+    parser.add_argument("--k", type=int, default=3, help="heads per layer (H1, H2)")
+    parser.add_argument("--heads-n", type=int, default=300, help="examples of the head statistics")
+    parser.add_argument("--json", default=None, help="write the claims as JSON here ('-': stdout)")
+    parser.add_argument(
+        "--report", default=None, help="write a Markdown report here, figures (HTML) beside it"
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="queue the missing runs and report what is there now instead of waiting for them",
+    )
+    parser.add_argument("--poll", type=float, default=10.0, help="seconds between checks")
+    add_executor_options(parser)
+
+
+def seeds_of(text: str) -> tuple[int, ...]:
+    """``"3"`` → (0, 1, 2); ``"0,4"`` → (0, 4)."""
+    from analysis.config import parse_ints
+
+    values = parse_ints(text, "--seeds") or ()
+    if len(values) == 1 and "," not in text:
+        if values[0] < 1:
+            raise ValueError(f"--seeds needs at least one seed (got {text!r}).")
+        return tuple(range(values[0]))
+    return values
+
+
+def config_from_args(args: argparse.Namespace):
+    from analysis.claims import ClaimsConfig, parse_only
+
+    return ClaimsConfig(
+        model=model_spec_from_args(args), data=data_spec_from_args(args),
+        only=parse_only(args.only), n=args.n, sample_seed=args.seed, repeats=args.repeats,
+        max_length=args.max_length, seeds=seeds_of(args.seeds), steps=args.steps,
+        batch_size=args.batch_size, n_train=args.n_train, n_eval=args.n_eval,
+        eval_every=args.eval_every, k=args.k, heads_n=args.heads_n,
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis import claims
+    from analysis.models import load_model
+    from analysis.runs.db import RunsDB
+
+    apply_cache(args)
+    cfg = config_from_args(args)
+    loaded = load_model(cfg.model)
+    bar = TqdmProgress("layer repeats and head statistics")
+    try:
+        inputs = claims.prepare(cfg, loaded, progress=bar)
+    finally:
+        bar.close()
+    db = RunsDB()
+    sweep_id = "claims-" + time.strftime("%Y%m%d-%H%M%S")
+    executor = executor_from_args(args)
+    planned = _drive(db, cfg, inputs, sweep_id, executor, wait=not args.no_wait, poll=args.poll)
+    runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
+    results = claims.evaluate(cfg, inputs, planned, runs)
+    write_json(args.json, claims.claims_json(cfg, results))
+    if args.report:
+        # The report draws with the Paper check page's figure builders (plotly), imported here
+        # only, so that the library and `--help` stay free of plotly.
+        from ui.claims.report import write_report
+
+        metric = str(runs["metric"].dropna().iloc[0]) if runs["metric"].notna().any() else "score"
+        written = write_report(cfg, results, args.report, metric)
+        print(f"report written to {written[0]} ({len(written) - 1} files beside it)")
+    if args.json != "-":
+        table = claims.claims_table(results).drop(columns=["claim", "paper", "detail"])
+        print(table.to_string(index=False))
+        if args.json:
+            print(f"JSON written to {args.json}")
+    return 0
+
+
+def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) -> list:
+    """Plan, queue what is missing (each planned run at most once here: a run that fails is not
+    retried in a loop), write the disable files once the trajectory run is done, and — with
+    ``wait`` — poll until no planned run is queued or running. Returns the final plan."""
+    from analysis import claims
+
+    queued: set[tuple[str, int]] = set()
+    announced = False
+    while True:
+        db.reap_dead()
+        runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
+        source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
+        source_id = source["id"] if source and source["status"] == "done" else None
+        root = db.path.parent
+        if source_id and "S2" in cfg.only and not _has_disable_files(root, source_id):
+            path, n_zero = claims.write_disable_files(db, source_id, cfg.seeds)
+            print(f"disable experiment: {n_zero:,} outlier weights of run {source_id} → {path}")
+        planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
+        missing = [p for p in claims.missing_runs(planned, runs) if p.key not in queued]
+        if missing:
+            seconds, how = claims.estimate_seconds(missing, runs)
+            estimate = "?" if seconds is None else f"{seconds / 60:.0f} min"
+            print(f"queueing {len(missing)} run(s), about {estimate} of training ({how})")
+            claims.queue_runs(db, missing, sweep_id, executor)
+            queued.update(p.key for p in missing)
+            continue
+        status = claims.run_status(planned, runs)
+        counts = {
+            s: sum(v["status"] == s for v in status.values()) for s in ("done", "running", "queued")
+        }
+        active = counts["running"] + counts["queued"]
+        if not wait or not active:
+            return planned
+        if not announced:
+            print(f"waiting for {active} run(s); Ctrl-C stops waiting (the runs go on)")
+            announced = True
+        print(
+            f"  {counts['done']} done, {counts['running']} running, {counts['queued']} queued "
+            f"of {len(planned)} planned",
+            file=sys.stderr,
+        )
+        claims.queue_runs(db, [], sweep_id, executor)  # keeps a worker serving the queued runs
+        time.sleep(poll)
+
+
+def _has_disable_files(root, source_id: str) -> bool:
+    from pathlib import Path
+
+    from analysis.claims import outlier_file
+
+    return Path(outlier_file(root, source_id)).is_file()

@@ -1,0 +1,367 @@
+"""Comparing two settings A and B with a verdict (SPEC.md, "Numbers a researcher can quote").
+
+One function, `compare`, serves every comparison in tunescope: the Fine-tune results, the Heads
+page (PageRank vs random heads, the ablation selectors), the Subspaces page (intrinsic vs full vs
+random subspace, the disable experiment), the papers' claims and ``python -m analysis runs
+compare``.
+
+An *arm* is one setting's finished runs, one per seed (`Arm`). The rule:
+
+    diff = mean(s_A) − mean(s_B),   se_X = sd(s_X, ddof=1) / √n_X,   se = √(se_A² + se_B²)
+
+Verdict "A better" / "B better" when |diff| > 2 se, else "no difference shown (n seeds = n_A, n_B)".
+With a single seed in an arm its s.e. is undefined, so no verdict is possible.
+
+Paired bootstrap over test examples: when every run of both arms was scored on the same test
+part (the engine scores one fixed test subset, `analysis.finetune.engine.EVAL_SUBSET_SEED`, and
+records its fingerprint), the test examples are resampled B times with replacement; each
+resample re-scores every run, averages each arm over its seeds and takes the difference δ*.
+``paired_p`` = 2 · min(P(δ* ≤ 0), P(δ* ≥ 0)), capped at 1: the two-sided percentile-bootstrap
+p-value of "no difference". It measures how much the test sample alone could move the
+difference (not the seed-to-seed variation the verdict rests on), so it is reported beside the
+verdict, never instead of it.
+
+Per-example test predictions travel in a run's result as a compact record
+(`encode_predictions` / `decode_predictions`): base64 of little-endian int16 class ids (float32
+for regression) and the gold labels, with the test part's fingerprint.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.scores import METRICS, task_score
+
+MARGIN = 2.0  # a verdict needs |diff| > MARGIN · se
+N_BOOTSTRAP = 2000
+PREDICTIONS_FORMAT = "tunescope-predictions/1"
+
+
+# -- per-example test predictions, stored with a run's result -----------------------------------
+
+
+def fingerprint_of_part(texts: Sequence[str], labels: Sequence[float] | np.ndarray) -> str:
+    """SHA-256 (first 16 hex digits) of the test part's texts and labels, in order: two runs with
+    the same fingerprint were scored on the same examples."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    digest.update(np.asarray(labels, dtype=np.float64).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _pack(values: np.ndarray, regression: bool) -> str:
+    dtype = "<f4" if regression else "<i2"
+    return base64.b64encode(np.asarray(values).astype(dtype).tobytes()).decode("ascii")
+
+
+def encode_predictions(
+    predictions: np.ndarray, labels: np.ndarray, fingerprint: str, regression: bool
+) -> dict[str, Any]:
+    """A run's test predictions (N,) and gold labels (N,) as a small JSON-ready record:
+    ≈ 2.7 characters per example for class ids (1,000 examples ≈ 2.7 kB each for both arrays)."""
+    return {
+        "format": PREDICTIONS_FORMAT,
+        "fingerprint": fingerprint,
+        "regression": bool(regression),
+        "n": len(predictions),
+        "predictions": _pack(predictions, regression),
+        "labels": _pack(labels, regression),
+    }
+
+
+def decode_predictions(record: Any) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(predictions (N,), labels (N,), fingerprint) of `encode_predictions`' record, or None for a
+    result without one (runs from before predictions were stored) or a malformed one."""
+    if not isinstance(record, dict) or record.get("format") != PREDICTIONS_FORMAT:
+        return None
+    dtype = "<f4" if record.get("regression") else "<i2"
+    try:
+        preds = np.frombuffer(base64.b64decode(record["predictions"]), dtype=dtype)
+        labels = np.frombuffer(base64.b64decode(record["labels"]), dtype=dtype)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(preds) != len(labels) or len(preds) != record.get("n"):
+        return None
+    return preds.astype(np.float64), labels.astype(np.float64), str(record.get("fingerprint"))
+
+
+# -- arms and the verdict -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One setting's finished runs: a test score per seed and, when recorded, each run's test
+    predictions (N,) with the gold labels (N,) and the test part's fingerprint.
+
+    ``predictions`` is empty when any run lacks them (then no paired bootstrap).
+    """
+
+    name: str
+    scores: tuple[float, ...]
+    metric: str | None = None
+    predictions: tuple[np.ndarray, ...] = field(default=(), compare=False)
+    labels: np.ndarray | None = field(default=None, compare=False)
+    fingerprint: str | None = None
+
+    @property
+    def n_seeds(self) -> int:
+        return len(self.scores)
+
+    @classmethod
+    def from_results(cls, name: str, results: Iterable[dict[str, Any]]) -> Arm:
+        """An arm from run results (``FinetuneResult.to_dict()`` as stored: ``score``,
+        ``metric``, optional ``test_predictions``). Runs without a score are skipped."""
+        scores, preds, labels, prints, metrics = [], [], [], set(), set()
+        complete = True
+        for result in results:
+            score = result.get("score")
+            if score is None or not math.isfinite(float(score)):
+                continue
+            scores.append(float(score))
+            metrics.add(result.get("metric"))
+            decoded = decode_predictions(result.get("test_predictions"))
+            if decoded is None:
+                complete = False
+                continue
+            preds.append(decoded[0])
+            labels.append(decoded[1])
+            prints.add(decoded[2])
+        same_part = complete and len(prints) == 1 and preds
+        return cls(
+            name=name,
+            scores=tuple(scores),
+            metric=metrics.pop() if len(metrics) == 1 else None,
+            predictions=tuple(preds) if same_part else (),
+            labels=labels[0] if same_part else None,
+            fingerprint=prints.pop() if same_part else None,
+        )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A − B: means, standard errors, the difference, its s.e., the verdict and the paired
+    bootstrap p-value (None when the two arms were not scored on one test part)."""
+
+    name_a: str
+    name_b: str
+    mean_a: float
+    mean_b: float
+    se_a: float
+    se_b: float
+    n_seeds_a: int
+    n_seeds_b: int
+    diff: float
+    se: float
+    verdict: str
+    paired_p: float | None
+
+    @property
+    def decided(self) -> bool:
+        """Whether the data call a winner (|diff| > 2 se)."""
+        return self.verdict.endswith(" better")
+
+    @property
+    def winner(self) -> str | None:
+        """ "A", "B" or None (no difference shown)."""
+        if not self.decided:
+            return None
+        return "A" if self.diff > 0 else "B"
+
+    def interval(self) -> tuple[float, float]:
+        """diff ± 2 se (NaN when se is undefined)."""
+        return self.diff - MARGIN * self.se, self.diff + MARGIN * self.se
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; NaN becomes None. The keys of ``runs compare --json`` come first."""
+
+        def clean(x: Any) -> Any:
+            return None if isinstance(x, float) and not math.isfinite(x) else x
+
+        return {
+            "diff": clean(self.diff),
+            "se": clean(self.se),
+            "verdict": self.verdict,
+            "n_seeds_a": self.n_seeds_a,
+            "n_seeds_b": self.n_seeds_b,
+            "paired_p": clean(self.paired_p),
+            "a": self.name_a,
+            "b": self.name_b,
+            "mean_a": clean(self.mean_a),
+            "mean_b": clean(self.mean_b),
+            "se_a": clean(self.se_a),
+            "se_b": clean(self.se_b),
+        }
+
+
+def mean_se(scores: Sequence[float]) -> tuple[float, float, int]:
+    """(mean, standard error sd(ddof=1)/√n, n) of finite scores; s.e. NaN for n < 2."""
+    values = np.asarray([s for s in scores if s is not None and math.isfinite(s)], dtype=float)
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, 0
+    se = float(values.std(ddof=1) / math.sqrt(n)) if n >= 2 else math.nan
+    return float(values.mean()), se, n
+
+
+def verdict(
+    diff: float, se: float, n_a: int, n_b: int, name_a: str = "A", name_b: str = "B"
+) -> str:
+    """ "<A> better" / "<B> better" when |diff| > 2 se, else "no difference shown (n seeds = …)"."""
+    if math.isfinite(diff) and math.isfinite(se) and abs(diff) > MARGIN * se:
+        return f"{name_a if diff > 0 else name_b} better"
+    return f"no difference shown (n seeds = {n_a}, {n_b})"
+
+
+def compare(
+    a: Arm | Sequence[float],
+    b: Arm | Sequence[float],
+    name_a: str | None = None,
+    name_b: str | None = None,
+    n_boot: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> Comparison:
+    """Compare setting A with setting B (module docstring). ``a`` / ``b``: an `Arm` or plain test
+    scores, one per seed. Names default to the arms' names ("A" / "B" for plain scores) and
+    appear in the verdict ("A better")."""
+    arm_a = a if isinstance(a, Arm) else Arm("A", tuple(float(x) for x in a))
+    arm_b = b if isinstance(b, Arm) else Arm("B", tuple(float(x) for x in b))
+    name_a = name_a or arm_a.name
+    name_b = name_b or arm_b.name
+    mean_a, se_a, n_a = mean_se(arm_a.scores)
+    mean_b, se_b, n_b = mean_se(arm_b.scores)
+    diff = mean_a - mean_b
+    se = math.sqrt(se_a**2 + se_b**2)
+    paired = None
+    if _paired(arm_a, arm_b):
+        paired = paired_bootstrap_p(
+            arm_a.predictions, arm_b.predictions, arm_a.labels, arm_a.metric, n_boot, seed
+        )
+    return Comparison(
+        name_a, name_b, mean_a, mean_b, se_a, se_b, n_a, n_b, diff, se,
+        verdict(diff, se, n_a, n_b, name_a, name_b), paired,
+    )  # fmt: skip
+
+
+def _paired(a: Arm, b: Arm) -> bool:
+    return bool(
+        a.predictions
+        and b.predictions
+        and a.fingerprint is not None
+        and a.fingerprint == b.fingerprint
+        and a.metric is not None
+        and a.metric == b.metric
+    )
+
+
+# -- paired bootstrap over test examples ----------------------------------------------------------
+
+
+def paired_bootstrap_p(
+    preds_a: Sequence[np.ndarray],
+    preds_b: Sequence[np.ndarray],
+    labels: np.ndarray,
+    metric: str,
+    n_boot: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> float:
+    """Two-sided p-value of "A and B score the same" from B resamples of the test examples.
+
+    preds_a: one (N,) array per run of A (its seeds), likewise preds_b; labels: (N,). Each
+    resample draws N example indices with replacement (the same draw for every run: paired),
+    scores every run with ``metric``, averages each arm and records δ* = mean_A − mean_B.
+    Returns 2 · min(P(δ* ≤ 0), P(δ* ≥ 0)), at most 1.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"Unknown metric {metric!r}: choose one of {', '.join(METRICS)}.")
+    labels = np.asarray(labels, dtype=np.float64)
+    counts = _resample_counts(len(labels), n_boot, seed)
+    a = np.mean([_resampled_scores(p, labels, metric, counts) for p in preds_a], axis=0)
+    b = np.mean([_resampled_scores(p, labels, metric, counts) for p in preds_b], axis=0)
+    delta = a - b  # (B,)
+    delta = delta[np.isfinite(delta)]
+    if delta.size == 0:
+        return math.nan
+    return float(min(1.0, 2 * min(np.mean(delta <= 0), np.mean(delta >= 0))))
+
+
+@functools.lru_cache(maxsize=4)
+def _resample_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """counts[b, i]: how often example i is drawn in resample b, (B, N) float64, read-only.
+    N draws with replacement per resample, counted with one bincount (a multinomial draw is 30×
+    slower at N = 1,000); cached, since every comparison on one test part reuses them."""
+    draws = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    flat = (np.arange(n_boot)[:, None] * n + draws).ravel()
+    counts = np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(np.float64)
+    counts.flags.writeable = False
+    return counts
+
+
+def _resampled_scores(
+    pred: np.ndarray, labels: np.ndarray, metric: str, counts: np.ndarray
+) -> np.ndarray:
+    """The score of one run on every resample, (B,). Classification metrics come from the
+    resampled confusion counts in one matrix product; Spearman is scored resample by resample."""
+    pred = np.asarray(pred, dtype=np.float64)
+    if metric == "spearman":
+        out = np.empty(len(counts))
+        for i, weights in enumerate(counts):
+            rows = np.repeat(np.arange(len(labels)), weights.astype(np.int64))
+            out[i] = task_score("spearman", labels[rows], pred[rows])
+        return out
+    classes = np.union1d(labels, pred)
+    y = np.searchsorted(classes, labels)
+    p = np.searchsorted(classes, pred)
+    n_classes = len(classes)
+    pairs = np.zeros((len(labels), n_classes * n_classes))
+    pairs[np.arange(len(labels)), y * n_classes + p] = 1.0
+    confusion = (counts @ pairs).reshape(len(counts), n_classes, n_classes)  # (B, true, pred)
+    total = confusion.sum(axis=(1, 2))
+    if metric == "accuracy":
+        return np.trace(confusion, axis1=1, axis2=2) / total
+    if metric == "f1":
+        if 1.0 not in classes:
+            return np.zeros(len(counts))
+        k = int(np.searchsorted(classes, 1.0))
+        tp = confusion[:, k, k]
+        fp = confusion[:, :, k].sum(axis=1) - tp
+        fn = confusion[:, k, :].sum(axis=1) - tp
+        denom = 2 * tp + fp + fn
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(denom > 0, 2 * tp / denom, 0.0)
+    # Matthews correlation, multiclass (Gorodkin's R_K), as sklearn computes it
+    t = confusion.sum(axis=2)  # (B, C) true counts
+    q = confusion.sum(axis=1)  # (B, C) predicted counts
+    correct = np.trace(confusion, axis1=1, axis2=2)
+    cov_ytyp = correct * total - (t * q).sum(axis=1)
+    cov_ypyp = total**2 - (q * q).sum(axis=1)
+    cov_ytyt = total**2 - (t * t).sum(axis=1)
+    denom = np.sqrt(cov_ytyt * cov_ypyp)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denom > 0, cov_ytyp / denom, 0.0)
+
+
+def comparisons_frame(comparisons: Sequence[Comparison]) -> pd.DataFrame:
+    """One row per comparison: a, b, mean_a, mean_b, n_seeds_a, n_seeds_b, diff, se, lo, hi
+    (diff ± 2 se), verdict, paired_p — for tables and downloads."""
+    rows = []
+    for c in comparisons:
+        lo, hi = c.interval()
+        rows.append(
+            {"a": c.name_a, "b": c.name_b, "mean_a": c.mean_a, "mean_b": c.mean_b,
+             "n_seeds_a": c.n_seeds_a, "n_seeds_b": c.n_seeds_b, "diff": c.diff, "se": c.se,
+             "lo": lo, "hi": hi, "verdict": c.verdict, "paired_p": c.paired_p}
+        )  # fmt: skip
+    columns = ["a", "b", "mean_a", "mean_b", "n_seeds_a", "n_seeds_b", "diff", "se", "lo", "hi",
+               "verdict", "paired_p"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)

@@ -1,0 +1,224 @@
+"""The papers' claims: plans, reuse of finished runs and verdicts on fabricated run records and
+fabricated repeats (no training, no model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import claims
+from analysis.compare import encode_predictions
+from analysis.config import DataSpec, ModelSpec
+from analysis.heads.selection_file import HeadSelection
+from analysis.layers.repeats import LayerRepeats
+
+N_LAYERS = 6
+
+
+def config(**kwargs) -> claims.ClaimsConfig:
+    base = dict(model=ModelSpec("m"), data=DataSpec("d"), seeds=(0, 1, 2), steps=40, repeats=5)
+    return claims.ClaimsConfig(**{**base, **kwargs})
+
+
+def fake_repeats(rho_sign: float = -1.0, l_star: int = 3, bumpy: bool = False) -> LayerRepeats:
+    """5 repeats over layers 0..6: ν lowest at ``l_star``; the probe mirrors ν (ρ ≈ −1) or follows
+    it (ρ ≈ +1); ``bumpy`` adds a zig-zag (a high ζ)."""
+    rng = np.random.default_rng(0)
+    values = np.zeros((5, N_LAYERS + 1, 5))
+    layers = np.arange(N_LAYERS + 1)
+    for r in range(5):
+        nu = 1.0 + 0.2 * (layers - l_star) ** 2 + rng.normal(0, 0.01, len(layers))
+        if bumpy:
+            nu = nu + 2.0 * (layers % 2)
+        probe = 0.9 + rho_sign * 0.05 * (nu - nu.mean()) / nu.std()
+        values[r, :, 0], values[r, :, 3] = nu, probe
+        values[r, :, 1] = 0.5 - 0.1 * nu
+        values[r, :, 2] = 50 + nu
+    return LayerRepeats(values=values, attrs={"repeats": 5})
+
+
+def test_layer_claims_verdicts_from_repeats():
+    inputs = claims.ClaimInputs(
+        n_layers=N_LAYERS, l_star=3, mean_repeats=fake_repeats(),
+        first_repeats=fake_repeats(bumpy=True),
+    )  # fmt: skip
+    x1, x2, x3 = claims.layer_claims(inputs)
+    assert (x1.id, x1.verdict) == ("X1", "holds") and x1.ours < -0.85 and x1.repeats == 5
+    assert x1.interval[0] <= x1.ours <= x1.interval[1]
+    assert (x2.verdict, x2.ours) == ("holds", 3.0) and "ℓ* = 3 in 5 of 5 repeats" in x2.detail
+    assert x3.verdict == "holds" and x3.ours == 1.0 and x3.interval[0] > 0
+    edge = claims.ClaimInputs(n_layers=N_LAYERS, mean_repeats=fake_repeats(+1.0, l_star=6),
+                              first_repeats=fake_repeats(l_star=6))  # fmt: skip
+    x1, x2, x3 = claims.layer_claims(edge)
+    assert x1.verdict == "does not hold" and x2.verdict == "does not hold"
+    assert x3.verdict in ("inconclusive", "does not hold")
+    assert claims.layer_claims(claims.ClaimInputs(n_layers=6), ["X1"])[0].verdict == (
+        "not measured yet"
+    )
+
+
+SELECTIONS = {
+    s: HeadSelection({1: [i, i + 1], 2: [i]}, settings={"selector": s, "k": 2})
+    for i, s in enumerate(("pagerank", "random", "richness", "correlation"))
+}
+
+
+def fabricated(planned, score_of, step_of=lambda arm: 0.1, fingerprint="t") -> pd.DataFrame:
+    """Finished runs for every planned run: score_of(arm, seed) → test accuracy, with per-example
+    predictions on one shared test part of 400 examples."""
+    labels = np.array([0, 1] * 200)
+    rows = []
+    for i, p in enumerate(planned):
+        score = score_of(p.arm, p.config.seed)
+        wrong = np.random.default_rng(i).permutation(400) < round((1 - score) * 400)
+        preds = np.where(wrong, 1 - labels, labels)
+        result = {"score": float(np.mean(preds == labels)), "metric": "accuracy",
+                  "step_time_s": step_of(p.arm),
+                  "test_predictions": encode_predictions(preds, labels, fingerprint, False)}  # fmt: skip
+        rows.append({"id": f"run-{i}", "status": "done", "metric": "accuracy",
+                     "config_json": json.dumps(p.config.to_dict()), "result_json": json.dumps(result)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def noisy(mean: float):
+    return lambda seed: mean + (-0.01, 0.0, 0.01)[seed % 3]
+
+
+def test_run_claims_verdicts_on_fabricated_runs(tmp_path):
+    cfg = config()
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, l_star=3, selections=SELECTIONS)
+    means = {"full": 0.85, "(1, 3, 3)": 0.84, "PageRank heads": 0.80, "random heads": 0.70,
+             "top-k I_h heads": 0.78, "top-k correlation heads": 0.83,
+             "trajectory source": 0.85, "intrinsic subspace": 0.845, "random subspace": 0.60,
+             "outliers zeroed": 0.75, "random weights zeroed": 0.755}  # fmt: skip
+
+    def score(arm, seed):
+        return noisy(means[arm])(seed)
+
+    def step(arm):
+        return 0.05 if arm == "(1, 3, 3)" else 0.1
+
+    # Stage 0: no trajectory run yet, so the subspace claims plan only it.
+    planned = claims.plan_runs(cfg, inputs, root=tmp_path)
+    arms = {p.arm for p in planned}
+    assert "trajectory source" in arms and "intrinsic subspace" not in arms
+    assert sum(p.arm == "full" for p in planned) == 3  # X4's full runs, seeds 0..2
+    pagerank = [p for p in planned if p.arm == "PageRank heads"]
+    assert len(pagerank) == 3 and set(pagerank[0].claims) == {"H1", "H2"}  # planned once
+    assert pagerank[0].config.lr == 2e-4 and pagerank[0].config.head_lr == 1e-3  # heads' own rate
+    cut = next(p for p in planned if p.arm == "(1, 3, 3)")
+    assert cut.config.layers == (1, 3, 3) and cut.config.lr == 5e-5
+    runs = fabricated(planned, score, step)
+    results = {r.id: r for r in claims.evaluate(cfg, inputs, planned, runs)}
+    assert results["X4"].verdict == "holds" and results["X4"].n_seeds == 3
+    assert results["X4"].values["step_time_ratio"] == pytest.approx(0.5)
+    assert results["H1"].verdict == "holds"  # +0.10 ± 0.01
+    assert results["H1"].ours == pytest.approx(0.10, abs=0.01)
+    assert results["H1"].comparisons[0].paired_p < 0.01
+    assert results["H2"].verdict == "does not hold"  # top-k correlation beats PageRank
+    assert results["S1"].verdict == "not measured yet" and "trajectory" in results["S1"].detail
+
+    # Stage 1: the trajectory run is done; the disable files exist.
+    source = claims.source_run(cfg, runs)
+    assert source["status"] == "done"
+    for path in (claims.outlier_file(tmp_path, source["id"]),
+                 *(claims.random_file(tmp_path, source["id"], s) for s in cfg.seeds)):  # fmt: skip
+        (tmp_path / "subspace" / source["id"]).mkdir(parents=True, exist_ok=True)
+        Path(path).write_text("{}")
+    planned = claims.plan_runs(cfg, inputs, source=source["id"], root=tmp_path)
+    missing = claims.missing_runs(planned, runs)
+    assert {p.arm for p in missing} == {"intrinsic subspace", "random subspace",
+                                        "outliers zeroed", "random weights zeroed"}  # fmt: skip
+    assert len(missing) == 12  # the full runs of S1 are X4's: reused
+    runs = pd.concat([runs, fabricated(missing, score).assign(id=lambda f: f["id"] + "b")])
+    results = {r.id: r for r in claims.evaluate(cfg, inputs, planned, runs)}
+    assert results["S1"].verdict == "holds"  # ≈ full, ≫ random subspace
+    assert len(results["S1"].comparisons) == 2
+    assert results["S2"].verdict == "inconclusive"  # −0.005 ± 0.012
+    payload = claims.claims_json(cfg, list(results.values()))
+    assert payload["model"] == "m" and payload["data"] == "d"
+    first = payload["claims"][0]
+    for key in ("id", "claim", "paper", "ours", "interval", "verdict", "n_seeds", "runs"):
+        assert key in first
+    assert json.loads(json.dumps(payload)) == payload
+
+
+def test_missing_seeds_are_not_measured_yet_and_failed_runs_are_queued_again():
+    cfg = config(only=("H1",))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=SELECTIONS)
+    planned = claims.plan_runs(cfg, inputs)
+    assert len(planned) == 6
+    runs = fabricated(planned[:5], lambda arm, seed: 0.8)
+    runs.loc[0, "status"] = "failed"
+    result = claims.evaluate(cfg, inputs, planned, runs)[0]
+    assert result.verdict == "not measured yet" and "2 of 3" in result.detail
+    assert len(claims.missing_runs(planned, runs)) == 2  # the failed one and the never-run one
+    queued = runs.assign(status="queued")
+    assert claims.missing_runs(planned, queued) == [planned[5]]  # queued ones are waited for
+
+
+def test_l_star_at_the_top_plans_no_x4_runs():
+    cfg = config(only=("X4",))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, l_star=N_LAYERS)
+    assert claims.plan_runs(cfg, inputs) == []
+    result = claims.evaluate(cfg, inputs, [], pd.DataFrame())[0]
+    assert result.verdict == "inconclusive" and "ℓ* = L" in result.detail
+
+
+def test_unlike_runs_are_not_reused():
+    cfg = config(only=("X4",))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, l_star=3)
+    planned = claims.plan_runs(cfg, inputs)
+    other_steps = claims.plan_runs(config(only=("X4",), steps=41), inputs)
+    runs = fabricated(other_steps, lambda arm, seed: 0.8)
+    assert len(claims.missing_runs(planned, runs)) == len(planned)
+
+
+def test_parse_only_and_settings():
+    assert claims.parse_only("x1, H1") == ("X1", "H1")
+    assert claims.parse_only(None) == tuple(claims.CLAIMS)
+    with pytest.raises(ValueError, match="Unknown claim X9"):
+        claims.parse_only("X9")
+    with pytest.raises(ValueError, match="Seeds"):
+        config(seeds=())
+    with pytest.raises(ValueError, match="repeats"):
+        config(repeats=1)
+    cfg = config(only=("S1",))
+    assert cfg.trajectory_run().trajectory_every == 40 // 16
+    assert cfg.layer_claims == () and cfg.run_claims == ("S1",)
+
+
+def test_heads_comparisons_match_selectors_of_one_setting():
+    cfg = config(only=("H1", "H2"))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=SELECTIONS)
+    planned = claims.plan_runs(cfg, inputs)
+    means = {"PageRank heads": 0.8, "random heads": 0.7, "top-k I_h heads": 0.8,
+             "top-k correlation heads": 0.79}  # fmt: skip
+    runs = fabricated(planned, lambda arm, seed: noisy(means[arm])(seed)).assign(method="heads")
+    # A random-heads run with another k is a different setting: never compared with these.
+    other = claims.plan_runs(config(only=("H1",), k=5), claims.ClaimInputs(
+        n_layers=N_LAYERS, selections={s: HeadSelection(
+            {1: [0]}, settings={"selector": s, "k": 5}) for s in ("pagerank", "random")}))  # fmt: skip
+    runs = pd.concat([runs, fabricated(other, lambda arm, seed: 0.1).assign(method="heads",
+                      id=lambda f: f["id"] + "k5")])  # fmt: skip
+    found = {(c.name_a, c.name_b): c for c in claims.heads_comparisons(runs)}
+    assert len(found) == 4  # k = 2: PageRank vs 3 others; k = 5: PageRank vs random
+    by_b = {b.split(" ")[2]: c for (a, b), c in found.items() if "×3" in a}
+    assert by_b["random"].verdict.endswith("pagerank better")
+    assert by_b["richness"].verdict.startswith("no difference shown")
+    assert all(c.n_seeds_a == 3 for (a, _), c in found.items() if "×3" in a)
+
+
+def test_a_selector_that_picks_the_pagerank_heads_is_said_so():
+    same = {**SELECTIONS, "correlation": HeadSelection({1: [0, 1], 2: [0]}, settings={"k": 2})}
+    cfg = config(only=("H2",))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=same)
+    planned = claims.plan_runs(cfg, inputs)
+    runs = fabricated(planned, lambda arm, seed: noisy(0.8)(seed))
+    result = claims.evaluate(cfg, inputs, planned, runs)[0]
+    assert "top-k correlation heads: the same heads as PageRank" in result.detail
+    assert claims.ours_text(result) == "+0.0000"

@@ -1,0 +1,132 @@
+"""The comparison rule (SPEC.md, "Comparing two settings") on hand-made score tables, the paired
+bootstrap, and the compact per-example predictions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis.compare import (
+    Arm,
+    _resampled_scores,
+    compare,
+    comparisons_frame,
+    decode_predictions,
+    encode_predictions,
+    fingerprint_of_part,
+    mean_se,
+    paired_bootstrap_p,
+)
+from analysis.scores import task_score
+
+
+def test_mean_and_standard_error_known_answer():
+    mean, se, n = mean_se([0.80, 0.82, 0.84])
+    assert mean == pytest.approx(0.82) and n == 3
+    assert se == pytest.approx(0.02 / math.sqrt(3))  # sd(ddof=1) = 0.02
+    assert math.isnan(mean_se([0.8])[1])
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "verdict"),
+    [
+        # diff 0.10, se = √2 · 0.02/√3 = 0.0163: 0.10 > 0.033
+        ([0.80, 0.82, 0.84], [0.70, 0.72, 0.74], "A better"),
+        ([0.70, 0.72, 0.74], [0.80, 0.82, 0.84], "B better"),
+        # diff 0.01 < 2 se
+        ([0.80, 0.82, 0.84], [0.79, 0.81, 0.83], "no difference shown (n seeds = 3, 3)"),
+        # diff 0.04 vs 2 se = 0.0327 … just decided; with one more noisy seed it is not
+        ([0.80, 0.82, 0.84], [0.76, 0.78, 0.80], "A better"),
+        ([0.80, 0.82, 0.84, 0.74], [0.76, 0.78, 0.80], "no difference shown (n seeds = 4, 3)"),
+        # one seed: no standard error, no verdict whatever the gap
+        ([0.95], [0.50, 0.52, 0.54], "no difference shown (n seeds = 1, 3)"),
+    ],
+)
+def test_verdict_rule_on_hand_made_tables(a, b, verdict):
+    result = compare(a, b)
+    assert result.verdict == verdict
+    assert result.diff == pytest.approx(np.mean(a) - np.mean(b))
+    assert result.n_seeds_a == len(a) and result.n_seeds_b == len(b)
+    assert result.paired_p is None  # no predictions: no paired bootstrap
+    if len(a) > 1:
+        se = math.hypot(
+            np.std(a, ddof=1) / math.sqrt(len(a)), np.std(b, ddof=1) / math.sqrt(len(b))
+        )
+        assert result.se == pytest.approx(se)
+
+
+def test_names_appear_in_the_verdict_and_the_json():
+    result = compare(Arm("PageRank", (0.9, 0.91, 0.92)), Arm("random", (0.8, 0.81, 0.82)))
+    assert result.verdict == "PageRank better" and result.winner == "A"
+    payload = result.to_dict()
+    assert list(payload)[:6] == ["diff", "se", "verdict", "n_seeds_a", "n_seeds_b", "paired_p"]
+    one = compare([0.9], [0.8]).to_dict()
+    assert one["se"] is None and one["verdict"].startswith("no difference shown")
+    frame = comparisons_frame([result])
+    assert frame.loc[0, "lo"] == pytest.approx(result.diff - 2 * result.se)
+
+
+def test_predictions_round_trip_compactly():
+    preds = np.array([0, 1, 5, 2] * 250)
+    labels = np.array([0, 1, 1, 2] * 250)
+    record = encode_predictions(preds, labels, "abc", regression=False)
+    assert len(record["predictions"]) < 3 * len(preds)
+    back, gold, fingerprint = decode_predictions(record)
+    assert back.tolist() == preds.tolist() and gold.tolist() == labels.tolist()
+    assert fingerprint == "abc"
+    floats = encode_predictions(np.array([0.25, 1.5]), np.array([0.0, 2.0]), "x", regression=True)
+    assert decode_predictions(floats)[0].tolist() == [0.25, 1.5]
+    assert decode_predictions(None) is None and decode_predictions({"format": "other"}) is None
+    assert fingerprint_of_part(["a", "b"], [0, 1]) != fingerprint_of_part(["a", "b"], [1, 0])
+
+
+@pytest.mark.parametrize(
+    ("metric", "n_classes"), [("accuracy", 2), ("accuracy", 4), ("f1", 2), ("mcc", 2), ("mcc", 4)]
+)
+def test_resampled_scores_match_the_task_score(metric, n_classes):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, n_classes, 300).astype(float)
+    preds = np.where(rng.random(300) < 0.7, labels, rng.integers(0, n_classes, 300)).astype(float)
+    counts = rng.multinomial(300, np.full(300, 1 / 300), size=5).astype(float)
+    fast = _resampled_scores(preds, labels, metric, counts)
+    for b in range(5):
+        rows = np.repeat(np.arange(300), counts[b].astype(int))
+        assert fast[b] == pytest.approx(task_score(metric, labels[rows], preds[rows]), abs=1e-12)
+
+
+def test_paired_bootstrap_p():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 400).astype(float)
+    right = labels.copy()
+    coin = np.where(rng.random(400) < 0.5, labels, 1 - labels)
+    assert paired_bootstrap_p([right], [coin], labels, "accuracy", n_boot=500) < 0.01
+    assert paired_bootstrap_p([coin], [coin], labels, "accuracy", n_boot=500) == 1.0
+    # Almost the same predictions: a tiny difference the test sample cannot pin down
+    close = coin.copy()
+    close[:2] = labels[:2]
+    assert paired_bootstrap_p([close], [coin], labels, "accuracy", n_boot=500) > 0.05
+    # Deterministic for a seed
+    a = paired_bootstrap_p([close], [coin], labels, "mcc", n_boot=300, seed=3)
+    assert a == paired_bootstrap_p([close], [coin], labels, "mcc", n_boot=300, seed=3)
+
+
+def test_arms_from_results_pair_only_on_one_test_part():
+    labels = np.array([0, 1] * 50)
+    good = np.where(np.arange(100) < 95, labels, 1 - labels)
+    bad = np.where(np.arange(100) < 60, labels, 1 - labels)
+
+    def result(preds, fingerprint="t1"):
+        rec = encode_predictions(preds, labels, fingerprint, False)
+        return {"score": float(np.mean(preds == labels)), "metric": "accuracy",
+                "test_predictions": rec}  # fmt: skip
+
+    a = Arm.from_results("A", [result(good), result(good)])
+    b = Arm.from_results("B", [result(bad), result(bad)])
+    paired = compare(a, b)
+    assert paired.paired_p is not None and paired.paired_p < 0.01
+    other_part = Arm.from_results("B", [result(bad, "t2"), result(bad, "t2")])
+    assert compare(a, other_part).paired_p is None
+    legacy = Arm.from_results("B", [{"score": 0.6, "metric": "accuracy"}, result(bad)])
+    assert legacy.n_seeds == 2 and compare(a, legacy).paired_p is None

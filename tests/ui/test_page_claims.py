@@ -1,0 +1,75 @@
+"""AppTest of the Paper check page on a tiny model: layer claims from repeats, run claims "not
+measured yet" until runs exist, queueing after an estimate, verdicts from finished runs."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from apptest_utils import errors, make_app, open_page
+
+from analysis import claims
+from analysis.compare import encode_predictions
+from analysis.config import DataSpec, ModelSpec
+from analysis.models import load_model
+from analysis.runs.db import RunsDB
+
+pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
+PAGE = "views/claims.py"
+
+
+def claims_page(tiny_bert_dir, monkeypatch, only=("X1", "X2", "H1")):
+    at = make_app(tiny_bert_dir, monkeypatch, n=40)
+    at.session_state["claims_seeds"] = 2
+    at.session_state["claims_steps"] = 2
+    at.session_state["claims_repeats"] = 2
+    at.session_state["claims_only"] = list(only)
+    return open_page(at, PAGE)
+
+
+def table_of(at):
+    return next(d.value for d in at.dataframe if "verdict" in getattr(d.value, "columns", []))
+
+
+def test_paper_check_page_measures_layer_claims_and_queues_runs(tiny_bert_dir, monkeypatch):
+    at = claims_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at), errors(at)
+    table = table_of(at).set_index("id")
+    assert list(table.index) == ["X1", "X2", "H1"]
+    assert table.loc["X1", "verdict"] != "not measured yet" and table.loc["X1", "n"] == "2 repeats"
+    assert table.loc["H1", "verdict"] == "not measured yet"
+    assert any("4 run(s) missing" in m.value for m in at.markdown)
+    db = RunsDB()
+    assert db.list_runs().empty  # nothing is queued before the button
+    next(b for b in at.button if b.key == "claims_queue").click().run()
+    assert not errors(at), errors(at)
+    queued = db.list_runs()
+    assert len(queued) == 4 and set(queued["method"]) == {"heads"}
+    assert any("Queued 4 run(s)" in s.value for s in at.success)
+    for run_id in queued["id"]:
+        db.request_cancel(run_id)
+
+
+def test_finished_runs_fill_in_the_verdicts(tiny_bert_dir, monkeypatch):
+    cfg = claims.ClaimsConfig(
+        model=ModelSpec(str(tiny_bert_dir)), data=DataSpec("movie-snippets"), only=("H1",),
+        n=40, repeats=2, seeds=(0, 1), steps=2,
+    )  # fmt: skip
+    inputs = claims.prepare(cfg, load_model(cfg.model))
+    db = RunsDB()
+    labels = np.array([0, 1] * 50)
+    for p in claims.plan_runs(cfg, inputs):
+        run_id = db.enqueue(p.config, running_pid=os.getpid())
+        accuracy = 0.9 if p.arm == "PageRank heads" else 0.6
+        accuracy += 0.01 * p.config.seed
+        preds = np.where(np.arange(100) < accuracy * 100, labels, 1 - labels)
+        db.finish(run_id, {"score": float(np.mean(preds == labels)), "metric": "accuracy",
+                           "test_predictions": encode_predictions(preds, labels, "t", False)})  # fmt: skip
+    at = claims_page(tiny_bert_dir, monkeypatch, only=("H1",))
+    assert not errors(at), errors(at)
+    row = table_of(at).set_index("id").loc["H1"]
+    assert row["verdict"] == "holds" and row["n"] == "2 seeds"
+    assert row["ours"] == "+0.3000"
+    assert not any("run(s) missing" in m.value for m in at.markdown)  # every run reused
+    assert len(at.get("plotly_chart")) >= 1  # the forest plot behind the verdict

@@ -1,0 +1,50 @@
+"""The Paper check page's settings form and its cached inputs (repeats, head selections)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from analysis.cache import canonical_json
+from analysis.claims import CLAIMS, ClaimInputs, ClaimsConfig, prepare
+from analysis.config import ExtractConfig
+from ui.loaders import get_model
+from ui.memo import ProgressMemo
+
+_INPUTS: ProgressMemo[ClaimInputs] = ProgressMemo(max_entries=6)
+DEFAULTS = {"claims_seeds": 3, "claims_steps": 200, "claims_repeats": 5, "claims_k": 3,
+            "claims_only": list(CLAIMS)}  # fmt: skip
+
+
+def settings_form(base: ExtractConfig) -> ClaimsConfig:
+    """The sidebar's model, data, N, seed and max length with this page's run settings."""
+    state = st.session_state
+    for key, value in DEFAULTS.items():
+        state.setdefault(key, value)
+    with st.form("claims_form"):
+        c1, c2, c3, c4 = st.columns(4)
+        c1.number_input("seeds per run claim", 1, 10, key="claims_seeds",
+                        help="The papers' comparisons need ≥ 3 for a verdict worth quoting.")  # fmt: skip
+        c2.number_input("steps per run", 1, 100_000, step=50, key="claims_steps")
+        c3.number_input("bootstrap repeats (X1–X3)", 2, 50, key="claims_repeats")
+        c4.number_input("heads per layer k (H1, H2)", 1, 64, key="claims_k")
+        st.multiselect("claims", list(CLAIMS), key="claims_only")
+        st.form_submit_button("Apply", type="primary")
+    return ClaimsConfig(
+        model=base.model, data=base.data, only=tuple(state["claims_only"]) or tuple(CLAIMS),
+        n=base.sample.n, sample_seed=base.sample.seed, max_length=base.max_length,
+        repeats=int(state["claims_repeats"]), seeds=tuple(range(int(state["claims_seeds"]))),
+        steps=int(state["claims_steps"]), k=int(state["claims_k"]),
+    )  # fmt: skip
+
+
+def get_inputs(cfg: ClaimsConfig) -> ClaimInputs:
+    """`analysis.claims.prepare` once per settings (disk-cached underneath), with a progress bar.
+    The run settings do not change the inputs, so they are left out of the key."""
+    analyses = dataclasses.replace(cfg, seeds=(0,), steps=1)
+    return _INPUTS.get(
+        canonical_json(dataclasses.asdict(analyses)),
+        "Repeats of the layer metrics and head statistics",
+        lambda progress: prepare(cfg, get_model(cfg.model), progress=progress),
+    )

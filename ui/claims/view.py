@@ -1,0 +1,115 @@
+"""The Paper check page's live part: the claims table, each claim's figure and comparisons, and
+queueing the runs the claims still need (a fragment that refreshes as runs finish)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import streamlit as st
+
+from analysis import claims
+from analysis.claims import ClaimInputs, ClaimsConfig
+from ui import verdicts
+from ui.figures.claims import VERDICT_COLOURS, claim_figure
+from ui.finetune.state import format_seconds, get_db
+
+FOLLOW_UP = "claims_follow_up"  # the user queued claims' runs: queue the second stage too
+
+
+def _style(verdict: str) -> str:
+    return f"background-color: {VERDICT_COLOURS.get(verdict, '#ffffff')}55"
+
+
+@st.fragment(run_every=10)
+def claims_view(cfg: ClaimsConfig, inputs: ClaimInputs) -> None:
+    db = get_db()
+    db.reap_dead()
+    runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
+    planned = _plan(cfg, inputs, db, runs)
+    results = claims.evaluate(cfg, inputs, planned, runs)
+    table = claims.claims_table(results)
+    measured = sum(r.verdict != "not measured yet" for r in results)
+    st.caption(
+        f"{measured} of {len(results)} claims measured on {cfg.model.name} × {cfg.data.name} · "
+        "refreshes every 10 s while runs train"
+    )
+    st.dataframe(table.style.map(_style, subset=["verdict"]), hide_index=True, width="stretch")
+    left, right = st.columns(2)
+    left.download_button(
+        "Claims (JSON)", json.dumps(claims.claims_json(cfg, results), indent=1),
+        "claims.json", "application/json",
+    )  # fmt: skip
+    right.download_button("Claims (CSV)", table.to_csv(index=False), "claims.csv", "text/csv")
+    _queue_section(cfg, db, planned, runs)
+    metric = str(runs["metric"].dropna().iloc[0]) if runs["metric"].notna().any() else "score"
+    for result in results:
+        info = result.info
+        with st.expander(f"{result.id} · {info.claim} — **{result.verdict}**"):
+            st.markdown(
+                f"**Paper:** {info.paper}  \n**Measured as:** {info.measured_as}  \n"
+                f"**Rule:** {info.rule}  \n**Ours:** {result.detail}"
+            )
+            fig = claim_figure(result, metric)
+            if fig is not None:
+                st.plotly_chart(fig, width="stretch", key=f"claims_fig_{result.id}")
+            if result.comparisons:
+                verdicts.show(result.comparisons, metric, f"claims_{result.id}")
+            if result.runs:
+                st.caption("Runs: " + ", ".join(result.runs))
+
+
+def _plan(cfg: ClaimsConfig, inputs: ClaimInputs, db, runs) -> list:
+    """The plan, with the second stage once the trajectory run is done (and, after the user
+    queued the claims' runs here, its disable files written and its runs queued)."""
+    source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
+    source_id = source["id"] if source and source["status"] == "done" else None
+    root = db.path.parent
+    if (
+        source_id
+        and st.session_state.get(FOLLOW_UP)
+        and "S2" in cfg.only
+        and not Path(claims.outlier_file(root, source_id)).is_file()
+    ):
+        with st.spinner("Finding the outlier weights of the trajectory run…"):
+            claims.write_disable_files(db, source_id, cfg.seeds)
+    planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
+    if st.session_state.get(FOLLOW_UP) and source_id:
+        second = [p for p in claims.missing_runs(planned, runs) if p.stage == 1]
+        if second:
+            ids = claims.queue_runs(db, second, st.session_state[FOLLOW_UP])
+            st.toast(f"The trajectory run is done: queued {len(ids)} subspace run(s).")
+    return planned
+
+
+def _queue_section(cfg: ClaimsConfig, db, planned: list, runs) -> None:
+    missing = claims.missing_runs(planned, runs)
+    status = claims.run_status(planned, runs)
+    active = sum(v["status"] in ("queued", "running") for v in status.values())
+    if active:
+        st.info(f"{active} of the claims' runs are queued or training; the table fills in as "
+                "they finish (the Fine-tune page shows them live).")  # fmt: skip
+    if not missing:
+        return
+    seconds, how = claims.estimate_seconds(missing, runs)
+    estimate = (
+        f"about **{format_seconds(seconds)}** of training ({how})"
+        if seconds is not None
+        else f"time unknown until a run of {cfg.model.name} has finished ({how})"
+    )
+    arms = sorted({p.arm for p in missing})
+    st.markdown(
+        f"**{len(missing)} run(s) missing** ({', '.join(arms)}; {cfg.steps} steps each, seeds "
+        f"{', '.join(map(str, cfg.seeds))}): {estimate}. Finished runs with the same settings "
+        "are reused."
+        + (" The subspace claims first need a fine-tuning run that records its trajectory; "
+           "their other runs are queued once it is done." if any(
+               p.arm == "trajectory source" for p in missing) else "")
+    )  # fmt: skip
+    if st.button(f"Queue the {len(missing)} missing run(s)", type="primary", key="claims_queue"):
+        import time
+
+        sweep_id = "claims-" + time.strftime("%Y%m%d-%H%M%S")
+        ids = claims.queue_runs(db, missing, sweep_id)
+        st.session_state[FOLLOW_UP] = sweep_id
+        st.success(f"Queued {len(ids)} run(s) as {sweep_id}; a background worker trains them.")

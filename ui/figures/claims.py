@@ -1,0 +1,86 @@
+"""Figures of the Paper check page and the ``claims`` report: one per claim (data in, Plotly
+figure out). Layer claims draw their repeats; run claims the forest plot of their comparisons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from analysis.claims import ClaimResult
+from analysis.compare import comparisons_frame
+from analysis.layers.repeats import RHO_STRONG, RHO_WEAK
+from ui.figures.compare import forest
+from ui.figures.layers import l_star_shares
+
+VERDICT_COLOURS = {
+    "holds": "#2ca02c",
+    "holds weakly": "#98df8a",
+    "does not hold": "#d62728",
+    "inconclusive": "#7f7f7f",
+    "not measured yet": "#c7c7c7",
+}
+
+
+def rho_repeats(rho: Sequence[float], mean: float, interval: tuple[float, float]) -> go.Figure:
+    """ρ(ν, s) of each repeat (dots), its mean (diamond) and 5th–95th percentile interval (bar);
+    dashed: the paper's −0.85 and the −0.5 a weak agreement needs."""
+    values = np.asarray(rho, dtype=float)
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=values, y=["repeats"] * len(values), mode="markers", name="one repeat",
+            marker=dict(size=10, color="#1f77b4", opacity=0.6),
+            hovertemplate="ρ = %{x:+.3f}<extra></extra>",
+        )
+    )  # fmt: skip
+    lo, hi = interval
+    fig.add_trace(
+        go.Scatter(
+            x=[mean], y=["mean"], mode="markers", name="mean, 5th–95th percentile",
+            marker=dict(size=13, symbol="diamond", color="black"),
+            error_x=dict(type="data", symmetric=False, array=[hi - mean], arrayminus=[mean - lo]),
+            hovertemplate="mean ρ = %{x:+.3f}<extra></extra>",
+        )
+    )  # fmt: skip
+    for x, text in ((RHO_STRONG, "paper: ≤ −0.85"), (RHO_WEAK, "−0.5")):
+        fig.add_vline(x=x, line_dash="dash", annotation_text=text, annotation_position="bottom")
+    fig.update_layout(
+        xaxis_title="ρ(ν, s) across layers", xaxis_range=[-1.05, 1.05], height=240,
+        margin=dict(t=30, b=40), showlegend=False,
+    )  # fmt: skip
+    return fig
+
+
+def zeta_pairs(zeta_mean: Sequence[float], zeta_first: Sequence[float]) -> go.Figure:
+    """ζ of the ν curve per repeat, mean pooling vs first token, one line per repeat (the same
+    resample): the claim holds when the first-token end is higher in ≥ 80 % of repeats."""
+    fig = go.Figure()
+    for i, (m, f) in enumerate(zip(zeta_mean, zeta_first, strict=True)):
+        colour = "#d62728" if f > m else "#1f77b4"
+        fig.add_trace(
+            go.Scatter(
+                x=["mean pooling", "first token"], y=[m, f], mode="lines+markers",
+                line=dict(color=colour), name=f"repeat {i + 1}",
+                hovertemplate=f"repeat {i + 1}<br>%{{x}}: ζ = %{{y:.3g}}<extra></extra>",
+            )
+        )  # fmt: skip
+    fig.update_layout(yaxis_title="ζ (lower = smoother ν curve)", height=300, showlegend=False,
+                      margin=dict(t=20, b=40))  # fmt: skip
+    return fig
+
+
+def claim_figure(result: ClaimResult, metric: str = "score") -> go.Figure | None:
+    """The figure behind one claim's verdict, or None when there is nothing to draw yet."""
+    values = result.values
+    if result.id == "X1" and "rho" in values and result.interval is not None:
+        return rho_repeats(values["rho"], result.ours, result.interval)
+    if result.id == "X2" and "l_star_share" in values:
+        shares = {int(k): v for k, v in values["l_star_share"].items()}
+        return l_star_shares(shares, values["n_layers"], result.repeats or 1)
+    if result.id == "X3" and "zeta_mean" in values:
+        return zeta_pairs(values["zeta_mean"], values["zeta_first"])
+    if result.comparisons:
+        return forest(comparisons_frame(result.comparisons), metric)
+    return None

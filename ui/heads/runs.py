@@ -1,0 +1,77 @@
+"""The Heads page's comparison: do the chosen heads train better than random ones, and than the
+ablation selectors? Finished heads runs compared by selector with verdicts, and a form that
+queues the runs (the Paper check page's claims H1 and H2 reuse them, and vice versa)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import streamlit as st
+
+from analysis import claims
+from analysis.heads.selection_file import SELECTOR_LABELS
+from ui import verdicts
+from ui.finetune.state import format_seconds, get_db
+
+if TYPE_CHECKING:
+    from analysis.config import ExtractConfig
+    from analysis.heads.select import HeadSelectionConfig
+    from analysis.heads.stats import HeadStats
+    from analysis.models import LoadedModel
+
+
+def heads_runs_view(
+    base: ExtractConfig,
+    stats: HeadStats,
+    selection_cfg: HeadSelectionConfig,
+    loaded: LoadedModel,
+    xi: float,
+) -> None:
+    st.markdown(
+        "HiFi's ablations (Table 3) fine-tune the heads each selector picks — top-k PageRank, "
+        "k random heads per layer, top-k information richness I_h, top-k total correlation — "
+        "with everything else equal, over several seeds. Each comparison below is PageRank "
+        "minus another selector, with the same k, budget and PageRank settings."
+    )
+    db = get_db()
+    runs = db.list_runs(model=base.model.name, data=base.data.name)
+    found = claims.heads_comparisons(runs)
+    metric = str(runs["metric"].dropna().iloc[0]) if runs["metric"].notna().any() else "score"
+    if found:
+        verdicts.show(found, metric, "heads_selectors")
+        verdicts.explain()
+    else:
+        st.info("No finished heads runs of this model and data to compare yet: queue some below.")
+    with st.form("heads_selector_runs"):
+        c1, c2 = st.columns(2)
+        seeds = c1.number_input("seeds", 1, 10, 3, key="heads_cmp_seeds")
+        steps = c2.number_input("steps per run", 1, 100_000, 200, step=50, key="heads_cmp_steps")
+        st.caption(
+            "Per seed: " + ", ".join(SELECTOR_LABELS[s] for s in ("pagerank", "random",
+            "richness", "correlation")) + f" (k = {selection_cfg.k}, this page's PageRank "
+            "settings). Runs that already exist with the same settings are reused."
+        )  # fmt: skip
+        submitted = st.form_submit_button("Estimate and queue the missing runs")
+    if not submitted:
+        return
+    cfg = claims.ClaimsConfig(
+        model=base.model, data=base.data, only=("H1", "H2"), sample_seed=base.sample.seed,
+        max_length=base.max_length, seeds=tuple(range(int(seeds))), steps=int(steps),
+        k=selection_cfg.k, heads_n=stats.n, xi=xi,
+    )  # fmt: skip
+    selections = claims.head_selections(
+        stats, selection_cfg.k, loaded.name, cfg.heads_provenance(), base=selection_cfg
+    )
+    inputs = claims.ClaimInputs(n_layers=loaded.n_layers, selections=selections)
+    missing = claims.missing_runs(claims.plan_runs(cfg, inputs), runs)
+    if not missing:
+        st.success("Every run is already there (finished, queued or training).")
+        return
+    seconds, how = claims.estimate_seconds(missing, runs)
+    ids = claims.queue_runs(db, missing, "heads-" + time.strftime("%Y%m%d-%H%M%S"))
+    estimate = "unknown" if seconds is None else f"about {format_seconds(seconds)} ({how})"
+    st.success(
+        f"Queued {len(ids)} heads run(s): {estimate}. A background worker trains them; the "
+        "verdicts above fill in as they finish (and on the Paper check page, H1 and H2)."
+    )
