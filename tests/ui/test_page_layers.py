@@ -203,6 +203,18 @@ def test_report_json_is_strict():
 # ------------------------------------------------------------------- the layer picture's examples
 
 
+def hover_of(spec: dict) -> str:
+    return str(spec["data"][0].get("hovertemplate", "")) if spec.get("data") else ""
+
+
+def picture_spec(at) -> dict:
+    """The layer picture's figure, found by its points (the page also draws other figures)."""
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    pictures = [s for s in specs if "probe: %{customdata[3]}" in hover_of(s)]
+    assert len(pictures) == 1, [hover_of(s) for s in specs]
+    return pictures[0]
+
+
 def test_picture_hover_names_each_example_and_the_layer_lives_in_the_link(
     tiny_bert_dir, monkeypatch
 ):
@@ -211,7 +223,7 @@ def test_picture_hover_names_each_example_and_the_layer_lives_in_the_link(
     open_page(at, PAGE)
     assert not errors(at)
     assert at.slider(key="layer").value == 1
-    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
+    spec = picture_spec(at)
     points = spec["data"][0]
     assert "probe: %{customdata[3]}" in points["hovertemplate"]
     example, text, label, predicted = points["customdata"][0]
@@ -219,7 +231,7 @@ def test_picture_hover_names_each_example_and_the_layer_lives_in_the_link(
     assert predicted in ("negative", "positive")
     assert any("prediction of layer 1's probe" in c.value for c in at.caption)
     at.toggle(key="layers_pic_mistakes").set_value(True).run()
-    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
+    spec = picture_spec(at)
     assert "symbol" in spec["data"][0]["marker"]
 
     bad = make_app(tiny_bert_dir, monkeypatch)
