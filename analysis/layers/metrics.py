@@ -106,19 +106,15 @@ def nu(states: ArrayLike, labels: ArrayLike) -> float:
     h = as_states(states)
     codes, counts = encode_classes(labels)
     _check(h, codes, counts, "ν")
-    n_classes, d = len(counts), h.shape[1]
+    n_classes = len(counts)
     means = np.stack(  # (C, d); pairwise float64 sums
         [h[codes == y].sum(axis=0, dtype=np.float64) / counts[y] for y in range(n_classes)]
     )
     _require_finite(means, "ν")
-    centred = (means - means.mean(axis=0)).T  # (d, C)
-    u, s, _ = np.linalg.svd(centred, full_matrices=False)
-    rank = min(n_classes - 1, d)
-    s, u = s[:rank], u[:, :rank]
-    if s.size == 0 or s[0] == 0.0:
+    directions = between_class_directions(means)
+    if directions is None:
         return float("inf")
-    keep = s > max(d, n_classes) * np.finfo(np.float64).eps * s[0]
-    s, u = s[keep], u[:, keep]
+    s, u = directions
     z = _project(h, u)  # (N, r): coordinates along the between-class directions
     resid2 = (z - (means @ u)[codes]) ** 2  # (N, r)
     within = (
@@ -131,6 +127,20 @@ def nu(states: ArrayLike, labels: ArrayLike) -> float:
     w_dir = within.mean(axis=0)  # u_iᵀ Σ_w u_i, (r,)
     lam = s**2 / n_classes
     return float(np.sum(w_dir / lam) / n_classes)
+
+
+def between_class_directions(means: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The singular values s (r,) and directions u (d, r) of the centred class means (C, d), cut
+    at the numerical rank (`nu`'s docstring); None when all class means coincide."""
+    n_classes, d = means.shape
+    centred = (means - means.mean(axis=0)).T  # (d, C)
+    u, s, _ = np.linalg.svd(centred, full_matrices=False)
+    rank = min(n_classes - 1, d)
+    s, u = s[:rank], u[:, :rank]
+    if s.size == 0 or s[0] == 0.0:
+        return None
+    keep = s > max(d, n_classes) * np.finfo(np.float64).eps * s[0]
+    return s[keep], u[:, keep]
 
 
 def _project(h: np.ndarray, u: np.ndarray, block: int = 256) -> np.ndarray:

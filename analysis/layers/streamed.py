@@ -69,6 +69,7 @@ from analysis.layers.metrics import (
     _inv_sqrt_psd,
     as_labels,
     as_states,
+    between_class_directions,
     bin_scores,
     encode_classes,
     split_indices,
@@ -304,16 +305,12 @@ def nu_from_moments(
 ) -> float:
     """ν of one layer from per-class counts (C,), sums (C, d) and Grams (C, d, d) of h − shift
     (`metrics.nu`'s thin-SVD route, with uᵀ Σ_w u from the second moments)."""
-    n_classes, d = sums.shape
+    n_classes = len(counts)
     means = shift + sums / counts[:, None]  # (C, d)
-    centred = (means - means.mean(axis=0)).T  # (d, C)
-    u, s, _ = np.linalg.svd(centred, full_matrices=False)
-    rank = min(n_classes - 1, d)
-    s, u = s[:rank], u[:, :rank]
-    if s.size == 0 or s[0] == 0.0:
+    directions = between_class_directions(means)
+    if directions is None:
         return float("inf")
-    keep = s > max(d, n_classes) * np.finfo(np.float64).eps * s[0]
-    s, u = s[keep], u[:, keep]
+    s, u = directions
     # (C, r): uᵀ G̃_y u − (uᵀ s̃_y)² / N_y, the within-class scatter of class y along u
     scatter = np.einsum("ydr,dr->yr", grams @ u, u) - (sums @ u) ** 2 / counts[:, None]
     w_dir = (scatter / counts[:, None]).mean(axis=0)  # u_iᵀ Σ_w u_i, (r,)
