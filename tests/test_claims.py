@@ -220,5 +220,56 @@ def test_a_selector_that_picks_the_pagerank_heads_is_said_so():
     planned = claims.plan_runs(cfg, inputs)
     runs = fabricated(planned, lambda arm, seed: noisy(0.8)(seed))
     result = claims.evaluate(cfg, inputs, planned, runs)[0]
-    assert "top-k correlation heads: the same heads as PageRank" in result.detail
+    assert "top-k correlation heads: chose the same heads as PageRank" in result.detail
     assert claims.ours_text(result) == "+0.0000"
+
+
+def test_run_claims_need_three_seeds_for_a_verdict():
+    # One seed per arm: the cut model is 20 points worse and twice as fast. Without a standard
+    # error "no difference shown" must not read as "holds".
+    cfg = config(only=("X4",), seeds=(0,))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, l_star=3)
+    planned = claims.plan_runs(cfg, inputs)
+    runs = fabricated(planned, lambda arm, seed: 0.7 if arm == "(1, 3, 3)" else 0.9,
+                      lambda arm: 0.05 if arm == "(1, 3, 3)" else 0.1)  # fmt: skip
+    result = claims.evaluate(cfg, inputs, planned, runs)[0]
+    assert result.verdict == "inconclusive" and result.n_seeds == 1
+    assert "needs ≥ 3 seeds per arm (here 1)" in result.detail
+    assert result.ours == pytest.approx(-0.2)  # the number is still shown
+
+
+def test_x4_step_times_of_different_machines_are_not_compared():
+    cfg = config(only=("X4",))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, l_star=3)
+    planned = claims.plan_runs(cfg, inputs)
+    runs = fabricated(planned, lambda arm, seed: noisy(0.85)(seed),
+                      lambda arm: 0.05 if arm == "(1, 3, 3)" else 0.1)  # fmt: skip
+    same = claims.evaluate(cfg, inputs, planned, runs.assign(device="cpu"))[0]
+    assert same.verdict == "holds"
+    mixed = runs.assign(device="cpu")
+    mixed.loc[mixed["config_json"].str.contains('"layers": \\[1, 3, 3\\]'), "device"] = "cuda:0"
+    result = claims.evaluate(cfg, inputs, planned, mixed)[0]
+    assert result.verdict == "inconclusive" and "step times not comparable" in result.detail
+
+
+def test_heads_comparisons_never_pair_other_learning_rates():
+    cfg = config(only=("H1",))
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=SELECTIONS)
+    planned = claims.plan_runs(cfg, inputs)
+    runs = fabricated(planned, lambda arm, seed: 0.8).assign(method="heads")
+    assert len(claims.heads_comparisons(runs)) == 1
+    faster = runs.copy()
+    for i, text in enumerate(faster["config_json"]):
+        config_ = json.loads(text)
+        if config_["heads_settings"]["selector"] == "random":
+            faster.loc[i, "config_json"] = json.dumps({**config_, "lr": config_["lr"] * 2})
+    assert claims.heads_comparisons(faster) == []  # PageRank at lr vs random at 2 lr: not a pair
+    twice = pd.concat([runs, runs.assign(id=lambda f: f["id"] + "again")], ignore_index=True)
+    (c,) = claims.heads_comparisons(twice)
+    assert (c.n_seeds_a, c.n_seeds_b) == (3, 3)  # a seed trained twice counts once
+
+
+def test_x3_counts_only_the_repeats_where_zeta_is_defined():
+    result = claims.ClaimResult("X3", "inconclusive", ours=0.75, repeats=5,
+                                values={"n_finite": 4})  # fmt: skip
+    assert claims.ours_text(result) == "3/4 repeats"

@@ -26,6 +26,13 @@ import pandas as pd
 
 from analysis.compare import Arm, Comparison, compare
 from analysis.finetune.config import FinetuneConfig, SubspaceOptions
+from analysis.runs.results import (
+    budget_key,
+    distinct_labels,
+    newest_per_seed,
+    run_setting,
+    setting_digest,
+)
 
 COMPARISON_GROUPS = (
     "full",
@@ -76,11 +83,9 @@ def comparison_table(
     """Completed runs (``RunsDB.list_runs`` rows, with ``config_json``) sorted into the groups.
 
     Columns: id, group, seed, score, metric, n_trainable, setting (the run group, with a
-    zero-weights file counted by its role), budget (`analysis.runs.results.budget_key`), label
+    zero-weights file counted by its role; one run per setting and seed, the newest), budget (`analysis.runs.results.budget_key`), label
     (what tells settings apart), result_json (for the comparisons' paired bootstrap).
     """
-    from analysis.runs.results import budget_key, distinct_labels, run_setting
-
     rows, settings = [], {}
     for _, run in runs.iterrows():
         if run.get("status") != "done" or not isinstance(run.get("config_json"), str):
@@ -92,7 +97,7 @@ def comparison_table(
         setting = run_setting(config)
         if setting.get("zero_weights"):
             setting["zero_weights"] = group  # the role, not the file
-        key = _digest(setting)
+        key = setting_digest(setting)
         settings[key] = setting
         rows.append(
             {"id": run["id"], "group": group, "seed": run["seed"], "score": run["score"],
@@ -101,7 +106,8 @@ def comparison_table(
         )  # fmt: skip
     columns = ["id", "group", "seed", "score", "metric", "n_trainable", "setting", "budget",
                "label", "result_json"]  # fmt: skip
-    table = pd.DataFrame(rows, columns=[c for c in columns if c != "label"])
+    table = newest_per_seed(pd.DataFrame(rows, columns=[c for c in columns if c != "label"]),
+                            "setting")  # fmt: skip
     labels = distinct_labels(settings)
     table["label"] = [
         _role_label(group, labels[key], settings[key])
@@ -115,14 +121,6 @@ def _role_label(group: str, label: str, setting: dict[str, Any]) -> str:
     extra = label.split(" · ", 1)[1] if " · " in label else ""
     extra = " · ".join(p for p in extra.split(" · ") if p and not p.startswith("zero"))
     return f"{group} · {extra}" if extra else group
-
-
-def _digest(value: Any) -> str:
-    import hashlib
-
-    from analysis.cache import canonical_json
-
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
 
 
 def summarise_comparison(table: pd.DataFrame) -> pd.DataFrame:

@@ -59,16 +59,17 @@ def run_setting(config: Mapping[str, Any]) -> dict[str, Any]:
 def group_key(config: Mapping[str, Any]) -> str:
     """The run group of a config: SHA-256 (16 hex digits) of `run_setting` — equal for runs that
     differ only in their seed (and device)."""
-    return _digest(run_setting(config))
+    return setting_digest(run_setting(config))
 
 
 def budget_key(setting: Mapping[str, Any]) -> str:
     """Task and training budget of a setting (`BUDGET`): runs of different methods are compared
     (cost saved, "vs full fine-tuning") only within one budget."""
-    return _digest({k: setting.get(k) for k in BUDGET})
+    return setting_digest({k: setting.get(k) for k in BUDGET})
 
 
-def _digest(value: Any) -> str:
+def setting_digest(value: Any) -> str:
+    """SHA-256 (16 hex digits) of a setting's canonical JSON: the run group's key."""
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
 
 
@@ -131,7 +132,8 @@ def results_table(
     """One row per completed run (``RunsDB.list_runs`` output in), with its family, the number
     of tuned layers, its run ``group`` (`group_key`), a ``label`` that tells groups apart
     (`distinct_labels`), its learning rates, and ``lr_sibling``: the group it would be without its
-    body learning rate (runs of one learning-rate grid share it).
+    body learning rate (runs of one learning-rate grid share it). A seed run twice in one group
+    counts once, its newest run (`newest_per_seed`).
 
     family: the one recorded by the sweep that queued the run, else derived from its layers and
     ``l_star`` (`strategies.family_of`). ``n_layers`` (L) defaults to the largest
@@ -150,7 +152,7 @@ def results_table(
         key = group_key(config)
         groups.append(key)
         settings.setdefault(key, setting)
-        siblings.append(_digest({k: v for k, v in setting.items() if k != "lr"}))
+        siblings.append(setting_digest({k: v for k, v in setting.items() if k != "lr"}))
         layers = config.get("layers")
         method = str(row["method"])
         big_l = n_layers or (int(layers[2]) if layers else 1)
@@ -177,10 +179,22 @@ def results_table(
     for column in RESULT_TABLE_COLUMNS:
         if column not in done:
             done[column] = np.nan
-    table = done[RESULT_TABLE_COLUMNS].reset_index(drop=True)
+    table = newest_per_seed(done[RESULT_TABLE_COLUMNS], "group").reset_index(drop=True)
     for column in NUMERIC:
         table[column] = pd.to_numeric(table[column], errors="coerce")
     return table
+
+
+def newest_per_seed(table: pd.DataFrame, group: str = "group") -> pd.DataFrame:
+    """One run per (run group, seed): the first row, which is the newest in ``RunsDB.list_runs``
+    order. The same setting trained twice with the same seed (queued from two pages, say) is one
+    seed, not two: counting it twice would shrink the standard error over seeds without any new
+    evidence. Rows with an unknown seed are all kept. ``table.attrs["repeated_seeds"]`` counts
+    the rows left out."""
+    repeated = table.duplicated(subset=[group, "seed"], keep="first") & table["seed"].notna()
+    out = table[~repeated]
+    out.attrs["repeated_seeds"] = len(table) - len(out)
+    return out
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:

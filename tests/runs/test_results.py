@@ -219,3 +219,21 @@ def test_group_arms_and_full_references(runs):
     arms = results.group_arms(table, runs)
     full = arms[refs["group"].iloc[0]]
     assert sorted(full.scores) == [0.90, 0.92] and full.predictions == ()
+
+
+def test_a_seed_trained_twice_counts_once():
+    # The same setting and seed queued from two pages: one seed, its newest run (listed first).
+    runs = pd.DataFrame(
+        [
+            config_row("new0", 0, 0.80, steps=100),
+            config_row("old0", 0, 0.80, steps=100),
+            config_row("s1", 1, 0.82, steps=100),
+        ]
+    )
+    table = results.results_table(runs)
+    assert list(table["id"]) == ["new0", "s1"]
+    assert table.attrs["repeated_seeds"] == 1
+    summary = results.summarise(table)
+    assert summary["n_seeds"].tolist() == [2]
+    # s.e. over the two distinct seeds, not shrunk by the repeated one
+    assert summary["score_sem"].iloc[0] == pytest.approx(0.01)
