@@ -10,8 +10,9 @@ parameters on a page switch, so they stay page-local like the bound ones of a pa
 
 Parameters: ``model``, ``data``, ``text_col``, ``pair_col``, ``label_col``, ``n``, ``seed``,
 ``pooling``, ``max_length`` (the sidebar, on every page), and per page ``layer`` (Layers
-picture; Heads), ``head`` and ``example`` (Heads), ``run`` (Subspaces, Runs). A value equal to
-the default is left out of the address. Trusting a model's own code is never taken from a link.
+picture; Heads), ``head`` and ``example`` (Heads), ``run`` (Subspaces, Runs: one parameter
+name, but each page keeps its own choice, ``sub_run`` and ``runs_run``). A value equal to the
+default is left out of the address. Trusting a model's own code is never taken from a link.
 
 Streamlit silently drops a value its widget cannot take. Every parameter is therefore checked
 here first, on the first run of a session (when a link is opened), before its widget exists: a
@@ -125,28 +126,35 @@ def check_page_link(name: str, valid: Callable[[str], bool], why: str, instead: 
         rerun_if_dropped()
 
 
-def take_link(key: str, parse: Callable[[str], Any], why: str, instead: str) -> None:
-    """Before an unbound widget keyed ``key``, on a session's first run: the link's value
-    (``parse`` returns it, or None when it is bad) becomes the widget's value; a bad one is
-    removed from the address and noted."""
-    if not first_run() or key not in st.query_params:
+def take_link(
+    key: str, parse: Callable[[str], Any], why: str, instead: str, param: str | None = None
+) -> None:
+    """Before an unbound widget keyed ``key``, on a session's first run: the link's value of
+    ``param`` (default: ``key``; ``parse`` returns it, or None when it is bad) becomes the
+    widget's value; a bad one is removed from the address and noted.
+
+    A separate ``param`` lets pages share a parameter name (``run``) without sharing the widget:
+    each page keeps its own choice in the session."""
+    param = param or key
+    if not first_run() or param not in st.query_params:
         return
-    value = parse(st.query_params[key])
+    value = parse(st.query_params[param])
     if value is None:
-        drop(key, why, instead)
+        drop(param, why, instead)
         st.session_state.pop(_RERUN, None)  # an unbound widget needs no fresh run…
         st.warning(st.session_state[NOTES][-1], icon=":material/link_off:")  # …so say it here
     else:
         st.session_state[key] = value
 
 
-def publish(key: str, value: Any, default: Any = None) -> None:
-    """After an unbound widget: its value into the address (left out when it is the default)."""
+def publish(param: str, value: Any, default: Any = None) -> None:
+    """After an unbound widget: its value into the address as ``param`` (left out when it is the
+    default)."""
     if value is None or value == default:
-        if key in st.query_params:
-            del st.query_params[key]
-    elif st.query_params.get(key) != str(value):
-        st.query_params[key] = str(value)
+        if param in st.query_params:
+            del st.query_params[param]
+    elif st.query_params.get(param) != str(value):
+        st.query_params[param] = str(value)
 
 
 def show_notes(container) -> None:

@@ -48,7 +48,7 @@ def test_overlay_notes_tags_filters_and_export(tiny_bert_dir, monkeypatch):
     assert {t["legendgroup"] for t in spec["data"]} == {f"{a} · full", f"{b} · full"}
 
     # A note and tags for the run shown in full (the newest: b).
-    assert at.selectbox(key="run").value == b
+    assert at.selectbox(key="runs_run").value == b
     at.text_area[0].input("warm-up too short")
     at.text_input[0].input("keep, lr sweep")
     next(x for x in at.button if x.label == "Save note and tags").click().run()
@@ -69,7 +69,7 @@ def test_delete_files_then_the_run(tiny_bert_dir, monkeypatch):
     folder.mkdir(parents=True)
     (folder / "snap-00000.safetensors").write_bytes(b"\0" * 3_000_000)
     at = runs_page(tiny_bert_dir, monkeypatch, run=drop)
-    assert at.selectbox(key="run").value == drop
+    assert at.selectbox(key="runs_run").value == drop
     button = next(x for x in at.button if x.label.startswith("Delete its files"))
     assert "3.0 MB" in button.label
     button.click().run()
@@ -80,7 +80,7 @@ def test_delete_files_then_the_run(tiny_bert_dir, monkeypatch):
     next(x for x in at.button if x.label == "Delete the run").click().run()
     assert not errors(at)
     assert db.list_runs()["id"].tolist() == [keep]
-    assert at.selectbox(key="run").value == keep
+    assert at.selectbox(key="runs_run").value == keep
 
 
 def test_a_running_run_cannot_be_deleted_and_a_bad_link_says_so(tiny_bert_dir, monkeypatch):
@@ -92,7 +92,7 @@ def test_a_running_run_cannot_be_deleted_and_a_bad_link_says_so(tiny_bert_dir, m
     assert any(
         "run='no-such-run' is not one of the runs listed" in w.value for w in at.main.warning
     )
-    assert at.selectbox(key="run").value == running
+    assert at.selectbox(key="runs_run").value == running
     assert at.checkbox(key=f"runs_delete_sure_{running}").disabled
     assert any("Cancel the run before deleting" in c.value for c in at.caption)
 

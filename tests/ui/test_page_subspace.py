@@ -22,6 +22,10 @@ from ui.figures import subspace as figures
 PAGE = "views/subspace.py"
 
 
+def widget(elements, label: str):
+    return next(w for w in elements if w.label == label)
+
+
 def recorded_run(tmp_path, model_dir, name: str = "traj", method: str = "full") -> str:
     """A finished run of the tiny model whose trajectory has a planted outlier."""
     model = EncoderClassifier(AutoModel.from_pretrained(model_dir), "bert", 2)
@@ -60,7 +64,7 @@ def test_page_shows_spectrum_outliers_and_queues_comparisons(tiny_bert_dir, monk
     monkeypatch.setattr(analysis.runs.worker, "ensure_worker", lambda *a, **k: 4242)
     at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
     assert not errors(at)
-    assert at.selectbox(key="run").value == run_id
+    assert at.selectbox(key="sub_run").value == run_id
     # spectrum, update map, recurring dims, and the comparison (the run itself is a 'full' run)
     assert len(at.get("plotly_chart")) == 4
     outliers = at.dataframe[0].value
@@ -110,23 +114,23 @@ def test_the_chosen_run_stays_while_other_runs_finish(tiny_bert_dir, monkeypatch
     first = recorded_run(tmp_path, tiny_bert_dir, "a")
     second = recorded_run(tmp_path, tiny_bert_dir, "b")
     at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
-    assert at.selectbox(key="run").value == second  # the newest plain run
-    at.selectbox(key="run").set_value(first).run()
+    assert at.selectbox(key="sub_run").value == second  # the newest plain run
+    at.selectbox(key="sub_run").set_value(first).run()
     # Two more runs finish: a plain one and a subspace run with its own trajectory.
     recorded_run(tmp_path, tiny_bert_dir, "c")
     recorded_run(tmp_path, tiny_bert_dir, "d", method="subspace-random")
     at.run()
     assert not errors(at)
-    assert at.selectbox(key="run").value == first
-    assert len(at.selectbox(key="run").options) == 4
+    assert at.selectbox(key="sub_run").value == first
+    assert len(at.selectbox(key="sub_run").options) == 4
     at.switch_page("views/data.py").run()
     at.switch_page(PAGE).run()
-    assert at.selectbox(key="run").value == first  # and across page switches
+    assert at.selectbox(key="sub_run").value == first  # and across page switches
     # Its trajectory gone (deleted on the Runs page): a message, and another run.
     shutil.rmtree(tmp_path / "a")
     at.run()
     assert any(f"Run {first} is no longer available" in w.value for w in at.warning)
-    assert at.selectbox(key="run").value != first
+    assert at.selectbox(key="sub_run").value != first
 
 
 def test_a_link_names_the_run_and_the_launch_form_shows_its_disk_size(
@@ -137,7 +141,7 @@ def test_a_link_names_the_run_and_the_launch_form_shows_its_disk_size(
     at = make_app(tiny_bert_dir, monkeypatch)
     at.query_params["run"] = first
     at.switch_page(PAGE).run()
-    assert not errors(at) and at.selectbox(key="run").value == first
+    assert not errors(at) and at.selectbox(key="sub_run").value == first
     estimate = next(c.value for c in at.caption if "on disk" in c.value)
     # 200 steps → k = 7, t = 28; 2 layers of the tiny BERT: θ₀ in float32 + 28 float16 moves.
     params = sum(p.numel() for p in AutoModel.from_pretrained(tiny_bert_dir).encoder.parameters())
@@ -165,3 +169,27 @@ def test_the_trajectory_run_is_queued_with_the_automatic_interval(tiny_bert_dir,
     assert not errors(at)
     config = json.loads(RunsDB().list_runs()["config_json"].iloc[0])
     assert config["trajectory_every"] == 5 and config["trajectory_dtype"] == "float16"
+
+
+def test_the_runs_page_and_this_page_keep_their_own_run(tiny_bert_dir, monkeypatch, tmp_path):
+    with_trajectory = recorded_run(tmp_path, tiny_bert_dir)
+    db = RunsDB()
+    plain = db.enqueue({"model": {"name": str(tiny_bert_dir)}, "method": "full"})
+    db.claim_next(worker_pid=1)
+    db.finish(plain, {"score": 0.6, "metric": "accuracy"})  # the newest run, no trajectory
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.switch_page("views/runs.py").run()
+    assert widget(at.selectbox, "Run").value == plain
+    at.switch_page(PAGE).run()
+    assert not errors(at)
+    assert not any("no longer available" in w.value for w in at.warning)
+    assert widget(at.selectbox, "Trajectory run").value == with_trajectory
+    # A run picked on the Runs page does not become this page's run, nor the other way round.
+    at.switch_page("views/runs.py").run()
+    widget(at.selectbox, "Run").set_value(with_trajectory).run()
+    widget(at.selectbox, "Run").set_value(plain).run()
+    at.switch_page(PAGE).run()
+    assert widget(at.selectbox, "Trajectory run").value == with_trajectory
+    at.switch_page("views/runs.py").run()
+    assert widget(at.selectbox, "Run").value == plain

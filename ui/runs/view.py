@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from analysis.runs.db import RunsDB
 
 KEEP = "session"  # filters and choices stay across page switches
+RUN_KEY = "runs_run"  # the run shown in full; its link parameter is ``run``
 HIDDEN = ["config_json", "result_json"]
 FILTERS = {"model": "Model", "data": "Data", "method": "Method", "status": "Status"}
 
@@ -89,15 +90,17 @@ def compare_view(db: RunsDB, runs: pd.DataFrame) -> None:
 
 
 def pick_run(runs: pd.DataFrame) -> str:
-    """The run shown in full: kept across pages and in the link (``run``)."""
+    """The run shown in full: kept across pages (this page's own, not the Subspaces page's) and
+    in the link (``run``)."""
     ids = runs["id"].tolist()
     take_link(
-        "run", lambda t: t if t in ids else None, "is not one of the runs listed", "the newest"
-    )
-    if st.session_state.get("run") not in ids:
-        st.session_state.pop("run", None)
+        RUN_KEY, lambda t: t if t in ids else None, "is not one of the runs listed", "the newest",
+        param="run",
+    )  # fmt: skip
+    if st.session_state.get(RUN_KEY) not in ids:
+        st.session_state.pop(RUN_KEY, None)
     names = {row["id"]: run_name(row) for _, row in runs.iterrows()}
-    chosen = st.selectbox("Run", ids, format_func=names.get, key="run", persist_state=KEEP)
+    chosen = st.selectbox("Run", ids, format_func=names.get, key=RUN_KEY, persist_state=KEEP)
     publish("run", chosen)  # always: the default (the newest run) changes as runs finish
     return chosen
 
@@ -181,5 +184,5 @@ def _delete(db: RunsDB, run_id: str, files_only: bool) -> None:
     what = "its files" if files_only else "the run"
     st.toast(f"Run {run_id}: deleted {what} ({len(removed)} folder(s)).")
     if not files_only:
-        st.session_state.pop("run", None)
+        st.session_state.pop(RUN_KEY, None)
     st.rerun()

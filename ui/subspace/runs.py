@@ -25,6 +25,7 @@ from ui.links import publish, take_link
 from ui.subspace.state import outlier_file, random_file, random_files, trajectory_runs
 
 KEEP = "session"  # the forms keep their values across page switches
+RUN_KEY = "sub_run"  # the pinned trajectory run; its link parameter is ``run``
 
 if TYPE_CHECKING:
     from analysis.config import ExtractConfig
@@ -103,21 +104,23 @@ def pick_run(db: RunsDB, cfg: ExtractConfig, layer_params: list[int]) -> dict | 
     """A picker of completed runs with a trajectory (and a form to queue one).
 
     The chosen run is pinned: it stays chosen while other runs finish (they join the list, they
-    do not take over), until the user picks another; it lives in the link (``run``).
+    do not take over), until the user picks another; it lives in the link (``run``) and in the
+    session under this page's own key (the Runs page's choice is another).
     """
     runs = trajectory_runs(db, cfg.model.name)
     with st.expander("Record a new trajectory", expanded=runs.empty):
         _launch_form(db, cfg, layer_params)
     ids = runs["id"].tolist()
-    take_link("run", lambda t: t if t in ids else None,
-              f"is not a finished run of {cfg.model.name} with a trajectory", "the newest")  # fmt: skip
-    pinned = st.session_state.get("run")
+    take_link(RUN_KEY, lambda t: t if t in ids else None,
+              f"is not a finished run of {cfg.model.name} with a trajectory", "the newest",
+              param="run")  # fmt: skip
+    pinned = st.session_state.get(RUN_KEY)
     if pinned is not None and pinned not in ids:
         st.warning(
             f"Run {pinned} is no longer available (its files were deleted, or it belongs to "
             "another model): showing another run."
         )
-        del st.session_state["run"]
+        del st.session_state[RUN_KEY]
     if runs.empty:
         st.info(f"No completed run of {cfg.model.name} has recorded a trajectory yet.")
         publish("run", None)
@@ -125,7 +128,7 @@ def pick_run(db: RunsDB, cfg: ExtractConfig, layer_params: list[int]) -> dict | 
     labels = {r.id: _label(r) for r in runs.itertuples()}
     default = default_run(runs)
     chosen = st.selectbox(
-        "Trajectory run", ids, index=ids.index(default), key="run", format_func=labels.get,
+        "Trajectory run", ids, index=ids.index(default), key=RUN_KEY, format_func=labels.get,
         persist_state=KEEP,
     )  # fmt: skip
     publish("run", chosen)  # always: the default (the newest run) changes as runs finish
