@@ -16,12 +16,16 @@ included: that is the bootstrap.
 
 **The probe's C in a repeat** is chosen again by cross-validation, among the full-sample table's
 choice C* for that layer and its neighbours in the grid (C*/10, C*, 10 C*), not the whole grid:
-the choice still moves with the sample, and the repeats cost about a fifth of a table each
+the choice still moves with the sample, and the repeats cost about a third of a table each
 instead of the whole table (the large-C fits of the full grid are 85 % of a table's time on
 MiniLM, N = 2,000). Without the table's C* (``probe_c=None``) the whole grid is searched.
 
 Per layer we report the full-sample value (the single table) with the **bootstrap standard
-error**: the standard deviation (ddof = 1) of the R replicates. ρ(metric, s) is computed on each
+error**: the standard deviation (ddof = 1) of the R replicates. The centre is the full-sample value,
+not the replicates' mean that SPEC.md's "mean ± s.e." could be read as: a resample holds copies of
+its examples, which shrink the within-class scatter, so the replicates' mean of ν (and of ϱ, a
+ratio of second moments) is biased; the full-sample value is the estimate, the replicates give its
+spread. ρ(metric, s) is computed on each
 repeat and quoted as the mean over repeats with the 5th–95th percentile interval; ℓ* as the share
 of repeats that pick each layer, "stable" when one layer gets at least 80 %.
 """
@@ -53,6 +57,7 @@ from analysis.layers.metrics import (
     split_indices,
 )
 from analysis.layers.probe import PROBE_GRID
+from analysis.layers.streamed import stream_limit_mb, use_streamed
 from analysis.layers.table import (
     COLUMNS,
     blas_threads,
@@ -137,13 +142,6 @@ class LayerRepeats:
         if self.n_repeats < 2:
             se[:] = np.nan
         df = pd.DataFrame(se, columns=[f"{m}_se" for m in METRICS])
-        df.insert(0, "layer", np.arange(len(df)))
-        return df
-
-    def means(self) -> pd.DataFrame:
-        """Per layer: the mean over repeats of nu, cca, rank and probe."""
-        with _quiet():
-            df = pd.DataFrame(np.nanmean(self.values[:, :, :4], axis=0), columns=list(METRICS))
         df.insert(0, "layer", np.arange(len(df)))
         return df
 
@@ -247,8 +245,25 @@ def cached_layer_repeats(
     """`layer_repeats` of one extraction (analysis.extract.LayerStates), served from the disk
     cache when already computed (keyed by `repeats_recipe`). Returns (repeats, hit). The
     single table (for the probe's C per layer) comes from its own cache entry, computed if
-    missing."""
+    missing.
+
+    Repeats are computed in memory only: on states large enough for the streamed table
+    (`analysis.layers.streamed.use_streamed`) a clear ValueError says so. Why not stream them: a
+    bootstrap resample must keep every copy of an example on one side of the train / held-out
+    split, and the streamed route splits over positions; and the streamed probe fits a capped
+    subsample, so its bands would not be around the same estimator.
+    """
     cache = cache or DiskCache()
+    if use_streamed(layer_states.n, layer_states.d_model):
+        limit = stream_limit_mb()
+        largest = int(limit * 2**20 // (8 * layer_states.d_model))
+        raise ValueError(
+            f"Bootstrap repeats are computed in memory, and one layer of these states (N = "
+            f"{layer_states.n:,}, d = {layer_states.d_model}) is "
+            f"{layer_states.n * layer_states.d_model * 8 / 2**20:,.0f} MB in float64, above the "
+            f"{limit:,.0f} MB where the table of metrics streams (TUNESCOPE_STREAM_METRICS_MB). "
+            f"Use R = 1 (the single table), or a sample of N ≤ {largest:,} for intervals."
+        )
 
     def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         table, _ = cached_layer_metrics(layer_states, seed, n_bins, cache)

@@ -44,8 +44,10 @@ chunks and the gathered rows (2 · probe_cap · d · 4 bytes) — none of it gro
 **Repeats and subsets.** ``index`` (M,) lists the positions of the sample's examples among the N
 stored rows, repeats allowed: the result equals `layer_metrics(states[:, index], labels[index])`
 (the split is drawn over the M positions). Internally each stored row gets one integer weight per
-cell (how often it occurs there) and the moments are weighted, so a bootstrap resample or a subset
-costs no copy of the states. `CellMoments` and `RowGather` are the reusable pieces.
+cell (how often it occurs there) and the moments are weighted, so a subset costs no copy of the
+states. It is not a bootstrap: with repeats in ``index`` the copies of one example can fall on
+both sides of the split, which is why the layer repeats stay in memory
+(`analysis.layers.repeats.cached_layer_repeats`). `CellMoments` and `RowGather` are the reusable pieces.
 """
 
 from __future__ import annotations
@@ -103,8 +105,12 @@ def use_streamed(n: int, d_model: int) -> bool:
     float64 layer (N · d ≥ 33.5 M: MiniLM from N ≈ 87,000, BERT-base from 43,700, BERT-large from
     32,800) the table streams instead: bounded memory, the probe on a capped subsample.
     """
-    limit = float(os.environ.get("TUNESCOPE_STREAM_METRICS_MB", STREAM_ABOVE_MB))
-    return n * d_model * 8 > limit * 2**20
+    return n * d_model * 8 > stream_limit_mb() * 2**20
+
+
+def stream_limit_mb() -> float:
+    """MB of one float64 layer above which the layer table streams (`use_streamed`)."""
+    return float(os.environ.get("TUNESCOPE_STREAM_METRICS_MB", STREAM_ABOVE_MB))
 
 
 def route_recipe(layer_states: LayerStates) -> dict[str, Any]:

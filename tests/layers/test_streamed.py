@@ -177,3 +177,23 @@ def test_layer_table_routes_large_states_and_says_so(monkeypatch, tmp_path):
     report = table.report(ExtractConfig(), stream)
     assert report["route"] == "streamed" and report["probe_n"] == 240
     assert "route" not in table.report(ExtractConfig(), memory)
+
+
+def test_repeats_refuse_states_that_stream_and_say_what_to_do(monkeypatch, tmp_path):
+    import torch
+
+    from analysis.config import ExtractConfig
+    from analysis.extract import LayerStates
+    from analysis.layers.repeats import cached_layer_repeats
+
+    states, labels = bert_like(n=300, n_layers=2)
+    layer_states = LayerStates(
+        states=torch.from_numpy(states), labels=torch.from_numpy(labels), rows=torch.arange(300),
+        label_names=("a", "b"), task_type="classification", metric="accuracy",
+        config=ExtractConfig(), meta={"cache_path": str(tmp_path / "states" / "abc")},
+    )  # fmt: skip
+    monkeypatch.setenv("TUNESCOPE_STREAM_METRICS_MB", "0.01")  # 10,486 bytes: N ≤ 54 at d = 24
+    cache = DiskCache(tmp_path)
+    with pytest.raises(ValueError, match=r"Use R = 1 \(the single table\), or a sample of N ≤ 54"):
+        cached_layer_repeats(layer_states, repeats=3, cache=cache)
+    assert list(tmp_path.rglob("meta.json")) == []  # nothing computed, nothing cached
