@@ -2,7 +2,8 @@
 
 The public API is imported lazily, so ``python -m analysis --help`` does not pay for torch::
 
-    from analysis import nu, cca_score, rank_metric, probe_score  # one layer: (N, d) states, (N,) labels
+    from analysis import nu, cca_score, rank_metric   # one layer: (N, d) states, (N,) labels
+    from analysis import probe_score   # (train states, train labels, test states, test labels, metric)
     from analysis import layer_table, layer_summary      # every metric for every layer; ℓ*, ζ, ρ
     from analysis import load_model, load_data, extract_states
     from analysis import head_stats, analyse_heads, pagerank   # per-head richness, correlation, PageRank
