@@ -73,3 +73,18 @@ def test_finished_runs_fill_in_the_verdicts(tiny_bert_dir, monkeypatch):
     assert row["ours"] == "+0.3000"
     assert not any("run(s) missing" in m.value for m in at.markdown)  # every run reused
     assert len(at.get("plotly_chart")) >= 1  # the forest plot behind the verdict
+
+
+def test_the_form_keeps_its_values_across_page_switches(tiny_bert_dir, monkeypatch):
+    at = claims_page(tiny_bert_dir, monkeypatch, only=("H1",))
+    at.number_input(key="claims_steps").set_value(7)
+    at.number_input(key="claims_k").set_value(2)
+    next(b for b in at.button if b.label == "Apply").click().run()
+    assert not errors(at), errors(at)
+    at.switch_page("views/data.py").run()
+    at.switch_page(PAGE).run()
+    assert not errors(at), errors(at)
+    assert at.number_input(key="claims_steps").value == 7
+    assert at.number_input(key="claims_k").value == 2
+    assert at.number_input(key="claims_seeds").value == 2  # set before the page first opened
+    assert at.multiselect(key="claims_only").value == ["H1"]

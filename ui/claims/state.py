@@ -15,21 +15,27 @@ from ui.memo import ProgressMemo
 _INPUTS: ProgressMemo[ClaimInputs] = ProgressMemo(max_entries=6)
 DEFAULTS = {"claims_seeds": 3, "claims_steps": 200, "claims_repeats": 5, "claims_k": 3,
             "claims_only": list(CLAIMS)}  # fmt: skip
+KEEP = "session"  # the form keeps its values across page switches
 
 
 def settings_form(base: ExtractConfig) -> ClaimsConfig:
-    """The sidebar's model, data, N, seed and max length with this page's run settings."""
+    """The sidebar's model, data, N, seed and max length with this page's run settings (the
+    form keeps them across page switches, like the Heads form)."""
     state = st.session_state
     for key, value in DEFAULTS.items():
         state.setdefault(key, value)
     with st.form("claims_form"):
         c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("seeds per run claim", 1, 10, key="claims_seeds",
+        c1.number_input("seeds per run claim", 1, 10, key="claims_seeds", persist_state=KEEP,
                         help="The papers' comparisons need ≥ 3 for a verdict worth quoting.")  # fmt: skip
-        c2.number_input("steps per run", 1, 100_000, step=50, key="claims_steps")
-        c3.number_input("bootstrap repeats (X1–X3)", 2, 50, key="claims_repeats")
-        c4.number_input("heads per layer k (H1, H2)", 1, 64, key="claims_k")
-        st.multiselect("claims", list(CLAIMS), key="claims_only")
+        c2.number_input(
+            "steps per run", 1, 100_000, step=50, key="claims_steps", persist_state=KEEP
+        )
+        c3.number_input(
+            "bootstrap repeats (X1–X3)", 2, 50, key="claims_repeats", persist_state=KEEP
+        )
+        c4.number_input("heads per layer k (H1, H2)", 1, 64, key="claims_k", persist_state=KEEP)
+        st.multiselect("claims", list(CLAIMS), key="claims_only", persist_state=KEEP)
         st.form_submit_button("Apply", type="primary")
     return ClaimsConfig(
         model=base.model, data=base.data, only=tuple(state["claims_only"]) or tuple(CLAIMS),
