@@ -20,6 +20,12 @@ data starts on a 64-byte boundary), the raw little-endian data.
 **Reads are memory-mapped.** `DiskCache.load` maps the file (private, copy-on-write) and returns
 tensors that are views of the mapping: ``states[layer]`` of a 10 GB entry touches that layer's
 pages only, and a consumer that writes into a tensor changes its own copy, never the file.
+A private writable mapping is charged in full against the kernel's commit limit, so an entry
+larger than RAM + swap could not be mapped at all: `map_file` asks for ``MAP_NORESERVE`` (Linux),
+and where the kernel still refuses (strict overcommit, ``vm.overcommit_memory = 2``, ignores that
+flag) it maps the file read-only instead. Tensors of a read-only mapping must not be written
+(torch cannot mark a tensor read-only; a write would fault): nothing in tunescope writes into the
+tensors of a cache entry, and a consumer that wants to must copy first (`MappedEntry.writable`).
 `StoredTensor` reads rows with plain file reads instead, for passes over a whole entry that must
 not grow the resident set (touched pages of a mapping count as resident; the page cache does not).
 The safetensors library's torch loader copies every tensor into memory, hence our own mapping.
@@ -40,12 +46,15 @@ Hashes are computed while writing, never by reading the file back: a streamed fi
 states — whose bytes are written in order), and meta.json records every segment's offset, length
 and SHA-256. An entry written by `save` (small, in memory) has one segment: the whole file.
 A truncated, corrupt, partial or foreign entry is deleted and treated as a miss (the caller
-recomputes). No pickle anywhere.
+recomputes). Only the entry's content or format condemns it: an error of the system (too many open
+files, no memory for the mapping, a read error) is a `CacheError` and the entry stays. No pickle
+anywhere.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -53,8 +62,10 @@ import mmap
 import os
 import shutil
 import struct
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,6 +85,10 @@ DATA_FILE = "data.safetensors"
 META_FILE = "meta.json"
 DATA_ALIGN = 64  # the data region starts on this boundary, so every tensor is aligned
 HASH_BLOCK = 8 << 20  # bytes read per hash update
+
+# Linux charges a private writable mapping against the commit limit unless it is MAP_NORESERVE;
+# Python's mmap module names that flag only from 3.13. Elsewhere there is no such charge.
+MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -128,6 +143,12 @@ def _range_sha256(path: Path, offset: int, length: int, chunk: int = HASH_BLOCK)
 
 class CacheMiss(LookupError):
     pass
+
+
+class CacheError(OSError):
+    """The cache cannot serve or store an entry for a reason that is not the entry's content
+    (no space left, too many open files, no memory for the mapping, a failed read): one sentence
+    for the user; an existing entry is kept."""
 
 
 # --- the file format -------------------------------------------------------------------------------
@@ -233,6 +254,8 @@ def read_header(path: Path) -> Header:
     if len(text) != length:
         raise CacheMiss("file shorter than its header")
     table = json.loads(text)
+    if not isinstance(table, dict):
+        raise CacheMiss("the header is not a table of tensors")
     tensors: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
     for name, entry in table.items():
         if name == "__metadata__":
@@ -250,8 +273,34 @@ def read_header(path: Path) -> Header:
     return Header(8 + length, tensors)
 
 
-def map_tensors(path: Path, header: Header | None = None) -> dict[str, torch.Tensor]:
-    """Every tensor of a safetensors file as a view of one private (copy-on-write) memory map.
+def map_file(fileno: int, size: int) -> tuple[mmap.mmap, bool]:
+    """Map the first ``size`` bytes of an open file: (mapping, writable).
+
+    Private and writable (copy-on-write, never charged against the commit limit thanks to
+    ``MAP_NORESERVE``) where the kernel allows it; read-only when it refuses with ENOMEM (strict
+    overcommit): a read-only shared mapping of a file is never charged.
+    """
+    try:
+        if hasattr(mmap, "MAP_PRIVATE"):  # Unix
+            flags, prot = mmap.MAP_PRIVATE | MAP_NORESERVE, mmap.PROT_READ | mmap.PROT_WRITE
+            return mmap.mmap(fileno, size, flags=flags, prot=prot), True
+        return mmap.mmap(fileno, size, access=mmap.ACCESS_COPY), True
+    except OSError as exc:
+        if exc.errno != errno.ENOMEM:
+            raise
+    return mmap.mmap(fileno, size, access=mmap.ACCESS_READ), False
+
+
+class MappedEntry(dict):
+    """The tensors of one cache entry by name (a dict), with ``writable``: False when the file is
+    mapped read-only (`map_file`), in which case a consumer must copy a tensor before writing."""
+
+    writable: bool = True
+
+
+def map_tensors(path: Path, header: Header | None = None) -> MappedEntry:
+    """Every tensor of a safetensors file as a view of one memory map (`map_file`: private,
+    copy-on-write; read-only where the kernel refuses that, see ``writable``).
 
     The mapping lives as long as any of its tensors; only the pages a consumer touches are read.
     """
@@ -259,11 +308,11 @@ def map_tensors(path: Path, header: Header | None = None) -> dict[str, torch.Ten
 
     header = header or read_header(path)
     size = header.data_start + header.data_bytes
-    out: dict[str, torch.Tensor] = {}
+    out = MappedEntry()
     mapping = None
     if size > header.data_start:
         with open(path, "rb") as fh:
-            mapping = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
+            mapping, out.writable = map_file(fh.fileno(), size)
     for name, (dtype, shape, begin, end) in header.tensors.items():
         torch_dtype = _torch_dtype(dtype)
         count = math.prod(shape)
@@ -276,9 +325,11 @@ def map_tensors(path: Path, header: Header | None = None) -> dict[str, torch.Ten
                 .reshape(shape)
             )  # fmt: skip
         else:
-            out[name] = torch.frombuffer(
-                mapping, dtype=torch_dtype, offset=offset, count=count
-            ).reshape(shape)
+            with warnings.catch_warnings():  # read-only: torch warns that it cannot enforce it
+                warnings.filterwarnings("ignore", "The given buffer is not writable")
+                out[name] = torch.frombuffer(
+                    mapping, dtype=torch_dtype, offset=offset, count=count
+                ).reshape(shape)
     return out
 
 
@@ -500,6 +551,14 @@ def verify_content(path: Path, segments: list[list[Any]], threads: int | None = 
 
 # --- the cache --------------------------------------------------------------------------------------
 
+# What condemns an entry: its content or format (CacheMiss; a malformed meta.json or header:
+# JSON, Unicode, struct, key, type and attribute errors; a file of the entry missing or a folder). Any other
+# OSError is the system's (EMFILE, ENOMEM, EIO…) and leaves the entry alone.
+_UNUSABLE = (
+    CacheMiss, ValueError, KeyError, TypeError, AttributeError, struct.error,
+    FileNotFoundError, NotADirectoryError, IsADirectoryError,
+)  # fmt: skip
+
 
 class DiskCache:
     """Atomic, content-checked, memory-mapped safetensors + JSON entries keyed by recipe."""
@@ -513,8 +572,12 @@ class DiskCache:
     def load(
         self, kind: str, recipe: dict[str, Any]
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
-        """The entry's tensors (memory-mapped) and meta, or None when absent or invalid (an invalid
-        one is removed). See the module docstring for what is checked when."""
+        """The entry's tensors (memory-mapped, a `MappedEntry`) and meta, or None when absent or
+        invalid (an invalid one is removed). See the module docstring for what is checked when.
+
+        Raises `CacheError` (the entry kept) when the system, not the entry, fails: too many open
+        files, no memory for the mapping, a read error.
+        """
         folder = self.entry_dir(kind, recipe)
         if not folder.is_dir():
             return None
@@ -533,10 +596,15 @@ class DiskCache:
                 verify_content(data_path, segments)
                 _verified.add(version)
             tensors = map_tensors(data_path, header)
-        except Exception:  # OSError, JSON, header errors, CacheMiss: all mean unusable
+        except _UNUSABLE:
             # Corrupt, partial or foreign: never use it; remove it so it is recomputed.
             shutil.rmtree(folder, ignore_errors=True)
             return None
+        except OSError as exc:  # the system's failure, not the entry's: keep it
+            raise CacheError(
+                f"Could not read the cache entry {folder}: {exc.strerror or exc}. The entry is "
+                "kept; try again once the cause is gone."
+            ) from exc
         return tensors, record.get("meta", {})
 
     def stored(self, kind: str, recipe: dict[str, Any]) -> dict[str, StoredTensor]:
@@ -627,7 +695,7 @@ class DiskCache:
             _verified.add(_file_version(data_path, content["segments"]))
             found = self.load(kind, recipe)
             if found is None:
-                raise OSError(f"The cache entry {folder} could not be read back after writing.")
+                raise CacheError(f"The cache entry {folder} could not be read back after writing.")
             return found[0], found[1], False
 
     @staticmethod
@@ -635,7 +703,7 @@ class DiskCache:
         folder.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(folder).free
         if needed > free:
-            raise OSError(
+            raise CacheError(
                 f"The cache needs {needed / 1e9:.2f} GB for this entry but {folder} has only "
                 f"{free / 1e9:.2f} GB free: free some space or point TUNESCOPE_CACHE elsewhere."
             )

@@ -234,3 +234,91 @@ def test_stale_temp_folder_of_a_live_writer_is_kept(cache):
     past = time.time() - 7200
     os.utime(busy, (past, past))
     assert cache.clear_stale_temp() == 0 and busy.exists()
+
+
+# --- mapping, and what may delete an entry -------------------------------------------------------
+
+
+def _refuse_private_writable_maps(monkeypatch):
+    """mmap as under strict overcommit: a private writable mapping is refused with ENOMEM."""
+    import errno
+    import mmap
+
+    real = mmap.mmap
+
+    def fake(fileno, length, *args, **kwargs):
+        writable = kwargs.get("prot", mmap.PROT_WRITE) & mmap.PROT_WRITE
+        if kwargs.get("access", mmap.ACCESS_DEFAULT) == mmap.ACCESS_READ:
+            writable = False
+        if writable:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        return real(fileno, length, *args, **kwargs)
+
+    monkeypatch.setattr(mmap, "mmap", fake)
+
+
+def test_an_entry_larger_than_memory_and_swap_is_mapped(tmp_path):
+    """A private writable map of a file larger than RAM + swap is charged in full against the
+    commit limit (ENOMEM) unless it is MAP_NORESERVE; map_file must map it either way."""
+    from pathlib import Path
+
+    from analysis.cache import map_file
+
+    lines = Path("/proc/meminfo").read_text().splitlines()
+    meminfo = dict(line.split(":", 1) for line in lines if ":" in line)
+    total = sum(int(meminfo[k].split()[0]) << 10 for k in ("MemTotal", "SwapTotal"))
+    path = tmp_path / "sparse.bin"
+    size = total + (1 << 30)
+    with open(path, "wb") as fh:
+        try:
+            fh.truncate(size)  # sparse: no disk space used
+        except OSError as exc:
+            pytest.skip(f"no sparse file of {size} bytes here: {exc}")
+    with open(path, "rb") as fh:
+        mapping, writable = map_file(fh.fileno(), size)
+    assert len(mapping) == size and mapping[size - 4 :] == b"\0" * 4
+    if writable:
+        mapping[:4] = b"abcd"  # a private page: the file is not changed
+        with open(path, "rb") as fh:
+            assert fh.read(4) == b"\0" * 4
+    mapping.close()
+
+
+def test_entry_refused_a_private_mapping_is_served_read_only_and_kept(cache, monkeypatch):
+    from analysis.layers.table import layer_metrics
+
+    values = torch.randn(3, 40, 4)
+    _stream(cache, {"m": 1}, values)
+    folder = cache.entry_dir("states", {"m": 1})
+    _refuse_private_writable_maps(monkeypatch)
+    tensors, meta = cache.load("states", {"m": 1})
+    assert folder.is_dir() and meta == {"note": "streamed"}
+    assert not tensors.writable and torch.equal(tensors["x"], values)
+    # Nothing in the layer metrics writes into the states (a write would fault here).
+    labels = np.arange(40) % 2
+    frame = layer_metrics(tensors["x"], labels, "accuracy", seed=0, which=("nu", "cca", "rank"))
+    assert len(frame) == 3 and torch.equal(tensors["x"], values)
+    # A fresh write is served the same way: no "could not be read back", nothing deleted.
+    fresh, _, hit = _stream(cache, {"m": 2}, values)
+    assert not hit and not fresh.writable and torch.equal(fresh["x"], values)
+    assert cache.entry_dir("states", {"m": 2}).is_dir()
+
+
+def test_an_error_of_the_system_keeps_the_entry(cache, monkeypatch):
+    import errno
+    import mmap
+
+    values = torch.randn(2, 10, 4)
+    _stream(cache, {"t": 1}, values)
+    folder = cache.entry_dir("states", {"t": 1})
+
+    def too_many_files(*args, **kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(mmap, "mmap", too_many_files)
+        with pytest.raises(OSError, match=r"Too many open files.*kept") as raised:
+            cache.load("states", {"t": 1})
+    assert type(raised.value).__name__ == "CacheError" and folder.is_dir()
+    tensors, _ = cache.load("states", {"t": 1})  # once the cause is gone
+    assert torch.equal(tensors["x"], values) and tensors.writable
