@@ -129,13 +129,9 @@ def run(args: argparse.Namespace) -> int:
             atomic_write_text(args.csv, frame.to_csv(index=False))
             print(f"wrote {len(frame)} runs to {args.csv}")
         if args.json:
-            from analysis.runs.db import run_label
-            from analysis.runs.results import group_key
+            from analysis.runs.results import export_records
 
-            records = db.export_records(**filters)
-            for record in records:
-                record["group"] = group_key(record["config"])
-                record["label"] = run_label(record["config"])
+            records = export_records(db, **filters)  # with each run's group and label
             atomic_write_text(args.json, json.dumps(records, indent=1, default=str))
             print(f"wrote {len(records)} runs to {args.json}")
         return 0

@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike
 from analysis.cache import canonical_json
 from analysis.compare import Arm
 from analysis.finetune.config import FinetuneConfig
-from analysis.runs.db import RESULT_COLUMNS, run_label
+from analysis.runs.db import RESULT_COLUMNS, RunsDB, run_label
 from analysis.strategies import family_of, n_tuned_layers
 
 NOT_A_SETTING = ("seed", "device")  # which seed, and where it ran: not what was run
@@ -396,6 +396,17 @@ def with_groups(runs: pd.DataFrame) -> pd.DataFrame:
     out["group"] = [group_key(c) for c in configs]
     out["label"] = [run_label(c) for c in configs]
     return out
+
+
+def export_records(db: RunsDB, with_steps: bool = True, **filters: Any) -> list[dict[str, Any]]:
+    """`RunsDB.export_records` (every matching run: config, result, note, tags, steps) with each
+    run's ``group`` (`group_key`) and ``label`` (recomputed from its config, as `with_groups`
+    does): what the Runs page's JSON download and ``runs export --json`` write."""
+    records = db.export_records(with_steps=with_steps, **filters)
+    for record in records:
+        record["group"] = group_key(record["config"])
+        record["label"] = run_label(record["config"])
+    return records
 
 
 def resolve_group(runs: pd.DataFrame, ref: str) -> pd.DataFrame:

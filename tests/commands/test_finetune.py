@@ -12,6 +12,7 @@ from pathlib import Path
 
 from analysis.cli import main
 from analysis.runs.db import RunsDB
+from analysis.runs.results import group_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,9 @@ def test_finetune_writes_the_json_schema_and_records_the_run(tiny_bert_dir, tmp_
     assert main(["runs", "export", "--csv", str(tmp_path / "a.csv"), "--method", "layers"]) == 0
     assert result["run_id"] in (tmp_path / "a.csv").read_text()
     assert main(["runs", "export", "--json", str(tmp_path / "a.json")]) == 0
-    assert json.loads((tmp_path / "a.json").read_text())[0]["id"] == result["run_id"]
+    exported = json.loads((tmp_path / "a.json").read_text())[0]
+    assert exported["id"] == result["run_id"]
+    assert exported["group"] == group_key(run["config"]) and exported["label"] == "(1, 1, 2)"
     assert main(["runs", "cancel", result["run_id"]]) == 0  # done stays done
     assert RunsDB().get_run(result["run_id"])["status"] == "done"
     assert main(["runs", "show", "no-such-run"]) == 2

@@ -3,12 +3,16 @@ deleting a run's files and the run, the run in the link; the overlay figure."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pandas as pd
 from apptest_utils import errors, make_app
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+from streamlit.testing.v1 import app_test
 
 from analysis.runs.db import RunsDB, run_folder
+from analysis.runs.results import group_key
 from ui.datasets import save_upload, upload_path
 from ui.figures.runs import overlay_curves
 
@@ -24,6 +28,26 @@ def finished(db: RunsDB, seed: int, data: str = "movie-snippets", losses=(0.9, 0
     db.log_step(run_id, len(losses), {"dev": 0.7 + seed / 100}, kind="dev")
     db.finish(run_id, {"score": 0.7 + seed / 100, "metric": "accuracy"})
     return run_id
+
+
+def media_stores(monkeypatch) -> list[MemoryMediaFileStorage]:
+    """The media stores of the AppTest runs from now on (each run makes one and drops it), to
+    read what a download button offers."""
+    stores: list[MemoryMediaFileStorage] = []
+
+    class Kept(MemoryMediaFileStorage):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            stores.append(self)
+
+    monkeypatch.setattr(app_test, "MemoryMediaFileStorage", Kept)
+    return stores
+
+
+def download(at, stores: list[MemoryMediaFileStorage], label: str) -> bytes:
+    """The bytes behind the download button whose label starts with ``label`` (last run)."""
+    button = next(b for b in at.get("download_button") if b.proto.label.startswith(label))
+    return stores[-1].get_file(button.proto.url.rsplit("/", 1)[-1]).content
 
 
 def runs_page(model_dir, monkeypatch, **params):
@@ -105,3 +129,18 @@ def test_overlay_figure():
     assert list(fig.data[2].y) == [0.45, 0.25] and list(fig.data[3].y) == [0.4]
     assert fig.data[0].line.color != fig.data[2].line.color
     assert fig.layout.annotations[1].text == "dev accuracy"
+
+
+def test_the_json_download_carries_each_runs_group_and_label(tiny_bert_dir, monkeypatch):
+    db = RunsDB()
+    a, b = finished(db, 0), finished(db, 1)
+    stores = media_stores(monkeypatch)
+    at = runs_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at)
+    records = json.loads(download(at, stores, "Download JSON"))
+    assert [r["id"] for r in records] == [b, a]
+    assert records[0]["group"] == records[1]["group"] == group_key(db.get_run(a)["config"])
+    assert [r["label"] for r in records] == ["full", "full"]
+    assert records[0]["steps"]  # still the whole record: config, result, note, tags and steps
+    table = pd.read_csv(io.StringIO(download(at, stores, "Download CSV").decode()))
+    assert table["group"].tolist() == [r["group"] for r in records]

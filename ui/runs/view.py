@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
-from analysis.runs.results import with_groups
+from analysis.runs.results import export_records, with_groups
 from ui.datasets import data_label
 from ui.figures.finetune import loss_curve
 from ui.figures.runs import overlay_curves
@@ -59,8 +59,8 @@ def runs_table(db: RunsDB, runs: pd.DataFrame, filters: dict) -> None:
         "text/csv",
     )
     right.download_button(
-        "Download JSON (config, result, note, tags and steps)",
-        json.dumps(db.export_records(**filters), indent=1, default=str),
+        "Download JSON (config, result, note, tags, steps and run group)",
+        json.dumps(export_records(db, **filters), indent=1, default=str),
         "runs.json",
         "application/json",
     )
