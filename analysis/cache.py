@@ -145,10 +145,14 @@ class CacheMiss(LookupError):
     pass
 
 
-class CacheError(OSError):
+class CacheError(OSError, ValueError):
     """The cache cannot serve or store an entry for a reason that is not the entry's content
     (no space left, too many open files, no memory for the mapping, a failed read): one sentence
-    for the user; an existing entry is kept."""
+    for the user; an existing entry is kept.
+
+    Also a ValueError (as `io.UnsupportedOperation` is both), so that every place that shows a
+    ValueError as one clear line (the CLI's ``error: …``, each page's message) shows this too.
+    """
 
 
 # --- the file format -------------------------------------------------------------------------------

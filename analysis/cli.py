@@ -3,7 +3,8 @@
 Subcommands are discovered from ``analysis/commands/``: every module there that defines ``NAME``
 also defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` (``options`` holds the
 code they share).
-A ValueError (bad input, unknown model, malformed file…) prints one clear line and exits 2.
+A ValueError (bad input, unknown model, malformed file…) or a `CacheError` (not enough disk
+space, an entry that cannot be read) prints one clear line and exits 2.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pkgutil
 import sys
 
 import analysis.commands
+from analysis.cache import CacheError
 from analysis.progress import Cancelled
 
 
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cancelled by the user", file=sys.stderr)
         return 130
-    except ValueError as exc:  # DataError, ModelError, config validation: the user's input
+    except (CacheError, ValueError) as exc:  # the user's input, or the cache's disk: one line
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except MemoryError:

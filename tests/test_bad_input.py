@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -202,3 +203,24 @@ def test_out_of_memory_is_recorded_as_a_failed_run_with_advice(
     runs = RunsDB(cache / "runs.sqlite").list_runs()
     assert list(runs["status"]) == ["failed"]
     assert RunsDB(cache / "runs.sqlite").get_run(runs["id"][0])["result"] is None
+
+
+@pytest.mark.parametrize("failure", ["disk-full", "read-back"])
+def test_cache_failures_are_one_clear_line(tmp_path, capsys, tiny_bert_dir, monkeypatch, failure):
+    """Not enough disk space, or an entry that cannot be read back after writing: `error: …`,
+    exit 2, no traceback (the cache raises CacheError, an OSError)."""
+    import shutil
+
+    from analysis.cache import DiskCache
+
+    if failure == "disk-full":
+        monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 5))
+        words = "GB free"
+    else:
+        monkeypatch.setattr(DiskCache, "load", lambda self, kind, recipe: None)
+        words = "could not be read back"
+    code, err = run_cli(
+        capsys, "extract", "--model", str(tiny_bert_dir), "--n", "10", "--cache", str(tmp_path)
+    )
+    last = [line for line in re.split(r"[\r\n]", err) if line.strip()][-1]  # after the bar
+    assert code == 2 and last.startswith("error:") and words in last, err

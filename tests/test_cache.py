@@ -320,5 +320,6 @@ def test_an_error_of_the_system_keeps_the_entry(cache, monkeypatch):
         with pytest.raises(OSError, match=r"Too many open files.*kept") as raised:
             cache.load("states", {"t": 1})
     assert type(raised.value).__name__ == "CacheError" and folder.is_dir()
+    assert isinstance(raised.value, ValueError)  # what the CLI and the pages show as one line
     tensors, _ = cache.load("states", {"t": 1})  # once the cause is gone
     assert torch.equal(tensors["x"], values) and tensors.writable
