@@ -181,26 +181,6 @@ def costs(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def comparison_bars(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
-    """Mean test score per run group with ± standard-error bars, coloured by family, each bar
-    labelled with its n_seeds (summary: `analysis.runs.results.summarise`)."""
-    data = summary.sort_values("score", ascending=False, na_position="last")
-    fig = go.Figure(
-        go.Bar(
-            x=data["label"],
-            y=data["score"],
-            error_y=dict(type="data", array=data["score_sem"].fillna(0.0).to_numpy(float)),
-            marker_color=[_colour(f) for f in _families(data)],
-            text=[f"n={n}" for n in data["n_seeds"]],
-            textposition="inside",
-            customdata=data["n_seeds"],
-            hovertemplate="%{x}<br>mean %{y:.4f} over %{customdata} seeds<extra></extra>",
-        )
-    )
-    fig.update_layout(yaxis_title=f"test {metric} (mean ± s.e.)", height=360, showlegend=False)
-    return fig
-
-
 def compute_saved(saved: pd.DataFrame) -> go.Figure:
     """For every cut model (ℓ_head < L): the share of step time saved against full fine-tuning
     (bars) and its test score (markers, right axis)."""
