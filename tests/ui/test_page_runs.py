@@ -70,6 +70,10 @@ def test_overlay_notes_tags_filters_and_export(tiny_bert_dir, monkeypatch):
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert len(spec["data"]) == 4  # loss and dev of each run
     assert {t["legendgroup"] for t in spec["data"]} == {f"{a} · full", f"{b} · full"}
+    assert any(  # every figure says what it draws
+        "train loss per step (top)" in m.value and "dev accuracy at each evaluation" in m.value
+        for m in at.markdown
+    )
 
     # A note and tags for the run shown in full (the newest: b).
     assert at.selectbox(key="runs_run").value == b

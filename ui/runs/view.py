@@ -82,6 +82,10 @@ def compare_view(db: RunsDB, runs: pd.DataFrame) -> None:
     metrics = runs.set_index("id").loc[chosen, "metric"].dropna().unique()
     metric = str(metrics[0]) if len(metrics) == 1 else "score"
     steps = {f"{i} · {runs.set_index('id').loc[i, 'label']}": db.steps(i) for i in chosen}
+    st.markdown(
+        f"Each run's train loss per step (top) and its dev {metric} at each evaluation (bottom), "
+        "one colour per run: which run learns faster, and which ends better on the dev part."
+    )
     st.plotly_chart(overlay_curves(steps, metric), width="stretch")
     if len(metrics) > 1:
         st.caption(
