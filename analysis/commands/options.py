@@ -200,13 +200,14 @@ def launch(
     """Queue ``runs`` ((config, strategy) pairs) and start the workers ``args`` choose.
 
     The one way a command launches runs: the executor is checked first (an unreachable Ray
-    cluster is a ValueError — ``error: …``, exit 2 — with nothing queued), then the runs are
-    queued, then the right workers start. Returns the run ids and a line naming the workers.
+    cluster, or a live Ray worker of this queue on another cluster, is a ValueError — ``error:
+    …``, exit 2 — with nothing queued or remembered), then the runs are queued, then the right
+    workers start. Returns the run ids and a line naming the workers.
     """
     from analysis.runs.worker import check_executor, start_workers
 
     executor = executor_from_args(args)
-    check_executor(executor)
+    check_executor(executor, db.path.parent)
     ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=strategy) for cfg, strategy in runs]
     return ids, start_workers(executor, db.path.parent)
 

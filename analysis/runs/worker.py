@@ -215,7 +215,8 @@ def ensure_ray_worker(
     """Start a detached Ray worker for ``address`` unless one is alive; return its pid.
 
     A live Ray worker serving another cluster is a ValueError: one queue, one Ray cluster at a
-    time. (The address is not checked here: `check_executor` does that before anything is queued.)
+    time. (`check_executor` checks both that and the address before anything is queued; this
+    check stays for a worker that started in between.)
     """
     root = Path(root) if root is not None else db_path().parent
     address = resolve_address(address)
@@ -225,12 +226,7 @@ def ensure_ray_worker(
         pid = worker_pid(root, RAY)
         if pid is None:
             return ensure_ray_worker(root, address, cpus_per_run, idle_timeout)
-        serving = _serving_address(root)
-        if serving is not None and serving != address:
-            raise ValueError(
-                f"A Ray worker (pid {pid}) already trains this queue on the Ray cluster at "
-                f"{serving}; it exits once the queue is empty. Queue on that cluster, or wait."
-            )
+        _refuse_another_cluster(root, address, pid)
         return pid
     write_status(root, {"address": address, "state": "starting"})
     arguments = ["--executor", RAY, "--ray-address", address]
@@ -243,24 +239,43 @@ def _serving_address(root: Path) -> str | None:
     return str(status["address"]) if status and status.get("address") else None
 
 
-def check_executor(choice: ExecutorChoice) -> None:
-    """Before anything is queued: a ValueError (one sentence) if ``choice`` cannot work now,
-    e.g. its Ray cluster is unreachable."""
+def _refuse_another_cluster(root: Path, address: str, pid: int | None = None) -> None:
+    """A ValueError if a live Ray worker of the queue at ``root`` trains on a cluster other than
+    ``address`` (resolved): one queue, one Ray cluster at a time."""
+    pid = worker_pid(root, RAY) if pid is None else pid
+    if pid is None:
+        return
+    serving = _serving_address(root)
+    if serving is not None and serving != address:
+        raise ValueError(
+            f"A Ray worker (pid {pid}) already trains this queue on the Ray cluster at "
+            f"{serving}; it exits once the queue is empty. Queue on that cluster, or wait."
+        )
+
+
+def check_executor(choice: ExecutorChoice, root: Path | str | None = None) -> None:
+    """Before anything is queued or remembered: a ValueError (one sentence) if ``choice`` cannot
+    work now: a live Ray worker of the queue at ``root`` (default: the cache root) trains on
+    another cluster, or the Ray cluster is unreachable."""
     if choice.executor == RAY:
+        root = Path(root) if root is not None else db_path().parent
+        _refuse_another_cluster(root, resolve_address(choice.ray_address))
         check_address(choice.ray_address)
 
 
 def start_workers(
     choice: ExecutorChoice, root: Path | str | None = None, idle_timeout: float | None = None
 ) -> str:
-    """Start the workers ``choice`` needs (unless alive); returns one line saying which."""
+    """Start the workers ``choice`` needs (unless alive) and remember ``choice`` (`last_choice`);
+    returns one line saying which."""
     root = Path(root) if root is not None else db_path().parent
-    _remember(root, choice)
     if choice.executor == RAY:
         address = resolve_address(choice.ray_address)
         pid = ensure_ray_worker(root, address, choice.cpus_per_run, idle_timeout)
+        _remember(root, choice)  # only once a worker serves it: a refused choice is not kept
         where = "a local Ray cluster on this machine" if address == LOCAL_CLUSTER else address
         return f"Ray worker pid {pid}, on {where}"
+    _remember(root, choice)
     if choice.device:
         pids = [ensure_worker(root, choice.device, idle_timeout)]
     else:

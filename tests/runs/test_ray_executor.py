@@ -261,6 +261,40 @@ def test_unreachable_address_is_one_clear_message_and_nothing_is_lost(root, tiny
     assert db.get_run(queued)["status"] == "queued"
 
 
+def test_a_ray_worker_on_another_cluster_refuses_before_anything_is_queued(
+    root, tiny_bert_dir, capsys
+):
+    """A live Ray worker of this queue trains on cluster X; launching on a reachable cluster Y
+    is refused before any run is queued or the choice remembered (the CLI's `launch`, and
+    `check_executor` with the default root as `claims.queue_runs` and the page call it)."""
+    from analysis.runs.ray_executor import write_status
+    from analysis.runs.worker import WorkerLock, check_executor, lock_path
+
+    lock = WorkerLock(lock_path(root, RAY))  # the live worker (this process holds its lock)
+    assert lock.acquire()
+    try:
+        write_status(root, {"address": "10.9.9.9:6379", "state": "running"})
+        with socket.socket() as listener:  # cluster Y: something answers at its address
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            other = f"127.0.0.1:{listener.getsockname()[1]}"
+            argv = [
+                "finetune", "--model", str(tiny_bert_dir), "--method", "layers", "--layers",
+                "1,1,2", "--steps", "2", "--device", "cpu", "--executor", "ray",
+                "--ray-address", other,
+            ]  # fmt: skip
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "already trains this queue" in err[0], err
+            assert "10.9.9.9:6379" in err[0]
+            assert RunsDB().list_runs().empty
+            assert not (root / "executor.json").exists() and last_choice(root) == ExecutorChoice()
+            with pytest.raises(ValueError, match="already trains this queue"):
+                check_executor(ExecutorChoice(RAY, other))
+    finally:
+        lock.release()
+
+
 def _closed_port() -> str:
     with socket.socket() as sock:  # a port nobody listens on (bound, then released)
         sock.bind(("127.0.0.1", 0))
