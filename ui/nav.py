@@ -1,5 +1,6 @@
 """The path through the dashboard, Data → Layers → Heads → Fine-tune → Subspaces → Runs, and
-the link to the next step that every page shows at its bottom."""
+the link to the next step that every page shows at its bottom (the Paper check, off the path,
+leads to Runs, where the runs it queues are followed)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ PATH = (
     ),
     Step("views/runs.py", "Runs", "compare, annotate and export every run"),
 )
+# Pages off the path, and the page each leads to.
+AFTER = {"views/claims.py": "views/runs.py"}
 ICONS = {
     "Data": ":material/table_view:",
     "Layers": ":material/layers:",
@@ -36,8 +39,11 @@ ICONS = {
 
 
 def next_of(page: str) -> Step:
-    """The step after ``page`` (Home leads to Data; Runs back to Fine-tune, to launch more)."""
+    """The step after ``page`` (Home leads to Data; Runs back to Fine-tune, to launch more; a
+    page off the path to its step in `AFTER`)."""
     pages = [step.page for step in PATH]
+    if page in AFTER:
+        return PATH[pages.index(AFTER[page])]
     if page not in pages:
         return PATH[0]
     if page == PATH[-1].page:

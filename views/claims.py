@@ -5,6 +5,7 @@ import streamlit as st
 from ui.claims.state import get_inputs, settings_form
 from ui.claims.view import claims_view
 from ui.loaders import get_model, show_error
+from ui.nav import next_step
 from ui.sidebar import settings
 from ui.verdicts import explain
 
@@ -36,3 +37,4 @@ except ValueError as exc:
     show_error(exc)
     st.stop()
 claims_view(cfg, inputs)
+next_step("views/claims.py")

@@ -69,5 +69,6 @@ def test_home_gives_the_path_and_every_page_links_to_the_next_step(tiny_bert_dir
     assert [next_of(s.page).title for s in PATH] == [
         "Layers", "Heads", "Fine-tune", "Subspaces", "Runs", "Fine-tune"
     ]  # fmt: skip
+    assert next_of("views/claims.py").title == "Runs"  # off the path: where its runs are followed
     at.switch_page("views/data.py").run()
     assert at.get("page_link")[-1].proto.label.startswith("Next: **Layers**")

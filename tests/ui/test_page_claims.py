@@ -40,6 +40,7 @@ def test_paper_check_page_measures_layer_claims_and_queues_runs(tiny_bert_dir, m
     assert table.loc["X1", "verdict"] != "not measured yet" and table.loc["X1", "n"] == "2 repeats"
     assert table.loc["H1", "verdict"] == "not measured yet"
     assert any("4 run(s) missing" in m.value for m in at.markdown)
+    assert at.get("page_link")[-1].proto.label.startswith("Next: **Runs**")  # to follow them
     db = RunsDB()
     assert db.list_runs().empty  # nothing is queued before the button
     next(b for b in at.button if b.key == "claims_queue").click().run()
