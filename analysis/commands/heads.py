@@ -13,7 +13,7 @@ HELP = "rank every layer's attention heads by PageRank over richness and correla
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_common(parser, n_default=300)
+    add_common(parser, n_default=300, precision=False)  # head statistics are float32 only
     parser.add_argument("--xi", type=float, default=0.9, help="singular-value mass threshold ξ")
     parser.add_argument("--damping", type=float, default=0.85, help="PageRank damping d")
     parser.add_argument("--tol", type=float, default=1e-6, help="PageRank tolerance ε on ‖ΔP‖₁")

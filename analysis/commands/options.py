@@ -61,8 +61,11 @@ def add_cache(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", default=None, help="cache folder (default: ./cache)")
 
 
-def add_common(parser: argparse.ArgumentParser, n_default: int = 1000) -> None:
-    """Model, data, sample and pooling options: everything an extraction needs."""
+def add_common(
+    parser: argparse.ArgumentParser, n_default: int = 1000, precision: bool = True
+) -> None:
+    """Model, data, sample and pooling options: everything an extraction needs (``precision``:
+    whether to offer ``--precision``; a command that computes in float32 only leaves it off)."""
     add_model_data(parser)
     parser.add_argument("--n", type=int, default=n_default, help=help_of(SampleSpec, "n"))
     parser.add_argument("--seed", type=int, default=0, help=help_of(SampleSpec, "seed"))
@@ -80,12 +83,13 @@ def add_common(parser: argparse.ArgumentParser, n_default: int = 1000) -> None:
     parser.add_argument(
         "--batch-size", type=int, default=32, help=help_of(ExtractConfig, "batch_size")
     )
-    parser.add_argument(
-        "--precision",
-        default="float32",
-        choices=PRECISIONS,
-        help=help_of(ExtractConfig, "precision"),
-    )
+    if precision:
+        parser.add_argument(
+            "--precision",
+            default="float32",
+            choices=PRECISIONS,
+            help=help_of(ExtractConfig, "precision"),
+        )
 
 
 def apply_cache(args: argparse.Namespace) -> None:

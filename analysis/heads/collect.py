@@ -33,13 +33,22 @@ HEADS_CODE_VERSION = "heads-1"
 
 @dataclass(frozen=True)
 class HeadStatsConfig:
-    """Which head statistics: the sample and model of ``extract`` (its pooling is not used), ξ."""
+    """Which head statistics: the sample and model of ``extract`` (its pooling is not used), ξ.
+
+    The forward pass runs in float32: ``extract.precision`` must be float32 (it is not part of
+    the recipe, so another precision would be silently ignored).
+    """
 
     extract: ExtractConfig
     xi: float = 0.9
 
     def __post_init__(self) -> None:
         check_xi(self.xi)
+        if self.extract.precision != "float32":
+            raise ValueError(
+                f"Head statistics are computed in float32 only (got precision "
+                f"{self.extract.precision!r})."
+            )
 
 
 def collect_head_stats(

@@ -61,3 +61,22 @@ def test_cli_errors_are_one_clear_line(tiny_bert_dir, tmp_path, capsys):
     code, _ = run_heads(tiny_bert_dir, tmp_path, "--xi", "1.5")
     assert code == 2
     assert "ξ" in capsys.readouterr().err
+
+
+def test_heads_offers_no_precision_and_the_config_refuses_one(tiny_bert_dir, tmp_path, capsys):
+    """Head statistics are computed in float32 only: ``--precision`` would be silently ignored
+    (and not part of the cache key), so the parser does not offer it and the config refuses it."""
+    import dataclasses
+
+    import pytest
+
+    from analysis.config import ExtractConfig, ModelSpec
+    from analysis.heads.collect import HeadStatsConfig
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["heads", "--model", str(tiny_bert_dir), "--precision", "bfloat16"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --precision" in capsys.readouterr().err
+    extract = dataclasses.replace(ExtractConfig(ModelSpec("minilm")), precision="float16")
+    with pytest.raises(ValueError, match="float32 only"):
+        HeadStatsConfig(extract)
