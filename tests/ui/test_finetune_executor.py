@@ -71,3 +71,22 @@ def test_queue_passes_the_ray_choice_to_the_workers(tiny_bert_dir, monkeypatch):
     message = next(s.value for s in at.success if "Queued 2 run(s)" in s.value)
     assert "on the Ray cluster" in message and "pid 4242" in message
     assert len(RunsDB().list_runs(status="queued")) == 2
+
+
+def test_the_executor_choice_stays_across_page_switches(tiny_bert_dir, monkeypatch):
+    import ui.finetune.executor
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(  # no cluster is asked: only the choice is under test
+        ui.finetune.executor, "cluster_summary", lambda address, cpus, root: f"at {address}"
+    )
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    widget(at.radio, "Train on").set_value("ray").run()
+    widget(at.text_input, "Ray cluster at").set_value("10.0.0.7:6379").run()
+    widget(at.number_input, "CPUs per run").set_value(3).run()
+    assert not errors(at), errors(at)
+    at.switch_page("views/data.py").run()
+    at.switch_page("views/finetune.py").run()
+    assert widget(at.radio, "Train on").value == "ray"
+    assert widget(at.text_input, "Ray cluster at").value == "10.0.0.7:6379"
+    assert widget(at.number_input, "CPUs per run").value == 3

@@ -13,18 +13,21 @@ from analysis.runs.executor import LOCAL, RAY, ExecutorChoice
 from ui.loaders import show_error
 
 WHERE = {LOCAL: "this machine", RAY: "a Ray cluster"}
+KEEP = "session"  # like the launch form's fields, the choice stays across page switches
 
 
 def executor_picker(root: Path) -> ExecutorChoice:
     """The radio "Train on" (outside the launch form, so the cluster shows as soon as it is
-    picked) and, for Ray, the address and CPUs per run. A cluster that cannot be reached shows
-    its message here; queueing then refuses with the same message."""
+    picked) and, for Ray, the address and CPUs per run; all three stay across page switches. A
+    cluster that cannot be reached shows its message here; queueing then refuses with the same
+    message."""
     kind = st.radio(
         "Train on",
         list(WHERE),
         format_func=WHERE.get,
         horizontal=True,
         key="ft_executor",
+        persist_state=KEEP,
         help=help_of(ExecutorChoice, "executor"),
     )
     if kind == LOCAL:
@@ -34,12 +37,14 @@ def executor_picker(root: Path) -> ExecutorChoice:
         "Ray cluster at",
         value=os.environ.get("RAY_ADDRESS", ""),
         key="ft_ray_address",
+        persist_state=KEEP,
         placeholder="HOST:6379 — blank: a local Ray cluster on this machine",
         help=help_of(ExecutorChoice, "ray_address"),
     )
     cpus = right.number_input(
-        "CPUs per run", 1, 1024, 1, key="ft_ray_cpus", help=help_of(ExecutorChoice, "cpus_per_run")
-    )
+        "CPUs per run", 1, 1024, 1, key="ft_ray_cpus", persist_state=KEEP,
+        help=help_of(ExecutorChoice, "cpus_per_run"),
+    )  # fmt: skip
     choice = ExecutorChoice(RAY, address.strip() or None, int(cpus))
     try:
         st.caption(cluster_summary(choice.ray_address, choice.cpus_per_run, str(root)))
