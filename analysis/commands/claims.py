@@ -82,9 +82,13 @@ def run(args: argparse.Namespace) -> int:
     from analysis import claims
     from analysis.models import load_model
     from analysis.runs.db import RunsDB
+    from analysis.runs.worker import check_executor
 
     apply_cache(args)
     cfg = config_from_args(args)
+    # The executor flags, and whether their executor can work now, before the long preparation.
+    executor = executor_from_args(args)
+    check_executor(executor)
     loaded = load_model(cfg.model)
     bar = TqdmProgress("layer repeats and head statistics")
     try:
@@ -93,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     db = RunsDB()
     sweep_id = "claims-" + time.strftime("%Y%m%d-%H%M%S")
-    executor = executor_from_args(args)
     planned = _drive(db, cfg, inputs, sweep_id, executor, wait=not args.no_wait, poll=args.poll)
     runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
     results = claims.evaluate(cfg, inputs, planned, runs)
@@ -105,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
 
         metric = str(runs["metric"].dropna().iloc[0]) if runs["metric"].notna().any() else "score"
         written = write_report(cfg, results, args.report, metric)
-        print(f"report written to {written[0]} ({len(written) - 1} files beside it)")
+        print(
+            f"report written to {written[0]} ({len(written) - 1} files beside it)",
+            file=sys.stderr if args.json == "-" else sys.stdout,  # stdout: the JSON alone
+        )
     if args.json != "-":
         table = claims.claims_table(results).drop(columns=["claim", "paper", "detail"])
         print(table.to_string(index=False))
@@ -117,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
 def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) -> list:
     """Plan, queue what is missing (each planned run at most once here: a run that fails is not
     retried in a loop), write the disable files once the trajectory run is done, and — with
-    ``wait`` — poll until no planned run is queued or running. Returns the final plan."""
+    ``wait`` — poll until no planned run is queued or running. Returns the final plan.
+
+    What it says goes to stderr, so that stdout holds the JSON alone with ``--json -``."""
     from analysis import claims
 
     queued: set[tuple[str, int]] = set()
@@ -130,13 +138,19 @@ def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) ->
         root = db.path.parent
         if source_id and "S2" in cfg.only and not _has_disable_files(root, source_id):
             path, n_zero = claims.write_disable_files(db, source_id, cfg.seeds)
-            print(f"disable experiment: {n_zero:,} outlier weights of run {source_id} → {path}")
+            print(
+                f"disable experiment: {n_zero:,} outlier weights of run {source_id} → {path}",
+                file=sys.stderr,
+            )
         planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
         missing = [p for p in claims.missing_runs(planned, runs) if p.key not in queued]
         if missing:
             seconds, how = claims.estimate_seconds(missing, runs)
             estimate = "?" if seconds is None else f"{seconds / 60:.0f} min"
-            print(f"queueing {len(missing)} run(s), about {estimate} of training ({how})")
+            print(
+                f"queueing {len(missing)} run(s), about {estimate} of training ({how})",
+                file=sys.stderr,
+            )
             claims.queue_runs(db, missing, sweep_id, executor)
             queued.update(p.key for p in missing)
             continue
@@ -148,7 +162,10 @@ def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) ->
         if not wait or not active:
             return planned
         if not announced:
-            print(f"waiting for {active} run(s); Ctrl-C stops waiting (the runs go on)")
+            print(
+                f"waiting for {active} run(s); Ctrl-C stops waiting (the runs go on)",
+                file=sys.stderr,
+            )
             announced = True
         print(
             f"  {counts['done']} done, {counts['running']} running, {counts['queued']} queued "

@@ -40,8 +40,8 @@ def test_claims_cli_measures_queues_waits_and_reports(tiny_bert_dir, tmp_path, c
     assert by_id["S2"]["n_seeds"] == 2 and len(by_id["S2"]["runs"]) == 5  # + the trajectory run
     runs = RunsDB().list_runs()
     assert set(runs["status"]) == {"done"} and len(runs) == 4 + 1 + 4  # + the trajectory run
-    printed = capsys.readouterr().out
-    assert "queueing 5 run(s)" in printed and "disable experiment" in printed
+    said = capsys.readouterr().err  # what _drive says goes to stderr (stdout: the JSON, with -)
+    assert "queueing 5 run(s)" in said and "disable experiment" in said
     text = report.read_text()
     assert "| X1 |" in text and "## S2" in text and "claims-H1.html" in text
     assert (report.parent / "claims-H1.html").is_file()
@@ -49,7 +49,7 @@ def test_claims_cli_measures_queues_waits_and_reports(tiny_bert_dir, tmp_path, c
 
     # A second call reuses every finished run: nothing is queued, the verdicts stand.
     assert main(tiny(tiny_bert_dir, "--only", "H1,S2", "--json", str(out))) == 0
-    assert "queueing" not in capsys.readouterr().out
+    assert "queueing" not in capsys.readouterr().err
     assert len(RunsDB().list_runs()) == 9
     again = {c["id"]: c for c in json.loads(out.read_text())["claims"]}
     assert again["H1"]["ours"] == by_id["H1"]["ours"]
@@ -59,3 +59,49 @@ def test_claims_cli_bad_input(tiny_bert_dir, capsys):
     assert main(tiny(tiny_bert_dir, "--only", "X9")) == 2
     assert "Unknown claim X9" in capsys.readouterr().err
     assert main(tiny(tiny_bert_dir, "--seeds", "0")) == 2
+
+
+def test_claims_cli_checks_the_executor_flags_before_loading_the_model(
+    tiny_bert_dir, capsys, monkeypatch
+):
+    import analysis.models
+
+    def load_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the executor flags were checked")
+
+    monkeypatch.setattr(analysis.models, "load_model", load_model)
+    assert main(tiny(tiny_bert_dir, "--only", "H1", "--ray-address", "h:1")) == 2
+    assert "--ray-address and --ray-cpus-per-run go with --executor ray" in capsys.readouterr().err
+
+
+def test_drive_says_what_it_does_on_stderr_only(tmp_path, capsys, monkeypatch):
+    """With ``--json -`` stdout must hold the JSON alone: queueing, the disable experiment and
+    waiting are said on stderr."""
+    from types import SimpleNamespace
+
+    from analysis import claims
+    from analysis.commands import claims as command
+
+    planned = [SimpleNamespace(key=("H1 pagerank", 0))]
+    written, states = [], iter(["queued", "done"])
+    monkeypatch.setattr(command, "_has_disable_files", lambda root, source: bool(written))
+    monkeypatch.setattr(claims, "source_run", lambda cfg, runs: {"id": "r1", "status": "done"})
+    monkeypatch.setattr(
+        claims, "write_disable_files", lambda db, source, seeds: written.append(1) or ("f", 7)
+    )
+    monkeypatch.setattr(claims, "plan_runs", lambda cfg, inputs, source, root: planned)
+    monkeypatch.setattr(claims, "missing_runs", lambda plan, runs: plan)
+    monkeypatch.setattr(claims, "estimate_seconds", lambda missing, runs: (60.0, "timed"))
+    monkeypatch.setattr(claims, "queue_runs", lambda *args: [])
+    monkeypatch.setattr(
+        claims, "run_status", lambda plan, runs: {p.key: {"status": next(states)} for p in plan}
+    )
+    cfg = SimpleNamespace(
+        model=SimpleNamespace(name="m"), data=SimpleNamespace(name="d"), only=("S2",), seeds=(0,)
+    )
+    db = RunsDB(tmp_path / "runs.sqlite")
+    assert command._drive(db, cfg, None, "s", None, wait=True, poll=0.0) == planned
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "disable experiment: 7 outlier weights" in err and "queueing 1 run(s)" in err
+    assert "waiting for 1 run(s)" in err
