@@ -104,6 +104,14 @@ def _decode(raw: bytes, path: Path) -> str:
 
 
 def _read_table(raw: bytes, path: Path) -> pd.DataFrame:
+    """The file's table, its column names as text (JSON lines of arrays have the column names
+    0, 1…: ``--text-col 0`` names the first)."""
+    table = _read_raw_table(raw, path)
+    table.columns = [str(c) for c in table.columns]
+    return table
+
+
+def _read_raw_table(raw: bytes, path: Path) -> pd.DataFrame:
     suffix = path.suffix.lower()
     if not raw.strip():
         raise DataError(f"{path.name} is empty.")
@@ -136,7 +144,7 @@ def _read_table(raw: bytes, path: Path) -> pd.DataFrame:
 def _pick_column(
     frame: pd.DataFrame, chosen: str | None, guesses: Sequence[str], role: str, path: Path
 ) -> str:
-    columns = [str(c) for c in frame.columns]
+    columns = list(frame.columns)  # text: `_read_table`
     listing = ", ".join(repr(c) for c in columns)
     hint = ""
     if len(columns) == 1:

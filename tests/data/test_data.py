@@ -217,6 +217,21 @@ def test_text_pairs_and_chosen_columns(tmp_path):
     assert data.label_names == ("0", "1")
 
 
+@pytest.mark.parametrize("ext", ["jsonl", "json"])
+def test_rows_as_arrays_have_columns_named_0_1(tmp_path, ext):
+    """JSON lines (or a JSON list) of arrays: pandas names the columns 0, 1 (integers); the
+    column choices are text, so "0" and "1" must name them."""
+    rows = [[f"example {label} {i}", label] for label in ("a", "b") for i in range(10)]
+    path = tmp_path / f"arrays.{ext}"
+    if ext == "jsonl":
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    else:
+        path.write_text(json.dumps(rows))
+    data = load_data(DataSpec(str(path), text_col="0", label_col="1"))
+    assert data.n_rows == 20 and data.label_names == ("a", "b")
+    assert "columns are: '0', '1'" in error_of(DataSpec(str(path), text_col="2", label_col="1"))
+
+
 def test_sentence_column_is_guessed(tmp_path):
     frame = labelled_frame({"a": 10, "b": 10}).rename(columns={"text": "sentence"})
     data = load_data(DataSpec(str(write_csv(tmp_path / "d.csv", frame))))
