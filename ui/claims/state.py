@@ -27,7 +27,8 @@ def settings_form(base: ExtractConfig) -> ClaimsConfig:
     with st.form("claims_form"):
         c1, c2, c3, c4 = st.columns(4)
         c1.number_input("seeds per run claim", 1, 10, key="claims_seeds", persist_state=KEEP,
-                        help="The papers' comparisons need ≥ 3 for a verdict worth quoting.")  # fmt: skip
+                        help="A run claim gives a verdict only from ≥ 3 seeds per arm; with fewer "
+                        "its numbers are shown, its verdict is inconclusive.")  # fmt: skip
         c2.number_input(
             "steps per run", 1, 100_000, step=50, key="claims_steps", persist_state=KEEP
         )
