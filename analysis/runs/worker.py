@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_IDLE_TIMEOUT_S = 120.0
+RETAKE_PATIENCE_S = 2.0  # how long an idle worker tries to take its lock back (`_take_again`)
 
 
 def default_idle_timeout() -> float:
@@ -370,10 +371,13 @@ def serve(
     runner: LocalRunner | RayRunner | None = None
     try:
         db = RunsDB(db_path(root))
-        if executor == RAY:
-            runner = RayRunner(db, ray_address, cpus_per_run, log=_log, status_root=root)
-        else:
-            runner = LocalRunner(db, device)
+
+        def start_runner() -> LocalRunner | RayRunner:
+            if executor == RAY:
+                return RayRunner(db, ray_address, cpus_per_run, log=_log, status_root=root)
+            return LocalRunner(db, device)
+
+        runner = start_runner()
         _log(f"serving {device} from {db.path} (idle timeout {idle_timeout:g} s)")
         for run_id in db.reap_dead():
             _log(f"run {run_id} was left running by a dead process: marked failed")
@@ -397,11 +401,16 @@ def serve(
             if time.monotonic() - idle_since < idle_timeout:
                 time.sleep(poll_s)
                 continue
-            # Let go first, then look once more: a run queued meanwhile is either seen here
-            # or finds no worker alive and starts a new one.
+            # Close down while still holding the lock (what the runner removes, such as the
+            # Ray worker's status file, is then surely ours, not a successor's), let go, then
+            # look once more: a run queued meanwhile is either seen here or finds no worker
+            # alive and starts a new one.
+            runner.close()
+            runner = None
             lock.release()
-            if db.list_runs(status="queued").empty or not lock.acquire():
+            if db.list_runs(status="queued").empty or not _take_again(lock):
                 break
+            runner = start_runner()
             idle_since = time.monotonic()
     except BaseException as exc:
         if runner is not None:
@@ -414,6 +423,20 @@ def serve(
         lock.release()
         _log(f"exiting after {ran} run(s)")
     return ran
+
+
+def _take_again(lock: WorkerLock, patience_s: float = RETAKE_PATIENCE_S) -> bool:
+    """Take ``lock`` back after letting it go; False once another worker holds it.
+
+    One failed try does not mean another worker: `worker_pid` (which the page polls) holds the
+    lock shared for an instant. So try again for ``patience_s``; a new worker holds it for good.
+    """
+    deadline = time.monotonic() + patience_s
+    while not lock.acquire():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _run_one(db: RunsDB, run: dict[str, Any], device: str, models: ModelCache) -> str:

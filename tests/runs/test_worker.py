@@ -125,3 +125,59 @@ def test_a_run_that_crashes_is_recorded_as_failed_with_its_message(root, tiny_be
     assert serve(root, device="cpu", idle_timeout=0.0, poll_s=0.01) == 1
     run = db.get_run(run_id)
     assert run["status"] == "failed" and "2 layers" in run["error"] and run["result"] is None
+
+
+def test_an_idle_worker_takes_its_lock_back_past_a_brief_check(root, tiny_bert_dir, monkeypatch):
+    """At its idle exit the worker lets go of its lock, sees a run queued meanwhile and takes the
+    lock back; a `worker_pid` check (the page polls it) holding the lock shared at that instant
+    must not make it give up and strand the run."""
+    import fcntl
+    import threading
+
+    db = RunsDB(root / "runs.sqlite")
+    cfg = tiny_config(tiny_bert_dir, steps=2).to_dict()
+    cfg["layers"] = [1, 1, 5]  # refused by the engine at once: the run fails fast
+    real = RunsDB.list_runs
+    queued: list[str] = []
+
+    def list_runs(self, *args, **kwargs):
+        if kwargs.get("status") == "queued" and not queued:  # the idle worker's last look
+            queued.append(db.enqueue(cfg))
+            fd = os.open(lock_path(root, "cpu"), os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # as worker_pid does, for 0.2 s
+            threading.Timer(0.2, os.close, (fd,)).start()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunsDB, "list_runs", list_runs)
+    assert serve(root, device="cpu", idle_timeout=0.0, poll_s=0.01) == 1
+    assert db.get_run(queued[0])["status"] == "failed"  # claimed and run, not stranded
+
+
+def test_the_runner_closes_before_the_lock_is_let_go(root, monkeypatch):
+    """The Ray runner removes its status file on close: that must happen while the worker still
+    holds its lock, or it could remove the status of the next worker."""
+    from analysis.runs import worker
+
+    held_at_close = []
+
+    class FakeRunner:
+        device_label = "ray"
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def free_slots(self):
+            return 1
+
+        def busy(self):
+            return False
+
+        def pump(self, timeout):
+            pass
+
+        def close(self, reason=None):
+            held_at_close.append(worker_pid(root, "ray"))
+
+    monkeypatch.setattr(worker, "RayRunner", FakeRunner)
+    assert serve(root, executor="ray", idle_timeout=0.0, poll_s=0.01) == 0
+    assert held_at_close and all(pid == os.getpid() for pid in held_at_close), held_at_close
