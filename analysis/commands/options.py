@@ -97,18 +97,51 @@ def apply_cache(args: argparse.Namespace) -> None:
         os.environ["TUNESCOPE_CACHE"] = str(Path(args.cache).expanduser().resolve())
 
 
+def absolute_path(name: str) -> str:
+    """A relative path (or ``~/…``) made absolute against this working folder; an absolute
+    path as it is (so the cache keys of absolute paths do not change)."""
+    text = name.strip()
+    if not text or Path(text).is_absolute():
+        return name
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def _local(name: str) -> str:
+    """``name`` made absolute when it names something that exists here relative to this working
+    folder (or under ``~``), else as it is (a hub id, a missing file: its error names it as
+    typed). A queued run is trained by a worker whose working folder is the project's, not the
+    user's: a relative path would name another file there, or none."""
+    path = Path(name.strip()).expanduser()
+    return absolute_path(name) if path.exists() else name
+
+
+def model_name(name: str) -> str:
+    """``--model`` as a queued run must name it: a local folder made absolute (`_local`); the
+    built-in ``minilm`` and hub ids as they are."""
+    return name if name.strip() == "minilm" else _local(name)
+
+
+def data_name(name: str) -> str:
+    """``--data`` as a queued run must name it: a local file made absolute (`_local`); the
+    built-in data sets and ``glue/…`` as they are."""
+    from analysis.data.builtin import BUILTIN_DATA
+
+    key = name.strip().lower()
+    return name if key in BUILTIN_DATA or key.startswith("glue/") else _local(name)
+
+
 def model_spec_from_args(args: argparse.Namespace) -> ModelSpec:
     if args.trust_remote_code:
         print(
             f"warning: trust_remote_code is on for {args.model}: its own code will run.",
             file=sys.stderr,
         )
-    return ModelSpec(args.model, trust_remote_code=args.trust_remote_code)
+    return ModelSpec(model_name(args.model), trust_remote_code=args.trust_remote_code)
 
 
 def data_spec_from_args(args: argparse.Namespace) -> DataSpec:
     return DataSpec(
-        args.data,
+        data_name(args.data),
         text_col=args.text_col,
         text_pair_col=args.text_pair_col,
         label_col=args.label_col,
@@ -269,7 +302,7 @@ def finetune_config(
         eval_every=args.eval_every,
         pooling=args.pooling,
         trajectory_every=args.trajectory_every,
-        zero_weights=args.zero_weights,
+        zero_weights=None if args.zero_weights is None else absolute_path(args.zero_weights),
         device=args.device,
         mixed_precision=not args.no_mixed_precision,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from analysis.commands.options import apply_cache, write_json
+from analysis.commands.options import apply_cache, data_name, model_name, write_json
 from analysis.io import atomic_write_text
 
 NAME = "runs"
@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
     db.reap_dead()
     if args.action in ("list", "export"):
         filters = {
-            "model": args.model,
-            "data": args.data,
+            "model": _as_queued(args.model, model_name),
+            "data": _as_queued(args.data, data_name),
             "method": args.method,
             "status": args.status,
             "sweep_id": args.sweep,
@@ -158,10 +158,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _as_queued(name: str | None, queued_as) -> list[str] | None:
+    """A ``--model`` / ``--data`` filter: the name as typed and as runs queued from here store it
+    (a relative path made absolute: `analysis.commands.options.data_name`)."""
+    if name is None:
+        return None
+    return list(dict.fromkeys([name, queued_as(name)]))
+
+
 def _groups(db, args: argparse.Namespace) -> int:
     from analysis.runs.results import results_table, summarise
 
-    summary = summarise(results_table(db.list_runs(model=args.model, data=args.data)))
+    runs = db.list_runs(
+        model=_as_queued(args.model, model_name), data=_as_queued(args.data, data_name)
+    )
+    summary = summarise(results_table(runs))
     if summary.empty:
         print("no finished runs yet")
     else:

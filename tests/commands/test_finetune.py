@@ -133,3 +133,42 @@ def test_sweep_learning_rate_grid_is_chosen_on_dev(tiny_bert_dir, tmp_path, caps
     assert len(chosen) == 1 and chosen[0]["dev_score"] == max(c["dev_score"] for c in choices)
     configs = [RunsDB().get_run(r["run_id"])["config"] for r in payload["runs"]]
     assert {c["head_lr"] for c in configs} == {1e-3}  # the classifier's rate stays fixed
+
+
+def test_queued_runs_name_local_files_by_absolute_path(
+    tiny_bert_dir, tmp_path, monkeypatch, capsys
+):
+    """The worker trains in the project's folder, not the user's: a relative data file, model
+    folder or zero-weights file is queued as an absolute path; built-in data, hub ids and paths
+    already absolute (a symlink included: cache keys stay) are queued as given."""
+    import analysis.runs.worker
+
+    monkeypatch.setattr(analysis.runs.worker, "start_workers", lambda *a, **k: "no worker")
+    here = tmp_path / "here"
+    here.mkdir()
+    texts = [f"review {i}" for i in range(20)]
+    (here / "my.csv").write_text(
+        "text,label\n" + "".join(f"{t},{i % 2}\n" for i, t in enumerate(texts))
+    )
+    (here / "zero.json").write_text("{}")
+    (here / "model").symlink_to(tiny_bert_dir)
+    monkeypatch.chdir(here)
+
+    def queued(*extra: str) -> dict:
+        argv = ["finetune", "--method", "full", "--steps", "2", "--queue", *extra]
+        assert main(argv) == 0, capsys.readouterr().err
+        runs = RunsDB().list_runs()
+        return RunsDB().get_run(runs["id"].iloc[0])["config"]
+
+    config = queued("--model", "model", "--data", "my.csv", "--zero-weights", "zero.json")
+    assert config["model"]["name"] == str(here / "model")
+    assert config["data"]["name"] == str(here / "my.csv")
+    assert config["zero_weights"] == str(here / "zero.json")
+    listing = tmp_path / "list.json"
+    assert main(["runs", "list", "--data", "my.csv", "--json", str(listing)]) == 0
+    assert len(json.loads(listing.read_text())["runs"]) == 1  # the filter finds it as typed
+    config = queued("--model", str(here / "model"), "--data", "movie-snippets")
+    assert config["model"]["name"] == str(here / "model")  # absolute: kept, not resolved
+    assert config["data"]["name"] == "movie-snippets" and config["zero_weights"] is None
+    config = queued("--model", "org/no-such-model", "--data", "glue/sst2")
+    assert config["model"]["name"] == "org/no-such-model" and config["data"]["name"] == "glue/sst2"
