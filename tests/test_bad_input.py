@@ -171,8 +171,27 @@ def test_bad_head_settings(tmp_path, capsys, tiny_bert_dir, args, words):
         (["--method", "full", "--steps", "0"], "steps"),
         (["--method", "full", "--lr", "0"], "learning rate"),
         (["--method", "full", "--lr", "nan"], "learning rate"),
+        (["--method", "full", "--lora-r", "4"], "--lora-r is an option of --method lora"),
+        (["--method", "lora", "--heads", "h.json"], "--heads is an option of --method heads"),
+        (["--method", "full", "--adapter-layers", "1"], "--adapter-layers is an option of"),
+        (["--method", "adapter", "--lora-layers", "1"], "--lora-layers is an option of"),
+        (
+            ["--method", "lora", "--subspace-from", "r1"],
+            "--subspace-from is an option of --method subspace or --method subspace-random",
+        ),
     ],
-    ids=["bottom-above-top", "head-below-top", "zero-steps", "lr-zero", "lr-nan"],
+    ids=[
+        "bottom-above-top",
+        "head-below-top",
+        "zero-steps",
+        "lr-zero",
+        "lr-nan",
+        "lora-r-for-full",
+        "heads-for-lora",
+        "adapter-layers-for-full",
+        "lora-layers-for-adapter",
+        "subspace-from-for-lora",
+    ],
 )
 def test_bad_finetune_settings(tmp_path, capsys, tiny_bert_dir, args, words):
     code, err = run_cli(
@@ -224,3 +243,24 @@ def test_cache_failures_are_one_clear_line(tmp_path, capsys, tiny_bert_dir, monk
     )
     last = [line for line in re.split(r"[\r\n]", err) if line.strip()][-1]  # after the bar
     assert code == 2 and last.startswith("error:") and words in last, err
+
+
+def test_a_sweep_refuses_a_flag_of_a_method_it_does_not_run(tmp_path, capsys, tiny_bert_dir):
+    argv = [
+        "sweep", "--model", str(tiny_bert_dir), "--cache", str(tmp_path / "c"), "--dry-run",
+        "--strategies", "baselines,bitfit", "--lora-r", "4",
+    ]  # fmt: skip
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and err.startswith("error: --lora-r is an option of --method lora"), err
+    assert "the strategies baselines, bitfit" in err
+
+
+def test_method_flags_reach_their_method():
+    """--lora-r given: the LoRA runs get it; not given: LoraOptions' own default."""
+    from analysis.cli import build_parser
+    from analysis.commands.options import method_options
+    from analysis.finetune.config import LoraOptions
+
+    parse = build_parser().parse_args
+    assert method_options(parse(["finetune", "--lora-r", "4"]), "lora").r == 4
+    assert method_options(parse(["finetune"]), "lora").r == LoraOptions().r

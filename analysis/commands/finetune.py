@@ -16,6 +16,7 @@ from analysis.commands.options import (
     finetune_config,
     launch,
     parse_ints,
+    refuse_foreign_flags,
     write_json,
 )
 from analysis.config import FINETUNE_METHODS
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from analysis.runs.execute import execute_run
 
     apply_cache(args)
+    refuse_foreign_flags(args, {args.method})
     layers = parse_ints(args.layers, "--layers")
     cfg = finetune_config(args, method=args.method, layers=layers, seed=args.seed)
     executor = executor_from_args(args)  # validates the executor flags before anything runs

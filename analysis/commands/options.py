@@ -9,7 +9,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,7 +190,7 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     add("--heads", HeadsOptions, "heads", default=None)
     add("--adapter-layers", AdapterOptions, "layers", default=None)
     add("--lora-layers", LoraOptions, "layers", default=None)
-    add("--lora-r", LoraOptions, "r", type=int, default=8)
+    add("--lora-r", LoraOptions, "r", type=int, default=None)  # None: LoraOptions' default
     add("--trajectory-every", FinetuneConfig, "trajectory_every", type=trajectory_every,
         default=None, metavar="K|auto")  # fmt: skip
     add("--subspace-from", SubspaceOptions, "source", default=None)
@@ -262,6 +262,32 @@ def trajectory_every(text: str) -> int | str:
         ) from None
 
 
+# Each method's own flags (argparse dest → flag, the methods it is an option of); their
+# defaults are None, so a flag the user gave is one that is not None.
+METHOD_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "heads": ("--heads", ("heads",)),
+    "adapter_layers": ("--adapter-layers", ("adapter",)),
+    "lora_layers": ("--lora-layers", ("lora",)),
+    "lora_r": ("--lora-r", ("lora",)),
+    "subspace_from": ("--subspace-from", ("subspace", "subspace-random")),
+}
+
+
+def refuse_foreign_flags(
+    args: argparse.Namespace, methods: Iterable[str], runs: str | None = None
+) -> None:
+    """A ValueError for a method's own flag given when no run is of that method (`method_options`
+    would drop it without a word). ``runs`` says what the runs are (default: ``--method …``)."""
+    methods = set(methods)
+    for dest, (flag, owners) in METHOD_FLAGS.items():
+        if getattr(args, dest, None) is not None and not methods & set(owners):
+            owner = " or ".join(f"--method {m}" for m in owners)
+            runs = runs or " / ".join(f"--method {m}" for m in sorted(methods))
+            raise ValueError(
+                f"{flag} is an option of {owner}; it does nothing for {runs}: drop it."
+            )
+
+
 def method_options(args: argparse.Namespace, method: str) -> MethodOptions | None:
     """The options of ``method`` from the parsed flags (None: the method has none)."""
     from analysis.heads.selection_file import load_selection
@@ -271,7 +297,8 @@ def method_options(args: argparse.Namespace, method: str) -> MethodOptions | Non
     if method == "adapter":
         return AdapterOptions(layers=parse_ints(args.adapter_layers, "--adapter-layers"))
     if method == "lora":
-        return LoraOptions(layers=parse_ints(args.lora_layers, "--lora-layers"), r=args.lora_r)
+        rank = {} if args.lora_r is None else {"r": args.lora_r}
+        return LoraOptions(layers=parse_ints(args.lora_layers, "--lora-layers"), **rank)
     if method in ("subspace", "subspace-random"):
         return SubspaceOptions(args.subspace_from)
     return None

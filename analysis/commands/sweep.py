@@ -17,6 +17,7 @@ from analysis.commands.options import (
     finetune_config,
     launch,
     parse_ints,
+    refuse_foreign_flags,
     write_json,
 )
 from analysis.strategies import STRATEGY_NAMES
@@ -113,6 +114,15 @@ def lr_scaled(cfg, factor: float):
     return cfg if factor == 1.0 else dataclasses.replace(cfg, lr=cfg.lr * factor)
 
 
+def sweep_methods(names: list[str]) -> set[str]:
+    """The methods the runs of these strategies use (known before ℓ* and L are): a layer family
+    gives ``layers`` and ``full`` runs, any other strategy is its own method."""
+    from analysis.strategies import OTHER_METHODS
+
+    methods = {name for name in names if name in OTHER_METHODS}
+    return methods | ({"layers", "full"} if set(names) - set(OTHER_METHODS) else set())
+
+
 def loaded_spec(args: argparse.Namespace):
     from analysis.commands.options import model_spec_from_args
 
@@ -133,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_executor(executor)  # before the model loads: an unreachable cluster fails fast
     names = [n.strip() for n in args.strategies.split(",") if n.strip()]
+    refuse_foreign_flags(args, sweep_methods(names), f"the strategies {', '.join(names)}")
     seeds = parse_ints(args.seeds, "--seeds") or (0,)
     loaded = load_model(loaded_spec(args), device=args.device)
     n_layers = loaded.n_layers
