@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.cache import DiskCache
-    from analysis.data import BUILTIN_DATA
+    from analysis.data import BUILTIN_DATA, GLUE_DATA, describe_builtin
     from analysis.models import BUILTIN_MODELS, FAMILIES
 
     apply_cache(args)
@@ -28,10 +28,9 @@ def run(args: argparse.Namespace) -> int:
     for name, text in BUILTIN_MODELS.items():
         print(f"  {name:<16} {text}")
     print(f"  (also: any local folder or hub id of the families {', '.join(FAMILIES)})")
-    print("Built-in datasets:")
-    for name, text in BUILTIN_DATA.items():
-        print(f"  {name:<16} {text}")
-    print("  (also: a local .csv / .tsv / .jsonl / .parquet file)")
+    print("Datasets:")
+    for line in describe_builtin().splitlines():
+        print(f"  {line}")
     print(f"Cache: {cache.root} — {len(entries)} entries")
     for e in entries:
         recipe = e["recipe"]
@@ -44,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
             "models": BUILTIN_MODELS,
             "families": list(FAMILIES),
             "datasets": BUILTIN_DATA,
+            "glue": GLUE_DATA,
             "cache": {"root": str(cache.root), "entries": entries},
         },
     )

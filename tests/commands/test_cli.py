@@ -26,8 +26,10 @@ def test_info_lists_builtins_and_cache(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "minilm" in out and "movie-snippets" in out and "trec6" in out
+    assert "glue/sst2" in out and ".jsonl / .json / .parquet file" in out  # describe_builtin
     payload = json.loads((tmp_path / "info.json").read_text())
     assert "minilm" in payload["models"] and payload["cache"]["entries"] == []
+    assert "glue/sst2" in payload["glue"] and "trec6" in payload["datasets"]
 
 
 def test_extract_fills_the_cache_then_serves_it(tmp_path, tiny_bert_dir, csv_data, capsys):
