@@ -600,6 +600,8 @@ class DiskCache:
                 verify_content(data_path, segments)
                 _verified.add(version)
             tensors = map_tensors(data_path, header)
+        except CacheError:  # a ValueError too, but never the entry's fault
+            raise
         except _UNUSABLE:
             # Corrupt, partial or foreign: never use it; remove it so it is recomputed.
             shutil.rmtree(folder, ignore_errors=True)
