@@ -348,11 +348,14 @@ def train_step(
     autocast,
 ) -> float:
     """Forward, backward, masks, clipping, one AdamW step; returns the loss."""
+    # The last step's gradients go before the forward, not after it: kept through the forward
+    # they sat beside its activations, one gradient per trainable parameter more at the peak
+    # (87 MiB for full fine-tuning of MiniLM; bench/bench_finetune.py).
+    optimizer.zero_grad(set_to_none=True)
     with autocast():
         logits = model(**batch)  # (B, C)
     logits = logits.float()
     loss = loss_fn(logits[:, 0], labels) if model.n_outputs == 1 else loss_fn(logits, labels)
-    optimizer.zero_grad(set_to_none=True)
     if scaler is not None:
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
