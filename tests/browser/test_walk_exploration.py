@@ -6,12 +6,12 @@ test_walk.py: its runs would otherwise already be "done" in the walk's fine-tuni
 from __future__ import annotations
 
 import re
-import time
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 from browser_utils import assert_no_exception, goto_page, wait_idle
 from playwright.sync_api import expect
+from waiting import wait_for
 
 from analysis.config import ModelSpec
 from analysis.finetune.config import FinetuneConfig
@@ -41,15 +41,6 @@ def choose(page, label: str, option: str) -> None:
 
 def query(page) -> dict[str, list[str]]:
     return parse_qs(urlparse(page.evaluate("location.href")).query)
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_copied_link_reproduces_the_view_in_a_new_browser(browser, server):

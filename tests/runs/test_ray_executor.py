@@ -4,6 +4,7 @@ local executor, cancel, a killed Ray worker, an unreachable address, and the pur
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -11,12 +12,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+import waiting
 
 from analysis.cli import main
 from analysis.config import DataSpec, ModelSpec
@@ -59,15 +60,7 @@ def tiny_config(model_dir: Path, steps: int, seed: int = 0, data: str = "movie-s
     )
 
 
-def wait_for(condition, timeout: float = 120.0, what: str = "", log: Path | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    detail = log.read_text()[-4000:] if log is not None and log.exists() else ""
-    raise AssertionError(f"timed out waiting for {what}\n{detail}")
+wait_for = functools.partial(waiting.wait_for, timeout=120.0)
 
 
 @pytest.fixture

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
+import waiting
 
 from analysis.config import DataSpec, ModelSpec
 from analysis.runs.db import RunsDB
@@ -36,15 +37,7 @@ def tiny_config(model_dir: Path, steps: int, seed: int = 0):
     )
 
 
-def wait_for(condition, timeout: float = 60.0, what: str = "", log: Path | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    detail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-    raise AssertionError(f"timed out waiting for {what}\n{detail}")
+wait_for = functools.partial(waiting.wait_for, timeout=60.0)
 
 
 def reap(pid: int) -> None:

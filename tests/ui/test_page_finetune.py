@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
 
 import pytest
+import waiting
 from apptest_utils import errors, make_app, open_page
 
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
@@ -26,13 +26,8 @@ def widget(elements, label: str):
 
 
 def wait_for(condition, timeout: float = 90.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
     log = Path(os.environ["TUNESCOPE_CACHE"]) / "worker.log"
-    raise AssertionError(f"timed out: {what}\n{log.read_text()[-3000:] if log.exists() else ''}")
+    return waiting.wait_for(condition, timeout, what, log)
 
 
 def fill_form(at, steps: int, seeds: str = "0") -> None:
