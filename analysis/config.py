@@ -17,24 +17,22 @@ POOLINGS = ("mean", "first")
 PRECISIONS = ("float32", "bfloat16", "float16")
 SAMPLE_SCHEMES = ("random", "balanced", "share")
 PARTS = ("train", "dev", "test")
-# Fine-tuning methods (SPEC "Strategies", "Heads", "Subspaces"); here, not in analysis.finetune,
-# so that the CLI can offer them without importing torch.
-FINETUNE_METHODS = (
-    "full",
-    "layers",
-    "heads",
-    "adapter",
-    "lora",
-    "bitfit",
-    "frozen",
-    "subspace",
-    "subspace-random",
-)
 
 
-def setting(default: Any = dataclasses.MISSING, *, help: str, **kwargs: Any) -> Any:
-    """A dataclass field with its help text in the metadata (``help_of`` reads it back)."""
-    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    flat: str | None = None,
+    kind: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """A dataclass field with its help text in the metadata (``help_of`` reads it back).
+
+    A fine-tuning method's option also names its flat JSON key and its kind
+    (`analysis.finetune.spec`)."""
+    metadata = {"help": help} if flat is None else {"help": help, "flat": flat, "kind": kind}
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
 def help_of(config_class: type, name: str) -> str:
@@ -42,6 +40,14 @@ def help_of(config_class: type, name: str) -> str:
     for f in dataclasses.fields(config_class):
         if f.name == name:
             return f.metadata["help"]
+    raise KeyError(f"{config_class.__name__} has no setting {name!r}.")
+
+
+def default_of(config_class: type, name: str) -> Any:
+    """The default of one setting of a config dataclass: the CLI and the page show the same."""
+    for f in dataclasses.fields(config_class):
+        if f.name == name:
+            return f.default
     raise KeyError(f"{config_class.__name__} has no setting {name!r}.")
 
 

@@ -17,11 +17,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from analysis.finetune.registry import sweep_methods
+
 Triple = tuple[int, int, int]
 LAYER_FAMILIES = ("ℓ*-down", "ℓ*-up", "baseline", "middle")
-# Methods that are not a layer triple; a sweep may add them as extra baselines.
-OTHER_METHODS = ("lora", "bitfit", "frozen", "adapter", "heads")
-STRATEGY_NAMES = ("down", "up", "baselines", "middle", *OTHER_METHODS)
+LAYER_STRATEGIES = ("down", "up", "baselines", "middle")
+
+
+def strategy_names() -> tuple[str, ...]:
+    """The layer strategies, then the methods a sweep adds as whole-model baselines (each
+    method's ``MethodSpec.sweep``: lora, bitfit, frozen, adapter, heads)."""
+    return (*LAYER_STRATEGIES, *sweep_methods())
 
 
 @dataclass(frozen=True)
@@ -99,10 +105,11 @@ def sweep_strategies(
     Layer triples appear once, under the first family that produced them; (1, L, L) is full
     fine-tuning (method ``full``, the only strategy that trains the embeddings).
     """
-    unknown = [n for n in names if n not in STRATEGY_NAMES]
+    known = strategy_names()
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(
-            f"Unknown strategy {', '.join(map(repr, unknown))}: choose from {', '.join(STRATEGY_NAMES)}."
+            f"Unknown strategy {', '.join(map(repr, unknown))}: choose from {', '.join(known)}."
         )
     if ("down" in names or "up" in names) and l_star is None:
         raise ValueError("The ℓ*-down and ℓ*-up strategies need ℓ* (give --l-star or compute it).")
@@ -124,7 +131,7 @@ def sweep_strategies(
             seen.add(triple)
             full = triple == (1, n_layers, n_layers)
             out.append(Strategy(family, "full" if full else "layers", None if full else triple))
-    out.extend(Strategy("baseline", name) for name in OTHER_METHODS if name in names)
+    out.extend(Strategy("baseline", name) for name in sweep_methods() if name in names)
     return out
 
 
@@ -133,7 +140,7 @@ def family_of(layers: Sequence[int] | None, method: str, l_star: int | None, n_l
     if method == "full":
         return "baseline"
     if layers is None or method != "layers":
-        return "baseline" if method in OTHER_METHODS else "other"
+        return "baseline" if method in sweep_methods() else "other"
     triple = tuple(int(x) for x in layers)
     if l_star is not None:
         if triple in l_star_down(l_star, n_layers):

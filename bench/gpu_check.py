@@ -58,12 +58,12 @@ import torch  # noqa: E402
 
 from analysis.cache import DiskCache  # noqa: E402
 from analysis.config import (  # noqa: E402
-    FINETUNE_METHODS,
     DataSpec,
     ExtractConfig,
     ModelSpec,
     SampleSpec,
 )
+from analysis.finetune.registry import method_names  # noqa: E402
 from analysis.models import LoadedModel, load_model, wrap_model  # noqa: E402
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}  # relative Frobenius error
@@ -307,7 +307,7 @@ def finetune(check: Check, loaded: LoadedModel, sizes: Sizes, work: Path) -> Pat
 
     data = load_data(DataSpec("movie-snippets"))
     trajectory: Path | None = None
-    for method in ["full", *(m for m in FINETUNE_METHODS if m != "full")]:
+    for method in ["full", *(m for m in method_names() if m != "full")]:
 
         def run(method: str = method) -> dict[str, Any]:
             nonlocal trajectory

@@ -19,7 +19,7 @@ from analysis.commands.options import (
     refuse_foreign_flags,
     write_json,
 )
-from analysis.config import FINETUNE_METHODS
+from analysis.finetune.registry import method_names
 
 NAME = "finetune"
 HELP = "fine-tune one strategy (layers, heads, adapters, LoRA, BitFit…) and record the run"
@@ -27,7 +27,7 @@ HELP = "fine-tune one strategy (layers, heads, adapters, LoRA, BitFit…) and re
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_data(parser)
-    parser.add_argument("--method", default="full", choices=FINETUNE_METHODS)
+    parser.add_argument("--method", default="full", choices=method_names())
     parser.add_argument(
         "--layers", default=None, help="ℓ_bottom,ℓ_top,ℓ_head, e.g. 1,3,3 (method layers)"
     )

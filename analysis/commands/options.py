@@ -22,22 +22,17 @@ from analysis.config import (
     ExtractConfig,
     ModelSpec,
     SampleSpec,
+    default_of,
     help_of,
     parse_ints,
 )
-from analysis.finetune.config import (
-    DEFAULT_HEAD_LR,
-    AdapterOptions,
-    FinetuneConfig,
-    HeadsOptions,
-    LoraOptions,
-    SubspaceOptions,
-)
+from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.registry import method_spec, option_owners
+from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR
 from analysis.io import atomic_write_text
 from analysis.runs.executor import EXECUTORS, ExecutorChoice
 
 if TYPE_CHECKING:
-    from analysis.finetune.config import MethodOptions
     from analysis.runs.db import RunsDB
 
 
@@ -174,28 +169,45 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     def add(flag: str, cls: type, name: str, **kwargs: Any) -> None:
         parser.add_argument(flag, help=help_of(cls, name), **kwargs)
 
-    add("--steps", FinetuneConfig, "steps", type=int, default=200)
-    add("--lr", FinetuneConfig, "lr", type=float, default=None)
-    add("--head-lr", FinetuneConfig, "head_lr", type=float, default=DEFAULT_HEAD_LR)
-    add("--batch-size", FinetuneConfig, "batch_size", type=int, default=16)
-    add("--max-length", FinetuneConfig, "max_length", type=int, default=128)
-    add("--n-train", FinetuneConfig, "n_train", type=int, default=None)
-    add("--n-eval", FinetuneConfig, "n_eval", type=int, default=1000)
-    add("--eval-every", FinetuneConfig, "eval_every", type=int, default=50)
-    add("--pooling", FinetuneConfig, "pooling", default="mean", choices=POOLINGS)
-    add("--device", FinetuneConfig, "device", default=None)
+    def setting_flag(name: str, **kwargs: Any) -> None:
+        flag = "--" + name.replace("_", "-")
+        default = default_of(FinetuneConfig, name)
+        parser.add_argument(flag, help=help_of(FinetuneConfig, name), default=default, **kwargs)
+
+    for name in ("steps", "batch_size", "max_length", "n_train", "n_eval", "eval_every"):
+        setting_flag(name, type=int)
+    setting_flag("lr", type=float)
+    parser.add_argument(
+        "--classifier-lr", "--head-lr", dest="head_lr", type=float,
+        default=DEFAULT_CLASSIFIER_LR, help=help_of(FinetuneConfig, "head_lr"),
+    )  # fmt: skip
+    setting_flag("pooling", choices=POOLINGS)
+    setting_flag("device")
     parser.add_argument(
         "--no-mixed-precision", action="store_true", help="keep float32 on the GPU too"
     )
-    add("--heads", HeadsOptions, "heads", default=None)
-    add("--adapter-layers", AdapterOptions, "layers", default=None)
-    add("--lora-layers", LoraOptions, "layers", default=None)
-    add("--lora-r", LoraOptions, "r", type=int, default=None)  # None: LoraOptions' default
     add("--trajectory-every", FinetuneConfig, "trajectory_every", type=trajectory_every,
         default=None, metavar="K|auto")  # fmt: skip
-    add("--subspace-from", SubspaceOptions, "source", default=None)
     add("--zero-weights", FinetuneConfig, "zero_weights", default=None)
+    add_method_options(parser)
     add_executor_options(parser)
+
+
+def add_method_options(parser: argparse.ArgumentParser) -> None:
+    """Every method's own options as flags (``--lora-r``, ``--adapter-size``…), derived from the
+    method specs (`analysis.finetune.registry`). Their defaults are None, so a flag the user gave
+    is one that is not None (the method's default applies otherwise)."""
+    owned = option_owners()
+    group = parser.add_argument_group(
+        "method options (each for its own method only)",
+        "; ".join(f"{f.flag}: --method {' / '.join(o)}" + ("" if f.default is None else
+                  f", default {f.default}") for f, o in owned.values()),
+    )  # fmt: skip
+    kinds = {"int": int, "float": float}
+    for key, (field, _) in owned.items():
+        group.add_argument(
+            field.flag, dest=key, default=None, type=kinds.get(field.kind, str), help=field.help
+        )
 
 
 # -- where queued runs train ---------------------------------------------------------------------
@@ -262,46 +274,42 @@ def trajectory_every(text: str) -> int | str:
         ) from None
 
 
-# Each method's own flags (argparse dest → flag, the methods it is an option of); their
-# defaults are None, so a flag the user gave is one that is not None.
-METHOD_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "heads": ("--heads", ("heads",)),
-    "adapter_layers": ("--adapter-layers", ("adapter",)),
-    "lora_layers": ("--lora-layers", ("lora",)),
-    "lora_r": ("--lora-r", ("lora",)),
-    "subspace_from": ("--subspace-from", ("subspace", "subspace-random")),
-}
-
-
 def refuse_foreign_flags(
     args: argparse.Namespace, methods: Iterable[str], runs: str | None = None
 ) -> None:
     """A ValueError for a method's own flag given when no run is of that method (`method_options`
     would drop it without a word). ``runs`` says what the runs are (default: ``--method …``)."""
     methods = set(methods)
-    for dest, (flag, owners) in METHOD_FLAGS.items():
-        if getattr(args, dest, None) is not None and not methods & set(owners):
+    for key, (field, owners) in option_owners().items():
+        if getattr(args, key, None) is not None and not methods & set(owners):
             owner = " or ".join(f"--method {m}" for m in owners)
             runs = runs or " / ".join(f"--method {m}" for m in sorted(methods))
             raise ValueError(
-                f"{flag} is an option of {owner}; it does nothing for {runs}: drop it."
+                f"{field.flag} is an option of {owner}; it does nothing for {runs}: drop it."
             )
 
 
-def method_options(args: argparse.Namespace, method: str) -> MethodOptions | None:
-    """The options of ``method`` from the parsed flags (None: the method has none)."""
-    from analysis.heads.selection_file import load_selection
+def method_options(args: argparse.Namespace, method: str) -> Any:
+    """The options of ``method`` from the parsed flags (None: the method has none, or lacks a
+    choice it needs, which `FinetuneConfig` names)."""
+    spec = method_spec(method)
+    if spec.options is None:
+        return None
+    given: dict[str, Any] = {}
+    for field in spec.fields:
+        value = getattr(args, field.flat, None)
+        if value is None:
+            if field.required:
+                return None
+            continue
+        if field.kind == "layers":
+            value = parse_ints(value, field.flag)
+        elif field.kind == "heads":
+            from analysis.heads.selection_file import load_selection
 
-    if method == "heads":
-        return HeadsOptions(load_selection(args.heads)) if args.heads else None
-    if method == "adapter":
-        return AdapterOptions(layers=parse_ints(args.adapter_layers, "--adapter-layers"))
-    if method == "lora":
-        rank = {} if args.lora_r is None else {"r": args.lora_r}
-        return LoraOptions(layers=parse_ints(args.lora_layers, "--lora-layers"), **rank)
-    if method in ("subspace", "subspace-random"):
-        return SubspaceOptions(args.subspace_from)
-    return None
+            value = load_selection(value)
+        given[field.name] = value
+    return spec.options(**given)
 
 
 def finetune_config(

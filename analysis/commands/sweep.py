@@ -20,9 +20,8 @@ from analysis.commands.options import (
     refuse_foreign_flags,
     write_json,
 )
-from analysis.strategies import STRATEGY_NAMES
-
-DEFAULT_LR_GRID = (0.5, 1.0, 2.0)  # × the body learning rate (SPEC.md, "Learning rates")
+from analysis.finetune.spec import LR_GRID
+from analysis.strategies import strategy_names
 
 NAME = "sweep"
 HELP = (
@@ -35,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strategies",
         default="down,up,baselines",
-        help=f"comma-separated, from: {', '.join(STRATEGY_NAMES)}",
+        help=f"comma-separated, from: {', '.join(strategy_names())}",
     )
     parser.add_argument("--seeds", default="0,1,2", help="training seeds, e.g. 0,1,2")
     parser.add_argument(
@@ -52,11 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lr-grid",
         nargs="?",
-        const=",".join(f"{m:g}" for m in DEFAULT_LR_GRID),
+        const=",".join(f"{m:g}" for m in LR_GRID),
         default=None,
         metavar="FACTORS",
         help="also try these multiples of each method's body learning rate (alone: "
-        f"{','.join(f'{m:g}' for m in DEFAULT_LR_GRID)}); the rate with the best mean dev score "
+        f"{','.join(f'{m:g}' for m in LR_GRID)}); the rate with the best mean dev score "
         "is chosen per strategy, never on test (frozen has no body: one rate)",
     )
     parser.add_argument(
@@ -107,20 +106,13 @@ def lr_factors(text: str | None) -> tuple[float, ...]:
     return factors
 
 
-def lr_scaled(cfg, factor: float):
-    """``cfg`` with its body learning rate (given, or the method's default) times ``factor``."""
-    import dataclasses
-
-    return cfg if factor == 1.0 else dataclasses.replace(cfg, lr=cfg.lr * factor)
-
-
 def sweep_methods(names: list[str]) -> set[str]:
     """The methods the runs of these strategies use (known before ℓ* and L are): a layer family
     gives ``layers`` and ``full`` runs, any other strategy is its own method."""
-    from analysis.strategies import OTHER_METHODS
+    from analysis.finetune.registry import sweep_methods as whole_model
 
-    methods = {name for name in names if name in OTHER_METHODS}
-    return methods | ({"layers", "full"} if set(names) - set(OTHER_METHODS) else set())
+    methods = {name for name in names if name in whole_model()}
+    return methods | ({"layers", "full"} if set(names) - set(whole_model()) else set())
 
 
 def loaded_spec(args: argparse.Namespace):
@@ -130,6 +122,7 @@ def loaded_spec(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis.finetune.config import grid_factors, lr_scaled
     from analysis.models import load_model
     from analysis.runs.db import RunsDB
     from analysis.strategies import sweep_strategies
@@ -158,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     configs = [
         (s, lr_scaled(finetune_config(args, method=s.method, layers=s.layers, seed=seed), f))
         for s in plan
-        for f in (factors if s.method != "frozen" else (1.0,))
+        for f in grid_factors(s.method, factors)
         for seed in seeds
     ]
     grid = f" × learning rates ×{{{', '.join(f'{f:g}' for f in factors)}}}" if args.lr_grid else ""

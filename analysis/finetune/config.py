@@ -3,15 +3,18 @@
 The same object drives the page's form, the CLI, the runs database (``to_dict`` / ``from_dict``)
 and the engine. What every run shares (budget, optimiser, data sizes, device) are fields of
 `FinetuneConfig`; what only one method uses lives in that method's options, a small frozen
-dataclass that validates itself (`HeadsOptions`, `AdapterOptions`, `LoraOptions`,
-`SubspaceOptions`), as PEFT's ``LoraConfig`` does. Each setting's help text is declared once, in
-its field's metadata, and read by the CLI and the page (`analysis.config.help_of`). Checks that
-need the model's shape (layers within 1..L, heads within 0..H-1) run in
-`FinetuneConfig.check_model` once the model is loaded.
+dataclass that validates itself, declared in the method's own module
+(``analysis/finetune/methods/<name>.py``: `HeadsOptions`, `AdapterOptions`, `LoraOptions`,
+`SubspaceOptions`, re-exported here), as PEFT's ``LoraConfig`` does. The accepted methods, their
+default body learning rates and their flat JSON keys come from the method registry
+(`analysis.finetune.registry`). Each setting's help text is declared once, in its field's
+metadata, and read by the CLI and the page (`analysis.config.help_of`). Checks that need the
+model's shape (layers within 1..L, heads within 0..H-1) run in `FinetuneConfig.check_model`
+once the model is loaded.
 
 The JSON form (``to_dict``) is flat, as stored in the runs database since its first version:
-``heads``, ``adapter_layers``, ``adapter_size``, ``lora_r``, ``lora_alpha``, ``lora_layers`` and
-``subspace_from`` sit beside the common keys.
+each option sits beside the common keys under its flat key (``heads``, ``adapter_layers``,
+``adapter_size``, ``lora_r``, ``lora_alpha``, ``lora_layers``, ``subspace_from``).
 
 The fresh classifier trains with its own learning rate, ``head_lr`` (1e-3 for every method), in
 its own AdamW parameter group: so "frozen" and "top layer only" differ only in what the body trains
@@ -22,19 +25,9 @@ A heads run also stores where its selection came from (``heads_settings``: the s
 PageRank settings… of `HeadSelection.settings`), so a PageRank run and a random-heads run of the
 same size tell themselves apart; configs stored before that load with empty settings.
 
-Default body learning rates (short runs of a few hundred steps; override with ``lr``):
-
-============================  =======  =====================================================
-method                        lr       why
-============================  =======  =====================================================
-full, layers                  5e-5     BERT-style fine-tuning, a little above 2e-5 because
-                                       runs are short
-heads                         2e-4     HiFi's Table 5 uses 1e-4 .. 3e-4
-adapter                       1e-3     Houlsby et al. sweep 1e-4 .. 1e-3; fresh modules
-lora                          5e-4     LoRA / HiFi tables use 1e-4 .. 5e-4
-bitfit, frozen                1e-3     few parameters, a fresh classifier
-subspace, subspace-random     1e-2     a handful of coordinates per layer
-============================  =======  =====================================================
+Default body learning rates (``MethodSpec.default_lr``; short runs of a few hundred steps;
+override with ``lr``): full and layers 5e-5, heads 2e-4, LoRA 5e-4, adapter, BitFit and frozen
+1e-3, subspace and subspace-random 1e-2 — each method's module says why.
 """
 
 from __future__ import annotations
@@ -45,161 +38,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from analysis.config import FINETUNE_METHODS, POOLINGS, DataSpec, ModelSpec, setting
+from analysis.config import POOLINGS, DataSpec, ModelSpec, setting
+from analysis.finetune.methods.adapter import AdapterOptions
+from analysis.finetune.methods.heads import HeadsOptions
+from analysis.finetune.methods.lora import LoraOptions
+from analysis.finetune.methods.subspace import SubspaceOptions
+from analysis.finetune.registry import default_lr, flat_defaults, method_spec, option_owners
+from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID, is_int, is_number, layer_list
 from analysis.heads.selection_file import HeadSelection, layers_json
 from analysis.subspace.budget import resolve_every
 
-METHOD_NAMES = FINETUNE_METHODS
-DEFAULT_LR: dict[str, float] = {
-    "full": 5e-5,
-    "layers": 5e-5,
-    "heads": 2e-4,
-    "adapter": 1e-3,
-    "lora": 5e-4,
-    "bitfit": 1e-3,
-    "frozen": 1e-3,
-    "subspace": 1e-2,
-    "subspace-random": 1e-2,
-}
+__all__ = ["AdapterOptions", "FinetuneConfig", "HeadsOptions", "LoraOptions", "SubspaceOptions",
+           "flat_config", "layer_list", "options_from_flat"]  # fmt: skip
 TRAJECTORY_DTYPES = ("float32", "float16", "bfloat16")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def layer_list(value: Any, what: str) -> tuple[int, ...]:
-    """A sorted tuple of distinct 1-based layer numbers, or a ValueError naming ``what``."""
-    try:
-        layers = tuple(value)
-    except TypeError:
-        raise ValueError(f"{what} must be a list of layer numbers (got {value!r}).") from None
-    if not layers:
-        raise ValueError(f"{what} is empty: give at least one layer.")
-    if not all(_is_int(x) for x in layers):
-        raise ValueError(f"{what} must be whole layer numbers (got {value!r}).")
-    if any(x < 1 for x in layers):
-        raise ValueError(
-            f"{what}: layers are numbered from 1 (0 is the embeddings); got {value!r}."
-        )
-    if len(set(layers)) != len(layers):
-        raise ValueError(f"{what} lists a layer twice ({value!r}).")
-    return tuple(sorted(layers))
-
-
-# -- per-method options ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HeadsOptions:
-    """Method ``heads`` (HiFi): the Q/K/V rows and bias entries of these heads train."""
-
-    heads: HeadSelection = setting(
-        help="the heads to train: a selection file from the Heads page or `analysis heads`"
-    )
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.heads, HeadSelection):
-            object.__setattr__(self, "heads", HeadSelection(self.heads))
-
-    def layers_used(self) -> tuple[int, ...]:
-        return tuple(layer for layer, _ in self.heads.layers)
-
-
-@dataclass(frozen=True)
-class AdapterOptions:
-    """Method ``adapter``: Houlsby adapters and the LayerNorms of the chosen layers train."""
-
-    layers: tuple[int, ...] | None = setting(
-        None, help="layers that get adapters, e.g. 3,4 (default: ℓ_bottom..ℓ_top, else all)"
-    )
-    size: int = setting(64, help="bottleneck units of each adapter")
-
-    def __post_init__(self) -> None:
-        if self.layers is not None:
-            object.__setattr__(self, "layers", layer_list(self.layers, "adapter_layers"))
-        if not _is_int(self.size) or self.size < 1:
-            raise ValueError(f"adapter_size must be a positive whole number (got {self.size!r}).")
-
-    def layers_used(self) -> tuple[int, ...]:
-        return self.layers or ()
-
-
-@dataclass(frozen=True)
-class LoraOptions:
-    """Method ``lora``: LoRA on query and value of the chosen layers (PEFT)."""
-
-    layers: tuple[int, ...] | None = setting(
-        None, help="layers that get LoRA, e.g. 3,4 (default: ℓ_bottom..ℓ_top, else all)"
-    )
-    r: int = setting(8, help="LoRA rank r")
-    alpha: float = setting(16, help="LoRA scale numerator: ΔW = (alpha / r) · B A")
-
-    def __post_init__(self) -> None:
-        if self.layers is not None:
-            object.__setattr__(self, "layers", layer_list(self.layers, "lora_layers"))
-        if not _is_int(self.r) or self.r < 1:
-            raise ValueError(f"lora_r must be a positive whole number (got {self.r!r}).")
-        if not _is_number(self.alpha) or not self.alpha > 0:
-            raise ValueError(f"lora_alpha must be positive (got {self.alpha!r}).")
-
-    def layers_used(self) -> tuple[int, ...]:
-        return self.layers or ()
-
-
-@dataclass(frozen=True)
-class SubspaceOptions:
-    """Methods ``subspace`` / ``subspace-random``: train inside a subspace of each layer.
-
-    ``subspace`` needs ``source``: the run (or trajectory folder) whose trajectory spans the
-    subspace; ``subspace-random`` takes its dimensions from ``source`` when given.
-    """
-
-    source: str | None = setting(
-        None, help="run id (or trajectory folder) whose trajectory spans the subspace"
-    )
-
-    def __post_init__(self) -> None:
-        if self.source is not None and (
-            not isinstance(self.source, str) or not self.source.strip()
-        ):
-            raise ValueError("subspace_from must be a run id or a trajectory folder.")
-
-    def layers_used(self) -> tuple[int, ...]:
-        return ()
-
-
-MethodOptions = HeadsOptions | AdapterOptions | LoraOptions | SubspaceOptions
-OptionsT = TypeVar("OptionsT", HeadsOptions, AdapterOptions, LoraOptions, SubspaceOptions)
-OPTIONS_OF: dict[str, type] = {
-    "heads": HeadsOptions,
-    "adapter": AdapterOptions,
-    "lora": LoraOptions,
-    "subspace": SubspaceOptions,
-    "subspace-random": SubspaceOptions,
-}
-# The flat JSON keys of each options class (``to_dict`` / ``from_dict``) → its field names.
-FLAT_KEYS: dict[type, dict[str, str]] = {
-    HeadsOptions: {"heads": "heads"},
-    AdapterOptions: {"adapter_layers": "layers", "adapter_size": "size"},
-    LoraOptions: {"lora_layers": "layers", "lora_r": "r", "lora_alpha": "alpha"},
-    SubspaceOptions: {"subspace_from": "source"},
-}
-FLAT_DEFAULTS: dict[str, Any] = {
-    "heads": None,
-    "adapter_layers": None,
-    "adapter_size": 64,
-    "lora_r": 8,
-    "lora_alpha": 16,
-    "lora_layers": None,
-    "subspace_from": None,
-    "heads_settings": None,  # provenance of the head selection (HeadSelection.settings)
-}
-DEFAULT_HEAD_LR = 1e-3
+# The options of the built-in methods (a method's own module declares them; any options class
+# of a registered method is accepted).
+MethodOptions = Any
+OptionsT = TypeVar("OptionsT")
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -242,7 +97,8 @@ class FinetuneConfig:
         "1e-2 subspace)"
     )  # fmt: skip
     head_lr: float = setting(
-        DEFAULT_HEAD_LR, help="learning rate of the fresh classifier, the same for every method"
+        DEFAULT_CLASSIFIER_LR,
+        help="learning rate of the fresh classifier, the same for every method",
     )
     batch_size: int = setting(16, help="examples per training step")
     max_length: int = setting(128, help="tokens kept per example")
@@ -271,23 +127,20 @@ class FinetuneConfig:
             raise ValueError("model must be a ModelSpec.")
         if not isinstance(self.data, DataSpec):
             raise ValueError("data must be a DataSpec.")
-        if self.method not in METHOD_NAMES:
-            raise ValueError(
-                f"Unknown fine-tuning method {self.method!r}: choose one of {', '.join(METHOD_NAMES)}."
-            )
+        method_spec(self.method)  # an unknown method: a ValueError naming the known ones
         self._check_layers()
         self._check_options()
         self._check_training()
 
     def _check_layers(self) -> None:
         if self.layers is None:
-            if self.method == "layers":
+            if method_spec(self.method).needs_layers:
                 raise ValueError(
-                    "Method 'layers' needs layers = (ℓ_bottom, ℓ_top, ℓ_head), e.g. (1, 3, 3)."
+                    f"Method {self.method!r} needs layers = (ℓ_bottom, ℓ_top, ℓ_head), e.g. (1, 3, 3)."
                 )
             return
         layers = tuple(self.layers) if not isinstance(self.layers, str) else ()
-        if len(layers) != 3 or not all(_is_int(x) for x in layers):
+        if len(layers) != 3 or not all(is_int(x) for x in layers):
             raise ValueError(
                 f"layers must be three whole numbers (ℓ_bottom, ℓ_top, ℓ_head), got {self.layers!r}."
             )
@@ -304,7 +157,8 @@ class FinetuneConfig:
         object.__setattr__(self, "layers", layers)
 
     def _check_options(self) -> None:
-        wanted = OPTIONS_OF.get(self.method)
+        spec = method_spec(self.method)
+        wanted = spec.options
         options = self.options
         if wanted is None:
             if options is not None:
@@ -314,19 +168,17 @@ class FinetuneConfig:
                 )
             return
         if options is None:
-            if self.method == "heads":
-                raise ValueError("Method 'heads' needs a head selection (a heads file).")
-            options = wanted()
+            options = spec.default_options()
+            if options is None:
+                raise ValueError(f"Method {self.method!r} needs {spec.missing or 'its options'}.")
         if not isinstance(options, wanted):
             raise ValueError(
                 f"Method {self.method!r} takes {wanted.__name__}, not {type(options).__name__}."
             )
-        if self.method == "subspace" and not options.source:
-            raise ValueError(
-                "Method 'subspace' needs subspace_from: the run whose trajectory to use."
-            )
+        if spec.check is not None:
+            spec.check(options)
         head = self.head_layer
-        used = options.layers_used()
+        used = options.layers_used() if hasattr(options, "layers_used") else ()
         if head is not None and used and max(used) > head:
             raise ValueError(
                 f"{self.method} uses layer {max(used)}, above ℓ_head = {head}: the layers above "
@@ -342,29 +194,29 @@ class FinetuneConfig:
         }
         for name, what in positive_ints.items():
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(
                     f"{name} ({what}) must be a positive whole number (got {value!r})."
                 )
-        lr = DEFAULT_LR[self.method] if self.lr is None else self.lr
-        if not _is_number(lr) or not math.isfinite(lr) or lr <= 0:
+        lr = default_lr(self.method) if self.lr is None else self.lr
+        if not is_number(lr) or not math.isfinite(lr) or lr <= 0:
             raise ValueError(f"The learning rate must be a positive finite number (got {lr!r}).")
         object.__setattr__(self, "lr", float(lr))
         head_lr = self.head_lr
-        if not _is_number(head_lr) or not math.isfinite(head_lr) or head_lr <= 0:
+        if not is_number(head_lr) or not math.isfinite(head_lr) or head_lr <= 0:
             raise ValueError(
                 f"The classifier's learning rate must be a positive finite number (got {head_lr!r})."
             )
         object.__setattr__(self, "head_lr", float(head_lr))
-        if not _is_int(self.max_length) or not 8 <= self.max_length <= 4096:
+        if not is_int(self.max_length) or not 8 <= self.max_length <= 4096:
             raise ValueError(
                 f"Max length must be between 8 and 4096 tokens (got {self.max_length!r})."
             )
-        if not _is_int(self.seed) or self.seed < 0:
+        if not is_int(self.seed) or self.seed < 0:
             raise ValueError(f"The seed must be a non-negative whole number (got {self.seed!r}).")
-        if self.n_train is not None and (not _is_int(self.n_train) or self.n_train < 2):
+        if self.n_train is not None and (not is_int(self.n_train) or self.n_train < 2):
             raise ValueError(f"n_train must be at least 2 examples or None (got {self.n_train!r}).")
-        if self.n_eval is not None and (not _is_int(self.n_eval) or self.n_eval < 1):
+        if self.n_eval is not None and (not is_int(self.n_eval) or self.n_eval < 1):
             raise ValueError(
                 f"n_eval must be a positive whole number or None (got {self.n_eval!r})."
             )
@@ -373,17 +225,17 @@ class FinetuneConfig:
                 f"Unknown pooling {self.pooling!r}: choose one of {', '.join(POOLINGS)}."
             )
         wd = self.weight_decay
-        if not _is_number(wd) or not math.isfinite(wd) or wd < 0:
+        if not is_number(wd) or not math.isfinite(wd) or wd < 0:
             raise ValueError(f"Weight decay must be a finite number ≥ 0 (got {wd!r}).")
         object.__setattr__(self, "weight_decay", float(wd))
-        if not _is_number(self.warmup) or not 0 <= self.warmup < 1:
+        if not is_number(self.warmup) or not 0 <= self.warmup < 1:
             raise ValueError(
                 f"warmup is the share of steps spent warming up, in [0, 1) (got {self.warmup!r})."
             )
         object.__setattr__(self, "warmup", float(self.warmup))
         every = resolve_every(self.trajectory_every, self.steps)  # "auto" → ⌈steps / 32⌉
         object.__setattr__(self, "trajectory_every", every)
-        if every is not None and (not _is_int(every) or every < 1):
+        if every is not None and (not is_int(every) or every < 1):
             raise ValueError(
                 f"trajectory_every must be a positive number of steps or None (got {every!r})."
             )
@@ -449,7 +301,7 @@ class FinetuneConfig:
     def check_model(self, n_layers: int, n_heads: int) -> None:
         """The checks that need the model: every layer within 1..L, every head within 0..H-1."""
         used = [("layers", x) for x in self.layers or ()]
-        used += [(self.method, x) for x in (self.options.layers_used() if self.options else ())]
+        used += [(self.method, x) for x in getattr(self.options, "layers_used", tuple)()]
         for name, layer in used:
             if layer > n_layers:
                 raise ValueError(
@@ -476,16 +328,16 @@ class FinetuneConfig:
         return out
 
     def _flat_options(self) -> dict[str, Any]:
-        flat = dict(FLAT_DEFAULTS)
-        if self.options is not None:
-            for key, name in FLAT_KEYS[type(self.options)].items():
-                value = getattr(self.options, name)
-                if isinstance(value, HeadSelection):
-                    flat["heads_settings"] = dict(value.settings) or None
-                    value = layers_json(value.layers)
-                elif isinstance(value, tuple):
-                    value = list(value)
-                flat[key] = value
+        flat = flat_defaults()
+        spec = method_spec(self.method)
+        for f in spec.fields if self.options is not None else ():
+            value = getattr(self.options, f.name)
+            if isinstance(value, HeadSelection):
+                flat[f"{f.flat}_settings"] = dict(value.settings) or None
+                value = layers_json(value.layers)
+            elif isinstance(value, tuple):
+                value = list(value)
+            flat[f.flat] = value
         return flat
 
     @classmethod
@@ -496,7 +348,8 @@ class FinetuneConfig:
         method ``full`` is an error, not silently dropped).
         """
         own = {f.name for f in fields(cls)} - {"options"}
-        unknown = sorted(set(payload) - own - set(FLAT_DEFAULTS))
+        defaults = flat_defaults()
+        unknown = sorted(set(payload) - own - set(defaults))
         if unknown:
             raise ValueError(f"Unknown fine-tuning config keys: {', '.join(unknown)}.")
         kwargs = {k: v for k, v in payload.items() if k in own}
@@ -509,41 +362,58 @@ class FinetuneConfig:
         if isinstance(kwargs.get("layers"), list):
             kwargs["layers"] = tuple(kwargs["layers"])
         method = kwargs.get("method", "full")
-        flat = {k: v for k, v in payload.items() if k in FLAT_DEFAULTS}
+        flat = {k: v for k, v in payload.items() if k in defaults}
         kwargs["options"] = options_from_flat(method, flat)
         return cls(**kwargs)
 
 
-def options_from_flat(method: str, flat: Mapping[str, Any]) -> MethodOptions | None:
+def options_from_flat(method: str, flat: Mapping[str, Any]) -> Any:
     """The options of ``method`` from flat keys (``lora_r``, ``heads``…); None = the defaults.
 
     A key that belongs to another method must be absent or hold its default.
     """
-    wanted = OPTIONS_OF.get(method)
-    mine = FLAT_KEYS.get(wanted, {}) if wanted else {}
+    spec = method_spec(method)
+    defaults, owners = flat_defaults(), option_owners()
+    mine = {f.flat: f for f in spec.fields}
     for key, value in flat.items():
-        owned = key in mine or (key == "heads_settings" and wanted is HeadsOptions)
-        if not owned and value != FLAT_DEFAULTS[key]:
-            owners = [m for m, c in OPTIONS_OF.items() if key in FLAT_KEYS[c]] or ["heads"]
+        owned = key in mine or (key.endswith("_settings") and key[: -len("_settings")] in mine)
+        if not owned and value != defaults[key]:
+            takers = owners.get(key, owners.get(key.removesuffix("_settings"), (None, ())))[1]
             raise ValueError(
-                f"{key} is only used by method{'s' if len(owners) > 1 else ''} "
-                f"{' / '.join(repr(o) for o in owners)}."
+                f"{key} is only used by method{'s' if len(takers) > 1 else ''} "
+                f"{' / '.join(repr(o) for o in takers)}."
             )
-    if wanted is None:
+    if spec.options is None:
         return None
-    given = {name: flat[key] for key, name in mine.items() if flat.get(key) is not None}
-    if wanted is HeadsOptions:
-        if "heads" not in given:
-            return None  # FinetuneConfig says what is missing
-        settings = flat.get("heads_settings") or {}
-        if not isinstance(settings, Mapping):
-            raise ValueError("heads_settings must be a JSON object (the selection's settings).")
-        if not isinstance(given["heads"], HeadSelection):
-            given["heads"] = HeadSelection(given["heads"], settings=dict(settings))
-    for name in ("layers",):
-        if isinstance(given.get(name), list):
-            given[name] = tuple(given[name])
-    return wanted(**given)
+    given: dict[str, Any] = {}
+    for key, f in mine.items():
+        value = flat.get(key)
+        if value is None:
+            if f.required:
+                return None  # FinetuneConfig says what is missing
+            continue
+        if f.kind == "heads" and not isinstance(value, HeadSelection):
+            settings = flat.get(f"{key}_settings") or {}
+            if not isinstance(settings, Mapping):
+                raise ValueError(
+                    f"{key}_settings must be a JSON object (the selection's settings)."
+                )
+            value = HeadSelection(value, settings=dict(settings))
+        elif f.kind == "layers" and isinstance(value, list):
+            value = tuple(value)
+        given[f.name] = value
+    return spec.options(**given)
+
+
+def grid_factors(method: str, factors: tuple[float, ...] = LR_GRID) -> tuple[float, ...]:
+    """The body learning-rate multipliers a grid tries for ``method`` (SPEC.md, "Learning
+    rates"): ``factors``, or (1.0,) for a method whose body does not train (frozen)."""
+    return factors if method_spec(method).has_body else (1.0,)
+
+
+def lr_scaled(cfg: FinetuneConfig, factor: float) -> FinetuneConfig:
+    """``cfg`` with its body learning rate (given, or the method's default) times ``factor``."""
+    return cfg if factor == 1.0 else dataclasses.replace(cfg, lr=cfg.lr * factor)
 
 
 def flat_config(**kwargs: Any) -> FinetuneConfig:

@@ -51,8 +51,8 @@ from analysis.compare import encode_predictions, fingerprint_of_part
 from analysis.data import TaskData, load_data
 from analysis.extract import Tokenized, pad_id_of, texts_of, tokenize
 from analysis.finetune.config import FinetuneConfig
-from analysis.finetune.methods import embeddings_train, prepare_method, trainable_layers
 from analysis.finetune.model import EncoderClassifier, truncated_copy, use_fast_attention
+from analysis.finetune.prepare import embeddings_train, prepare_method, trainable_layers
 from analysis.finetune.prepared import MethodInputs, Prepared
 from analysis.models import LoadedModel, load_model
 from analysis.progress import Cancelled, Progress, no_progress, scaled

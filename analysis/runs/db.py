@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from analysis.cache import default_root
+from analysis.finetune.registry import method_names, method_spec
+from analysis.finetune.spec import default_run_label
 from analysis.io import atomic_write_json, atomic_write_text, remove_folder
 
 if TYPE_CHECKING:
@@ -257,36 +259,10 @@ def run_label(config: dict[str, Any]) -> str:
     (`analysis.runs.results.summarise` adds those where two groups would share a label).
     """
     method = str(config.get("method", "?"))
-    layers = config.get("layers")
     zero = config.get("zero_weights")
     zeroed = f" · zeroed {Path(str(zero)).stem}" if zero else ""
-    if method == "layers" and layers:
-        return "(" + ", ".join(str(int(x)) for x in layers) + ")" + zeroed
-    if method == "heads":
-        heads = config.get("heads") or {}
-        chosen = heads.values() if isinstance(heads, dict) else [h for _, h in heads]
-        label = f"heads ×{sum(len(h) for h in chosen)}"
-        selector = (config.get("heads_settings") or {}).get("selector")
-        if selector:
-            label += f" {selector}"
-    elif method in ("subspace", "subspace-random") and config.get("subspace_from"):
-        kind = "subspace" if method == "subspace" else "random subspace"
-        label = f"{kind} of {_short_source(str(config['subspace_from']))}"
-    elif method in ("adapter", "lora") and config.get(f"{method}_layers"):
-        label = f"{method} " + ",".join(str(x) for x in config[f"{method}_layers"])
-    elif method in ("adapter", "lora") and layers:
-        label = f"{method} {layers[0]}–{layers[1]}"
-    else:
-        label = method
-    if layers and method != "layers":
-        label += f" @{layers[2]}"  # the classifier reads layer ℓ_head
-    return label + zeroed
-
-
-def _short_source(source: str) -> str:
-    """A run id's random tail (``ab12cd``) or a trajectory folder's name."""
-    name = Path(source).name if ("/" in source or "\\" in source) else source
-    return name.rsplit("-", 1)[-1] if name.count("-") >= 2 else name
+    label_of = method_spec(method).run_label if method in method_names() else default_run_label
+    return label_of(config) + zeroed
 
 
 def pid_alive(pid: int | None) -> bool:

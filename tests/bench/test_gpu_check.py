@@ -34,9 +34,9 @@ def test_smoke_runs_every_stage(tmp_path, capsys):
     assert status == 0 and not failed, failed
     stages = report["stages"]
     methods = {k.removeprefix("finetune_") for k in stages if k.startswith("finetune_")}
-    from analysis.config import FINETUNE_METHODS
+    from analysis.finetune.registry import method_names
 
-    assert methods == set(FINETUNE_METHODS)
+    assert methods == set(method_names())
     assert {"extraction_float32", "extraction_bfloat16", "heads", "trajectory_svd"} <= set(stages)
     assert stages["large_bfloat16"]["n"] == gpu_check.SMOKE.large_n
     assert "16 of 16 stages passed" in capsys.readouterr().out

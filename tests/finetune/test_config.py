@@ -11,8 +11,6 @@ import pytest
 
 from analysis.config import DataSpec, ModelSpec, help_of
 from analysis.finetune.config import (
-    DEFAULT_LR,
-    METHOD_NAMES,
     AdapterOptions,
     FinetuneConfig,
     HeadsOptions,
@@ -20,20 +18,21 @@ from analysis.finetune.config import (
     SubspaceOptions,
     flat_config,
 )
+from analysis.finetune.registry import default_lr, method_names
 from analysis.heads.selection_file import HeadSelection, SelectionError
 
 
 def test_defaults_are_valid_and_lr_follows_the_method():
-    for method in METHOD_NAMES:
+    for method in method_names():
         extra = {
             "layers": {"layers": (1, 2, 3)},
             "heads": {"heads": {1: [0]}},
             "subspace": {"subspace_from": "run-1"},
         }.get(method, {})
         cfg = flat_config(method=method, **extra)
-        assert cfg.lr == DEFAULT_LR[method]
+        assert cfg.lr == default_lr(method)
     assert FinetuneConfig(lr=3e-5).lr == 3e-5
-    assert DEFAULT_LR["full"] < DEFAULT_LR["heads"] < DEFAULT_LR["adapter"]
+    assert default_lr("full") < default_lr("heads") < default_lr("adapter")
 
 
 def test_round_trip_through_json():

@@ -19,8 +19,8 @@ from analysis.extract import model_inputs
 from analysis.finetune.adapters import HoulsbyAdapter
 from analysis.finetune.config import FinetuneConfig, flat_config
 from analysis.finetune.engine import build_model, make_optimizer, train_step
-from analysis.finetune.methods import METHODS
 from analysis.finetune.model import EncoderClassifier, truncated_copy
+from analysis.finetune.registry import method_names, method_specs
 from analysis.models import encoder_layers, layer_modules, load_model, trainable_copy
 from analysis.subspace.outliers import apply_zero_weights
 
@@ -302,9 +302,9 @@ def test_zero_weights_sets_the_named_entries(tmp_path, bert4):
 
 
 def test_every_method_has_a_preparer_and_subspace_methods_need_their_trajectory(bert4):
-    from analysis.config import FINETUNE_METHODS
-
-    assert set(METHODS) == set(FINETUNE_METHODS)
+    assert all(callable(spec.prepare) for spec in method_specs())
+    assert set(method_names()) == {"full", "layers", "heads", "adapter", "lora", "bitfit",
+                                   "frozen", "subspace", "subspace-random"}  # fmt: skip
     cfg = cfg_for(bert4, "subspace", subspace_from="run-7")
     with pytest.raises(ValueError, match="needs the trajectory of 'run-7'"):
         build_model(cfg, bert4, 2, "cpu")

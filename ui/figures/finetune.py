@@ -10,37 +10,40 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analysis.finetune.registry import colours, method_names
 from analysis.runs.results import pareto_front
 
 # Blue ℓ*-down, green ℓ*-up, red baselines: the colours of the first paper's Figure 4; every
-# other method family has its own colour.
-FAMILY_COLOURS = {
+# other method has its own colour, declared in its spec (`MethodSpec.colour`).
+STRATEGY_COLOURS = {
     "ℓ*-down": "#1f77b4",
     "ℓ*-up": "#2ca02c",
     "baseline": "#d62728",
     "middle": "#9467bd",
-    "heads": "#ff7f0e",
-    "adapter": "#8c564b",
-    "lora": "#e377c2",
-    "bitfit": "#17becf",
-    "frozen": "#bcbd22",
-    "subspace": "#393b79",
-    "subspace-random": "#9c9ede",
-    "other": "#7f7f7f",
 }
+OTHER_COLOUR = "#7f7f7f"
 LAYER_FAMILIES = ("ℓ*-down", "ℓ*-up", "middle")
+
+
+def family_colours() -> dict[str, str]:
+    """Every family's colour: the layer strategies', each method's own (from its spec), other."""
+    return {**STRATEGY_COLOURS, **colours(), "other": OTHER_COLOUR}
+
+
+FAMILY_COLOURS = family_colours()  # the built-in methods' (a registered method: family_colours)
 
 
 def display_family(family: str, method: str) -> str:
     """The family a point is coloured and listed by: the layer strategy's family (ℓ*-down, ℓ*-up,
     middle, baseline for full and top-layer runs), else the method itself (heads, lora…)."""
-    if family in LAYER_FAMILIES or method in ("full", "layers"):
-        return family if family in FAMILY_COLOURS else "other"
-    return method if method in FAMILY_COLOURS else "other"
+    own = colours()  # methods with a colour of their own; full and layers have none
+    if family in LAYER_FAMILIES or (method in method_names() and method not in own):
+        return family if family in family_colours() else "other"
+    return method if method in own else "other"
 
 
 def _colour(family: str) -> str:
-    return FAMILY_COLOURS.get(family, FAMILY_COLOURS["other"])
+    return family_colours().get(family, OTHER_COLOUR)
 
 
 def _families(summary: pd.DataFrame) -> pd.Series:

@@ -8,7 +8,6 @@ layer fields are kept per extraction, so another data set or model starts on its
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import time
@@ -16,25 +15,16 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from analysis.config import help_of, parse_ints
-from analysis.finetune.config import (
-    DEFAULT_HEAD_LR,
-    AdapterOptions,
-    FinetuneConfig,
-    HeadsOptions,
-    LoraOptions,
-    MethodOptions,
-)
+from analysis.config import default_of, help_of, parse_ints
+from analysis.finetune.config import FinetuneConfig, grid_factors, lr_scaled
+from analysis.finetune.registry import method_names, method_spec, method_specs
+from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID
 from analysis.heads.selection_file import HeadSelection
 from analysis.runs.db import run_label
-from analysis.strategies import STRATEGY_NAMES, middle_layer, sweep_strategies
+from analysis.strategies import middle_layer, strategy_names, sweep_strategies
 from ui.finetune.executor import executor_picker
-from ui.finetune.state import (
-    format_seconds,
-    heads_from_upload,
-    measured_step_time,
-    timed_step_time,
-)
+from ui.finetune.method_fields import option_widgets
+from ui.finetune.state import format_seconds, measured_step_time, timed_step_time
 from ui.sidebar import describe
 from ui.suggestions import extraction_key, heads_for, l_star_for
 
@@ -44,24 +34,18 @@ if TYPE_CHECKING:
     from analysis.runs.db import RunsDB
     from analysis.runs.executor import ExecutorChoice
 
-METHOD_HELP = {
-    "layers": "train layers ℓ_bottom..ℓ_top only; the classifier reads ℓ_head, layers above are removed",
-    "full": "train everything, embeddings included: the (1, L, L) baseline",
-    "heads": "HiFi: only the Q/K/V rows of the selected heads train",
-    "adapter": "Houlsby adapters in the chosen layers (plus their LayerNorms)",
-    "lora": "LoRA on query and value (PEFT), optionally in chosen layers only",
-    "bitfit": "only the biases train",
-    "frozen": "nothing but the classifier trains",
-}
-LR_HELP = (
-    "blank = the method's default: 5e-5 full / layers, 2e-4 heads, 1e-3 adapter / BitFit / "
-    "frozen, 5e-4 LoRA"
-)
 STRATEGY_HELP = (
     "down: (ℓ_b, ℓ*, ℓ_h) for ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L} · up: (ℓ*+1, L, L) · "
     "baselines: (1, L, L), (L−2, L, L), (L−1, L, L), (L, L, L) · middle: down and up of "
-    "ℓ_mid = L/2 + 1 · lora, bitfit, frozen, adapter, heads: whole-model baselines"
+    "ℓ_mid = L/2 + 1 · the methods: whole-model baselines (a heads run takes the Heads page's "
+    "selection, or the file uploaded for method heads)"
 )
+
+
+def lr_help() -> str:
+    """The learning-rate field's help: each method's default body rate, from its spec."""
+    rates = ", ".join(f"{s.name} {s.default_lr:g}" for s in method_specs())
+    return f"blank = the method's default: {rates}"
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -92,25 +76,28 @@ def chosen_l_star(extract_cfg: ExtractConfig, n_layers: int) -> int:
 def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> None:
     """Draw the form; on submit, check, estimate and/or queue the runs and start the worker.
 
-    The caller has loaded the model and the data (`ui.loaders`), so a bad file is refused on
-    the page with the message every page gives, never queued to fail in the worker."""
+    The method is picked above the form, so the form shows that method's own fields only
+    (`ui.finetune.method_fields`). The caller has loaded the model and the data
+    (`ui.loaders`), so a bad file is refused on the page with the message every page gives,
+    never queued to fail in the worker."""
     executor = executor_picker(db.path.parent)
     n_layers = loaded.n_layers
     l_star_found = l_star_for(extract_cfg, n_layers)
     heads_found = heads_for(extract_cfg)
     key = functools.partial(layer_key, extract_cfg)
+    names = method_names()
+    method = st.selectbox(
+        "Method (one run)", names, format_func=lambda m: f"{m} — {method_spec(m).label}",
+        key="ft_method", persist_state=KEEP,
+    )  # fmt: skip
     with st.form("ft_launch"):
         mode = st.radio(
             "What to launch", ["One run per seed", "A sweep of strategies"], horizontal=True,
             key="ft_mode", persist_state=KEEP,
         )  # fmt: skip
         left, right = st.columns(2)
-        method = left.selectbox(
-            "Method (one run)", list(METHOD_HELP), format_func=lambda m: f"{m} — {METHOD_HELP[m]}",
-            key="ft_method", persist_state=KEEP,
-        )  # fmt: skip
         strategies = right.multiselect(
-            "Strategies (sweep)", STRATEGY_NAMES, default=["down", "up", "baselines"],
+            "Strategies (sweep)", strategy_names(), default=["down", "up", "baselines"],
             help=STRATEGY_HELP, key="ft_strategies", persist_state=KEEP,
         )  # fmt: skip
         if l_star_found is not None:
@@ -133,49 +120,45 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         head = c3.number_input(
             "ℓ_head", 1, n_layers, int(l_star), key=key("head"), persist_state=KEEP
         )
-        placement = left.multiselect(
-            "Adapter / LoRA layers", list(range(1, n_layers + 1)), default=[int(l_star)],
-            key=key("placement"), persist_state=KEEP,
-        )  # fmt: skip
-        upload = right.file_uploader(
-            "Heads file (method heads)",
-            type=["json"],
-            help="Default: the Heads page's selection for this model and data."
-            if heads_found
-            else "No selection from the Heads page for this model and data yet.",
-        )
+        option_values = option_widgets(method, left, n_layers, int(l_star), heads_found, key)
         a, b, c, d = st.columns(4)
         steps = a.number_input(
-            "Steps", 1, 100_000, 200, step=50, key="ft_steps", persist_state=KEEP
-        )
+            "Steps", 1, 100_000, default_of(FinetuneConfig, "steps"), step=50, key="ft_steps",
+            persist_state=KEEP,
+        )  # fmt: skip
         lr_text = b.text_input(
-            "Learning rate", "", placeholder="method default", help=LR_HELP, key="ft_lr",
+            "Learning rate", "", placeholder="method default", help=lr_help(), key="ft_lr",
             persist_state=KEEP,
         )  # fmt: skip
         head_lr = b.number_input(
-            "Classifier learning rate", min_value=1e-7, max_value=1.0, value=DEFAULT_HEAD_LR,
+            "Classifier learning rate", min_value=1e-7, max_value=1.0, value=DEFAULT_CLASSIFIER_LR,
             format="%.1e", help=help_of(FinetuneConfig, "head_lr") + " (its own AdamW group)",
             key="ft_head_lr", persist_state=KEEP,
         )  # fmt: skip
-        batch_size = c.number_input("Batch size", 1, 1024, 16, key="ft_batch", persist_state=KEEP)
+        batch_size = c.number_input(
+            "Batch size", 1, 1024, default_of(FinetuneConfig, "batch_size"), key="ft_batch",
+            persist_state=KEEP,
+        )  # fmt: skip
         seeds_text = d.text_input(
             "Seeds", "0", help="comma-separated, e.g. 0,1,2", key="ft_seeds", persist_state=KEEP
         )
         n_train = a.number_input(
-            "Train examples (0 = all)", 0, 10_000_000, 2000, step=500, key="ft_n_train",
-            persist_state=KEEP,
+            "Train examples (0 = all)", 0, 10_000_000, default_of(FinetuneConfig, "n_train") or 0,
+            step=500, key="ft_n_train", persist_state=KEEP,
+            help=help_of(FinetuneConfig, "n_train"),
         )  # fmt: skip
         n_eval = b.number_input(
-            "Dev/test examples scored", 1, 1_000_000, 500, step=100, key="ft_n_eval",
-            persist_state=KEEP,
+            "Dev/test examples scored", 1, 1_000_000, default_of(FinetuneConfig, "n_eval"),
+            step=100, key="ft_n_eval", persist_state=KEEP, help=help_of(FinetuneConfig, "n_eval"),
         )  # fmt: skip
         eval_every = c.number_input(
-            "Dev score every k steps", 1, 100_000, 50, key="ft_eval_every", persist_state=KEEP
-        )
+            "Dev score every k steps", 1, 100_000, default_of(FinetuneConfig, "eval_every"),
+            key="ft_eval_every", persist_state=KEEP,
+        )  # fmt: skip
         lr_grid = d.checkbox(
-            "Sweep: learning-rate grid ×½, ×1, ×2",
-            help="Each strategy also at half and twice its body learning rate; the rate with the "
-            "best mean dev score is kept in the results (never chosen on test).",
+            "Sweep: learning-rate grid " + ", ".join(f"×{_factor(f)}" for f in LR_GRID),
+            help="Each strategy also at the other multiples of its body learning rate; the rate "
+            "with the best mean dev score is kept in the results (never chosen on test).",
             key="ft_lr_grid", persist_state=KEEP,
         )  # fmt: skip
         first, second, _ = st.columns([1, 1, 4])
@@ -184,40 +167,44 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
     if not (estimate_only or queue):
         return
     seeds = _ints(seeds_text, "Seeds")
-    heads = heads_from_upload(upload.getvalue()) if upload is not None else heads_found
     common = dict(
         model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=_learning_rate(lr_text),
         head_lr=float(head_lr),
         batch_size=int(batch_size), max_length=extract_cfg.max_length, pooling=extract_cfg.pooling,
         n_train=int(n_train) or None, n_eval=int(n_eval), eval_every=int(eval_every),
     )  # fmt: skip
-    if mode.startswith("One"):
-        plan = [
-            ("single", method, (int(bottom), int(top), int(head)) if method == "layers" else None)
-        ]
+    one = mode.startswith("One")
+    given = option_values()
+    if one:
+        triple = (int(bottom), int(top), int(head))
+        plan = [("single", method, triple if method_spec(method).needs_layers else None)]
     else:
         plan = [
             (s.family, s.method, s.layers)
             for s in sweep_strategies(strategies, n_layers, int(l_star))
         ]
-    placement = placement if mode.startswith("One") else []  # sweep baselines: whole model
+    heads = given.get("heads") if method == "heads" else heads_found
     configs = [
-        (family, _config(common, m, layers, seed, heads, placement))
+        (family, _config(common, m, layers, seed, given if one else {}, heads))
         for family, m, layers in plan
         for seed in seeds
     ]
-    if lr_grid and not mode.startswith("One"):
+    if lr_grid and not one:
         configs = [
-            (family, dataclasses.replace(cfg, lr=cfg.lr * factor) if factor != 1.0 else cfg)
+            (family, lr_scaled(cfg, factor))
             for family, cfg in configs
-            for factor in ((0.5, 1.0, 2.0) if cfg.method != "frozen" else (1.0,))
+            for factor in grid_factors(cfg.method)
         ]
     # Layers within 1..L, heads within 0..H-1: refused here, not in the worker.
     for _, cfg in configs:
         cfg.check_model(loaded.n_layers, loaded.n_heads)
     _show_estimate(db, configs, loaded, time_now=estimate_only)
     if queue:
-        _queue(db, configs, sweep=not mode.startswith("One"), executor=executor)
+        _queue(db, configs, sweep=not one, executor=executor)
+
+
+def _factor(factor: float) -> str:
+    return "½" if factor == 0.5 else f"{factor:g}"
 
 
 def _learning_rate(text: str) -> float | None:
@@ -236,21 +223,26 @@ def _config(
     method: str,
     layers: tuple[int, int, int] | None,
     seed: int,
+    given: dict,
     heads: HeadSelection | None,
-    placement: list[int],
 ) -> FinetuneConfig:
-    options: MethodOptions | None = None
-    if method == "heads":
-        if heads is None:
-            raise ValueError(
-                "Method heads needs a head selection: upload a file, or pick heads on the Heads "
-                "page for this model and data."
-            )
-        options = HeadsOptions(heads)
-    elif method == "adapter":
-        options = AdapterOptions(layers=tuple(sorted(placement)) or None)
-    elif method == "lora":
-        options = LoraOptions(layers=tuple(sorted(placement)) or None)
+    """One run's config; ``given``: the form's option fields (one run), ``heads``: the selection a
+    heads run takes when the form gives none (the Heads page's)."""
+    spec = method_spec(method)
+    options = None
+    if spec.options is not None:
+        kwargs = dict(given)
+        for field in spec.fields:
+            if field.kind == "heads" and field.name not in kwargs and heads is not None:
+                kwargs[field.name] = heads
+            if field.required and field.name not in kwargs:
+                what = spec.missing or field.flat
+                raise ValueError(
+                    f"Method {method} needs {what.split(' (')[0]}: "
+                    + ("upload a file, or pick heads on the Heads page for this model and data."
+                       if field.kind == "heads" else "fill in its field.")
+                )  # fmt: skip
+        options = spec.options(**kwargs)
     return FinetuneConfig(method=method, layers=layers, seed=seed, options=options, **common)
 
 

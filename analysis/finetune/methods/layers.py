@@ -1,0 +1,44 @@
+"""Method ``layers``: layers ℓ_bottom..ℓ_top train; the classifier reads ℓ_head, and the layers
+above it are removed (SPEC.md, "Strategies"). (1, L, L) is full fine-tuning."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from analysis.finetune.spec import MethodSpec
+
+
+def prepare(model, cfg, inputs):
+    from analysis.finetune.prepare import blocks, train_only
+    from analysis.finetune.prepared import Prepared
+
+    n_layers = model.n_layers_total
+    bottom, top, head = cfg.resolved_layers(n_layers)
+    if (bottom, top, head) == (1, n_layers, n_layers):
+        model.requires_grad_(True)  # (1, L, L) is full fine-tuning: embeddings train too
+        return Prepared.from_model(model, f"layers (1, {n_layers}, {n_layers}): full fine-tuning")
+    trained = blocks(model, range(bottom, top + 1))
+    train_only(model, (p for block in trained for p in block.parameters()))
+    return Prepared.from_model(
+        model, f"layers {bottom}..{top} and the classifier; classifier on layer {head}"
+    )
+
+
+def run_label(config: Mapping[str, Any]) -> str:
+    layers = config.get("layers")
+    if not layers:
+        return "layers"
+    return "(" + ", ".join(str(int(x)) for x in layers) + ")"
+
+
+SPEC = MethodSpec(
+    name="layers",
+    label="train layers ℓ_bottom..ℓ_top only; the classifier reads ℓ_head, layers above are removed",
+    colour=None,  # coloured by its strategy family (ℓ*-down, ℓ*-up, baseline, middle)
+    default_lr=5e-5,
+    prepare=prepare,
+    order=10,
+    needs_layers=True,
+    run_label=run_label,
+)
