@@ -1,0 +1,94 @@
+"""A method added in one file (tests/dummy_method.py) shows on the CLI, the page and in the runs
+table, with its options, its default learning rate, its label and its colour."""
+
+from __future__ import annotations
+
+import pytest
+from apptest_utils import errors, make_app, open_page
+
+import dummy_method
+from analysis.cli import build_parser
+from analysis.commands.options import finetune_config, refuse_foreign_flags
+from analysis.finetune.config import FinetuneConfig, flat_config
+from analysis.finetune.registry import method_names, register, sweep_methods, unregister
+from analysis.runs.db import RunsDB, run_label
+from analysis.strategies import strategy_names
+
+
+@pytest.fixture
+def dummy():
+    register(dummy_method.SPEC)
+    yield dummy_method.SPEC
+    unregister("dummy")
+
+
+def widget(elements, label: str):
+    return next(w for w in elements if w.label == label)
+
+
+def test_a_registered_method_is_a_config_with_flat_keys(dummy):
+    assert "dummy" in method_names() and "dummy" in sweep_methods() and "dummy" in strategy_names()
+    cfg = flat_config(method="dummy", dummy_scale=0.5, dummy_layers=[2])
+    assert cfg.lr == 3e-3 and cfg.options == dummy_method.DummyOptions(0.5, (2,))
+    flat = cfg.to_dict()
+    assert flat["dummy_scale"] == 0.5 and flat["dummy_layers"] == [2]
+    assert FinetuneConfig.from_dict(flat) == cfg
+    assert run_label(flat) == "dummy ×0.5"
+    assert flat_config(method="full").to_dict()["dummy_scale"] == 2.0  # its default beside
+    with pytest.raises(ValueError, match="dummy_scale is only used by method 'dummy'"):
+        flat_config(method="full", dummy_scale=3.0)
+    with pytest.raises(ValueError, match="dummy_scale must be positive"):
+        flat_config(method="dummy", dummy_scale=-1.0)
+    with pytest.raises(ValueError, match="exists already"):
+        register(dummy)
+
+
+def test_a_registered_method_has_its_colour_in_the_figures(dummy):
+    from ui.figures.finetune import display_family, family_colours
+
+    assert display_family("baseline", "dummy") == "dummy"
+    assert family_colours()["dummy"] == "#000000"
+    assert display_family("baseline", "full") == "baseline"  # full: its strategy's colour
+
+
+def test_a_registered_method_gets_its_cli_flags(dummy, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["finetune", "--help"])
+    out = capsys.readouterr().out
+    assert "--dummy-scale" in out and "--dummy-layers" in out and "dummy" in out
+    args = build_parser().parse_args(
+        ["finetune", "--method", "dummy", "--dummy-scale", "4", "--dummy-layers", "1"]
+    )
+    cfg = finetune_config(args, method="dummy", layers=None, seed=0)
+    assert cfg.options == dummy_method.DummyOptions(4.0, (1,))
+    refuse_foreign_flags(args, {"dummy"})
+    with pytest.raises(ValueError, match="--dummy-scale is an option of --method dummy"):
+        refuse_foreign_flags(args, {"full"})
+
+
+def test_a_registered_method_is_on_the_page_form_and_in_the_runs_table(
+    dummy, tiny_bert_dir, monkeypatch
+):
+    import analysis.runs.worker as worker
+
+    monkeypatch.setattr(worker, "start_workers", lambda executor, root: "no worker in this test")
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert not any(w.label == "Dummy scale" for w in at.number_input)  # only the chosen method's
+    widget(at.selectbox, "Method (one run)").set_value("dummy").run()
+    assert not errors(at), errors(at)
+    widget(at.number_input, "Dummy scale").set_value(0.25)
+    widget(at.multiselect, "Dummy layers").set_value([1])
+    widget(at.number_input, "Steps").set_value(2)
+    widget(at.number_input, "Train examples (0 = all)").set_value(16)
+    widget(at.number_input, "Dev/test examples scored").set_value(8)
+    widget(at.button, "Estimate time").click().run()  # times 2 steps of the dummy here
+    assert not errors(at), errors(at)
+    assert any("one dummy run" in i.value for i in at.info)
+    widget(at.button, "Queue").click().run()
+    assert not errors(at), errors(at)
+    (run,) = RunsDB().list_runs().itertuples()
+    assert run.method == "dummy" and run.label == "dummy ×0.25"
+    at.switch_page("views/runs.py").run()
+    assert not errors(at), errors(at)
+    table = at.dataframe[0].value
+    assert table["label"].tolist() == ["dummy ×0.25"] and table["method"].tolist() == ["dummy"]
