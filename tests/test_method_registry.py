@@ -3,10 +3,10 @@ table, with its options, its default learning rate, its label and its colour."""
 
 from __future__ import annotations
 
+import dummy_method
 import pytest
 from apptest_utils import errors, make_app, open_page
 
-import dummy_method
 from analysis.cli import build_parser
 from analysis.commands.options import finetune_config, refuse_foreign_flags
 from analysis.finetune.config import FinetuneConfig, flat_config
