@@ -38,7 +38,6 @@ Comparisons use `analysis.compare.compare` (diff of mean test scores, se = √(s
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +65,8 @@ from analysis.layers.table import cached_layer_metrics, summary
 from analysis.progress import Progress, scaled
 from analysis.runs.comparisons import comparison_configs
 from analysis.runs.executor import ExecutorChoice
-from analysis.runs.results import distinct_labels, group_key, run_setting, setting_digest
+from analysis.runs.record import runs_of
+from analysis.runs.results import distinct_labels, group_key, setting_digest
 from analysis.runs.worker import check_executor, start_workers
 from analysis.subspace.outliers import outlier_positions_file, random_positions_like
 from analysis.subspace.report import analyse_trajectory
@@ -479,19 +479,16 @@ def run_status(planned: Sequence[PlannedRun], runs: pd.DataFrame) -> dict[tuple[
     wanted = {p.key for p in planned}
     order = {"done": 0, "running": 1, "queued": 2}
     found: dict[tuple[str, int], dict] = {}
-    for row in runs.itertuples():
-        if row.status not in order or not isinstance(row.config_json, str):
+    for run in runs_of(runs):
+        if run.status not in order or not run.stored:
             continue
-        config = json.loads(row.config_json)
-        key = (group_key(config), int(config.get("seed", 0)))
+        key = (group_key(run.stored), int(run.stored.get("seed", 0)))
         if key not in wanted:
             continue
         best = found.get(key)
-        if best is None or order[row.status] < order[best["status"]]:
-            result = json.loads(row.result_json) if isinstance(row.result_json, str) else None
-            device = getattr(row, "device", None)
-            found[key] = {"id": row.id, "status": row.status, "result": result,
-                          "device": device if isinstance(device, str) else None}  # fmt: skip
+        if best is None or order[run.status] < order[best["status"]]:
+            found[key] = {"id": run.id, "status": run.status, "result": run.result,
+                          "device": run.device}  # fmt: skip
     return found
 
 
@@ -843,11 +840,11 @@ def heads_comparisons(runs: pd.DataFrame) -> list[Comparison]:
     (the newest). Runs whose config does not say its selector (stored before that was kept) are
     left out."""
     groups: dict[str, dict[str, Any]] = {}
-    for row in runs.itertuples():
-        if row.status != "done" or row.method != "heads" or not isinstance(row.config_json, str):
+    for run in runs_of(runs):
+        if run.status != "done" or run.method != "heads" or not run.stored:
             continue
-        config = json.loads(row.config_json)
-        setting = run_setting(config)
+        config = run.stored
+        setting = run.setting
         provenance = dict(setting.get("heads_settings") or {})
         selector = provenance.pop("selector", None)
         if selector is None:
@@ -863,9 +860,7 @@ def heads_comparisons(runs: pd.DataFrame) -> list[Comparison]:
         if seed in entry["seeds"]:
             continue  # the same seed trained again: the newest run stands for it
         entry["seeds"].add(seed)
-        entry["results"].append(
-            json.loads(row.result_json) if isinstance(row.result_json, str) else {}
-        )
+        entry["results"].append(run.result or {})
     labels = distinct_labels({k: g["setting"] for k, g in groups.items()})
     out = []
     for key, entry in groups.items():

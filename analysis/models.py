@@ -247,6 +247,22 @@ def wrap_model(
     )
 
 
+def n_layers_of(spec: ModelSpec) -> int | None:
+    """L of a built-in or local model, read from its config alone (None for a hub id, or a config
+    that does not load: the model's own loading says why)."""
+    from transformers import AutoConfig
+
+    try:
+        source, kind = resolve_source(spec.name)
+        if kind == "hub":
+            return None
+        config = AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
+    except (OSError, ValueError, ModelError):
+        return None
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
+    return int(layers) if layers else None
+
+
 def config_dims(config: PretrainedConfig) -> tuple[int, int]:
     """(d_model, n_heads) of a supported encoder's config (DistilBERT calls them dim, n_heads)."""
     d_model = getattr(config, "hidden_size", None) or config.dim

@@ -51,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
     refuse_foreign_flags(args, {args.method})
     layers = parse_ints(args.layers, "--layers")
     cfg = finetune_config(args, method=args.method, layers=layers, seed=args.seed)
+    if cfg.method == "layers":  # (1, L, L) is full fine-tuning: one name, one run group
+        from analysis.finetune.config import canonical
+        from analysis.models import n_layers_of
+
+        n_layers = n_layers_of(cfg.model)
+        cfg = canonical(cfg, n_layers) if n_layers else cfg
     executor = executor_from_args(args)  # validates the executor flags before anything runs
     db = RunsDB()
     if args.queue or executor.executor == "ray":

@@ -184,13 +184,14 @@ def _groups(db, args: argparse.Namespace) -> int:
 
 def _compare(db, args: argparse.Namespace) -> int:
     from analysis.compare import Arm, compare
+    from analysis.runs.record import runs_of
     from analysis.runs.results import resolve_group
 
     runs = db.list_runs(status="done")
     arms = []
     for ref in (args.a, args.b):
         group = resolve_group(runs, ref)
-        records = [json.loads(r) for r in group["result_json"]]
+        records = [run.result or {} for run in runs_of(group)]
         arms.append((group, Arm.from_results(str(group["label"].iloc[0]), records)))
     (group_a, arm_a), (group_b, arm_b) = arms
     metrics = {m for m in (arm_a.metric, arm_b.metric) if m}

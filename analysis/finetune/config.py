@@ -405,6 +405,14 @@ def options_from_flat(method: str, flat: Mapping[str, Any]) -> Any:
     return spec.options(**given)
 
 
+def canonical(cfg: FinetuneConfig, n_layers: int) -> FinetuneConfig:
+    """``cfg`` under its one name: layers (1, L, L) trains everything, embeddings included, which
+    is full fine-tuning, so it is queued, labelled and grouped as method ``full``."""
+    if cfg.method == "layers" and cfg.layers == (1, n_layers, n_layers):
+        return dataclasses.replace(cfg, method="full", layers=None)
+    return cfg
+
+
 def grid_factors(method: str, factors: tuple[float, ...] = LR_GRID) -> tuple[float, ...]:
     """The body learning-rate multipliers a grid tries for ``method`` (SPEC.md, "Learning
     rates"): ``factors``, or (1.0,) for a method whose body does not train (frozen)."""

@@ -17,7 +17,6 @@ run's seed, so its seeds zero different files by design). A full run of 100 step
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ import pandas as pd
 
 from analysis.compare import Arm, Comparison, compare
 from analysis.finetune.config import FinetuneConfig, SubspaceOptions
+from analysis.runs.record import runs_of
 from analysis.runs.results import (
     budget_key,
     distinct_labels,
@@ -84,13 +84,14 @@ def comparison_table(
 
     Columns: id, group, seed, score, metric, n_trainable, setting (the run group, with a
     zero-weights file counted by its role; one run per setting and seed, the newest), budget (`analysis.runs.results.budget_key`), label
-    (what tells settings apart), result_json (for the comparisons' paired bootstrap).
+    (what tells settings apart), result (the run's result, for the comparisons' paired
+    bootstrap).
     """
     rows, settings = [], {}
-    for _, run in runs.iterrows():
-        if run.get("status") != "done" or not isinstance(run.get("config_json"), str):
+    for run, row in zip(runs_of(runs), runs.itertuples(index=False), strict=True):
+        if run.status != "done" or not run.stored:
             continue
-        config = json.loads(run["config_json"])
+        config = run.stored
         group = comparison_group(config, source, outlier_file, random_files)
         if group is None:
             continue
@@ -100,12 +101,12 @@ def comparison_table(
         key = setting_digest(setting)
         settings[key] = setting
         rows.append(
-            {"id": run["id"], "group": group, "seed": run["seed"], "score": run["score"],
-             "metric": run.get("metric"), "n_trainable": run.get("n_trainable"), "setting": key,
-             "budget": budget_key(setting), "result_json": run.get("result_json")}
+            {"id": run.id, "group": group, "seed": run.seed, "score": row.score,
+             "metric": getattr(row, "metric", None), "n_trainable": getattr(row, "n_trainable", None),
+             "setting": key, "budget": budget_key(setting), "result": run.result}
         )  # fmt: skip
     columns = ["id", "group", "seed", "score", "metric", "n_trainable", "setting", "budget",
-               "label", "result_json"]  # fmt: skip
+               "label", "result"]  # fmt: skip
     table = newest_per_seed(pd.DataFrame(rows, columns=[c for c in columns if c != "label"]),
                             "setting")  # fmt: skip
     labels = distinct_labels(settings)
@@ -183,8 +184,8 @@ def comparison_verdicts(table: pd.DataFrame) -> list[Comparison]:
 def _arm(table: pd.DataFrame, row: pd.Series) -> Arm:
     runs = table[(table["group"] == row["group"]) & (table["setting"] == row["setting"])]
     results = [
-        {"metric": m, **(json.loads(r) if isinstance(r, str) else {}), "score": s}
-        for m, r, s in zip(runs["metric"], runs["result_json"], runs["score"], strict=True)
+        {"metric": m, **(r or {}), "score": s}
+        for m, r, s in zip(runs["metric"], runs["result"], runs["score"], strict=True)
     ]
     return Arm.from_results(str(row["label"]), results)
 

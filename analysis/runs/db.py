@@ -44,6 +44,7 @@ from analysis.cache import default_root
 from analysis.finetune.registry import method_names, method_spec
 from analysis.finetune.spec import default_run_label
 from analysis.io import atomic_write_json, atomic_write_text, remove_folder
+from analysis.runs.record import Run
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -606,9 +607,9 @@ class RunsDB:
             run = _row_dict(cursor, cursor.fetchone())
         for column in TIME_COLUMNS:
             run[column] = _iso(run[column])
-        run["config"] = json.loads(run.pop("config_json"))
-        raw = run.pop("result_json")
-        run["result"] = json.loads(raw) if raw else None
+        record = Run.from_row(run)
+        del run["config_json"], run["result_json"]
+        run["config"], run["result"] = record.stored, record.result
         run["tags"] = self.tags(run_id)
         return run
 
@@ -671,7 +672,7 @@ class RunsDB:
             sql += f" LIMIT {int(limit)}"
         with self._connect() as conn:
             frame = pd.read_sql_query(sql, conn, params=params)
-        results = [json.loads(raw) if isinstance(raw, str) else {} for raw in frame["result_json"]]
+        results = [Run.from_row(row).result or {} for row in frame.itertuples(index=False)]
         for column in RESULT_COLUMNS:
             frame[column] = [r.get(column) for r in results]
         frame["metric"] = frame["metric"].astype(object)

@@ -65,6 +65,7 @@ from analysis.runs.execute import (
     run_dir_for,
     source_trajectory,
 )
+from analysis.runs.record import Run
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -376,14 +377,12 @@ class RayRunner:
         return bool(self.flights)
 
     # ---- submitting ---------------------------------------------------------------------------------
-    def submit(self, run: dict[str, Any]) -> None:
+    def submit(self, run: Run) -> None:
         """Start one claimed run on the cluster (or record at once why it cannot start)."""
-        from analysis.finetune.config import FinetuneConfig
-
-        run_id = run["id"]
+        run_id = run.id
         recorder = RunRecorder(self.db, run_id)
         try:
-            cfg = FinetuneConfig.from_dict(json.loads(run["config_json"]))
+            cfg = run.config
             inputs = self._inputs(run_id, cfg)
         except Exception as exc:
             recorder.failed(describe_error(exc))
@@ -414,7 +413,7 @@ class RayRunner:
                 node_id=self.node_id, soft=False
             )
         stream = self._task.options(**options).remote(
-            run["config_json"], threads=self.cpus_per_run, **inputs
+            cfg.to_dict(), threads=self.cpus_per_run, **inputs
         )
         self.flights[run_id] = _Flight(
             run_id, stream, recorder, zero_weights=cfg.zero_weights if pinned else None
@@ -422,7 +421,7 @@ class RayRunner:
         where = "this machine's node" if pinned else "the cluster"
         self.db.set_progress(run_id, 0.0, f"submitted to Ray; waiting for a slot on {where}")
         self.log(
-            f"run {run_id}: {run['method']} {run['label']} seed {run['seed']} → Ray "
+            f"run {run_id}: {run.method} {run.label} seed {run.seed} → Ray "
             f"({'1 GPU' if wants_gpu else f'{self.cpus_per_run} CPU'}"
             f"{', pinned to this node' if pinned else ''})"
         )
@@ -580,7 +579,7 @@ PROGRESS_EVERY_S = 0.5
 
 
 def _train_stream(
-    config_json: str,
+    config: dict[str, Any],
     *,
     threads: int = 1,
     data_file: str | None = None,
@@ -610,7 +609,7 @@ def _train_stream(
 
     if device == "cpu":
         torch.set_num_threads(max(1, int(threads)))
-    cfg = FinetuneConfig.from_dict(json.loads(config_json))
+    cfg = FinetuneConfig.from_dict(config)
     changes: dict[str, Any] = {"device": device}
     if zero_weights is not None:
         changes["zero_weights"] = zero_weights

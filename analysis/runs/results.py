@@ -16,7 +16,6 @@ Pure pandas: the page and the CLI both use these.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,34 +25,13 @@ from numpy.typing import ArrayLike
 
 from analysis.cache import canonical_json
 from analysis.compare import Arm
-from analysis.finetune.config import FinetuneConfig
 from analysis.runs.db import RESULT_COLUMNS, RunsDB, run_label
+from analysis.runs.record import Run, run_setting, runs_of
 from analysis.strategies import family_of, n_tuned_layers
 
-NOT_A_SETTING = ("seed", "device")  # which seed, and where it ran: not what was run
 # What makes two runs' costs and scores comparable across methods: the same task and budget.
 BUDGET = ("model", "data", "steps", "batch_size", "max_length", "n_train", "n_eval",
           "eval_every", "pooling", "weight_decay", "warmup", "mixed_precision")  # fmt: skip
-
-
-def run_setting(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything a run's config says except the seed (and the device it ran on), normalised
-    through `FinetuneConfig` so that a key missing from an older config counts as its default.
-
-    One exception to the defaults: a config stored before ``head_lr`` existed trained its
-    classifier at ``lr``, so its setting says ``head_lr = lr`` (what really happened), not the
-    new default. A config `FinetuneConfig` refuses is used as stored.
-    """
-    raw = {k: v for k, v in config.items() if k != "device"}
-    try:
-        setting = FinetuneConfig.from_dict(raw).to_dict()
-        if "head_lr" not in raw:
-            setting["head_lr"] = setting["lr"]
-    except (ValueError, TypeError):
-        setting = dict(raw)
-    for key in NOT_A_SETTING:
-        setting.pop(key, None)
-    return setting
 
 
 def group_key(config: Mapping[str, Any]) -> str:
@@ -145,7 +123,7 @@ def results_table(
     if n_layers is None:
         forward = pd.to_numeric(done["layers_forward"], errors="coerce")
         n_layers = int(forward.max()) if forward.notna().any() else None
-    families, tuned, groups, settings, siblings = [], [], [], {}, []
+    families, tuned, groups, settings, siblings, methods = [], [], [], {}, [], []
     for _, row in done.iterrows():
         config = _config(row)
         setting = run_setting(config)
@@ -154,7 +132,8 @@ def results_table(
         settings.setdefault(key, setting)
         siblings.append(setting_digest({k: v for k, v in setting.items() if k != "lr"}))
         layers = config.get("layers")
-        method = str(row["method"])
+        method = str(config.get("method") or row["method"])  # (1, L, L) layers runs: full
+        methods.append(method)
         big_l = n_layers or (int(layers[2]) if layers else 1)
         stored = row.get("strategy")
         families.append(
@@ -166,6 +145,7 @@ def results_table(
         if method == "full" and pd.notna(row.get("layers_backward")):
             count = int(row["layers_backward"])
         tuned.append(count)
+    done["method"] = methods
     done["family"] = families
     done["n_tuned_layers"] = tuned
     done["group"] = groups
@@ -258,13 +238,12 @@ def group_arms(table: pd.DataFrame, runs: pd.DataFrame) -> dict[str, Arm]:
     """Each run group's `analysis.compare.Arm` (its test scores, and its per-example test
     predictions where every run recorded them). table: `results_table`; runs: the
     ``RunsDB.list_runs`` rows it came from (for ``result_json``)."""
-    raw = runs.set_index("id")["result_json"] if "result_json" in runs else pd.Series(dtype=object)
+    results = {run.id: run.result for run in runs_of(runs)} if "id" in runs else {}
     arms = {}
     for group, part in table.groupby("group", sort=False):
         records = []
         for run_id, score, metric in zip(part["id"], part["score"], part["metric"], strict=True):
-            text = raw.get(run_id)
-            record = json.loads(text) if isinstance(text, str) else {}
+            record = results.get(run_id) or {}
             records.append({"metric": metric, **record, "score": score})
         arms[str(group)] = Arm.from_results(str(part["label"].iloc[0]), records)
     return arms
@@ -381,18 +360,14 @@ def estimate_step_time(
 
 
 def _config(row: pd.Series) -> dict[str, Any]:
-    raw = row.get("config_json")
-    if isinstance(raw, str):
-        return json.loads(raw)
-    config = row.get("config")
-    return config if isinstance(config, dict) else {}
+    return Run.from_row(row).stored
 
 
 def with_groups(runs: pd.DataFrame) -> pd.DataFrame:
     """``RunsDB.list_runs`` rows with each run's ``group`` (`group_key`) and a ``label`` recomputed
     from its config (older runs stored shorter labels), for listings and exports."""
     out = runs.copy()
-    configs = [json.loads(c) if isinstance(c, str) else {} for c in out.get("config_json", [])]
+    configs = [run.stored for run in runs_of(out)] if "id" in out else []
     out["group"] = [group_key(c) for c in configs]
     out["label"] = [run_label(c) for c in configs]
     return out

@@ -25,14 +25,13 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from analysis.config import help_of
 from analysis.io import atomic_write_json, read_json
@@ -47,6 +46,7 @@ from analysis.runs.ray_executor import (
     resolve_address,
     write_status,
 )
+from analysis.runs.record import Run
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -326,10 +326,10 @@ class LocalRunner:
     def busy(self) -> bool:
         return False
 
-    def submit(self, run: dict[str, Any]) -> None:
-        _log(f"run {run['id']}: {run['method']} {run['label']} seed {run['seed']}")
+    def submit(self, run: Run) -> None:
+        _log(f"run {run.id}: {run.method} {run.label} seed {run.seed}")
         status = _run_one(self.db, run, self.device_label, self.models)
-        _log(f"run {run['id']}: {status}")
+        _log(f"run {run.id}: {status}")
 
     def pump(self, timeout: float) -> None:
         pass
@@ -385,9 +385,10 @@ def serve(
         while True:
             claimed = False
             while runner.free_slots() > 0:
-                run = db.claim_next(os.getpid(), runner.device_label)
-                if run is None:
+                row = db.claim_next(os.getpid(), runner.device_label)
+                if row is None:
                     break
+                run = Run.from_row(row)
                 ran += 1
                 claimed = True
                 runner.submit(run)
@@ -439,17 +440,16 @@ def _take_again(lock: WorkerLock, patience_s: float = RETAKE_PATIENCE_S) -> bool
     return True
 
 
-def _run_one(db: RunsDB, run: dict[str, Any], device: str, models: ModelCache) -> str:
-    from analysis.finetune.config import FinetuneConfig
+def _run_one(db: RunsDB, run: Run, device: str, models: ModelCache) -> str:
     from analysis.runs.execute import describe_error, execute_run
 
     try:
-        cfg = _on_device(FinetuneConfig.from_dict(json.loads(run["config_json"])), device)
+        cfg = _on_device(run.config, device)
         loaded = models.get(cfg.model, device)
     except Exception as exc:
-        db.fail(run["id"], describe_error(exc, device))
+        db.fail(run.id, describe_error(exc, device))
         return "failed"
-    return execute_run(db, run["id"], cfg, loaded=loaded, log=_log)
+    return execute_run(db, run.id, cfg, loaded=loaded, log=_log)
 
 
 def main(argv: list[str] | None = None) -> int:

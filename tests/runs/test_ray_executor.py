@@ -34,6 +34,7 @@ from analysis.runs.ray_executor import (
     probe_cluster,
     resolve_address,
 )
+from analysis.runs.record import Run
 from analysis.runs.worker import RAY, last_choice, serve, start_workers, worker_pid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -309,7 +310,7 @@ def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
     run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
     runner = RayRunner(db, log=lambda message: None)
     runner.this_node = {"CPU": 0.0, "GPU": 0.0}
-    runner.submit(db.claim_next(os.getpid(), runner.device_label))
+    runner.submit(Run.from_row(db.claim_next(os.getpid(), runner.device_label)))
     run = db.get_run(run_id)
     assert run["status"] == "failed" and "offers 0 CPUs" in run["error"]
     assert not runner.busy()
@@ -325,7 +326,7 @@ def test_a_data_file_trains_from_its_shipped_bytes_alone(tmp_path, tiny_bert_dir
     raw = frame.to_csv(index=False).encode()
     cfg = tiny_config(tiny_bert_dir, steps=2, data=str(data))  # the path does not exist here
     with one_thread():
-        stream = _train_stream(json.dumps(cfg.to_dict()), data_file=str(data), data_bytes=raw)
+        stream = _train_stream(cfg.to_dict(), data_file=str(data), data_bytes=raw)
         events = list(stream)
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done", events[-1]

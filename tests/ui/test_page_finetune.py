@@ -203,3 +203,31 @@ def test_sweep_learning_rate_grid_triples_the_runs(tiny_bert_dir, monkeypatch):
     # (1, 1, 1) and (1, 1, 2) at three rates, frozen (no body) at one; × 2 seeds.
     estimate = next(i.value for i in at.info if "Estimated training time" in i.value)
     assert "for 14 run(s)" in estimate
+
+
+def test_layers_one_to_l_is_queued_as_full_and_the_form_shows_one_methods_fields(
+    tiny_bert_dir, monkeypatch
+):
+    import analysis.runs.worker as worker
+
+    monkeypatch.setattr(worker, "start_workers", lambda executor, root: "no worker in this test")
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=3)
+    widget(at.number_input, "ℓ_top").set_value(2)  # (1, 2, 2) on a 2-layer model: everything
+    widget(at.button, "Queue").click().run()
+    assert not errors(at), errors(at)
+    (run,) = RunsDB().list_runs().itertuples()
+    assert run.method == "full" and run.label == "full"
+    # Each method shows its own options, and every option of LoRA is on the page.
+    labels = {w.label for w in [*at.number_input, *at.multiselect]}
+    assert "LoRA r" not in labels and "Adapter size" not in labels
+    widget(at.selectbox, "Method (one run)").set_value("lora").run()
+    labels = {w.label for w in [*at.number_input, *at.multiselect]}
+    assert {"LoRA layers", "LoRA r", "LoRA alpha"} <= labels and "Adapter size" not in labels
+    widget(at.number_input, "LoRA alpha").set_value(4.0)
+    widget(at.number_input, "LoRA r").set_value(2)
+    widget(at.button, "Queue").click().run()
+    assert not errors(at), errors(at)
+    lora = RunsDB().list_runs(method="lora")
+    config = RunsDB().get_run(lora["id"].iloc[0])["config"]
+    assert config["lora_alpha"] == 4.0 and config["lora_r"] == 2 and config["lora_layers"] == [2]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from analysis.config import default_of, help_of, parse_ints
-from analysis.finetune.config import FinetuneConfig, grid_factors, lr_scaled
+from analysis.finetune.config import FinetuneConfig, canonical, grid_factors, lr_scaled
 from analysis.finetune.registry import method_names, method_spec, method_specs
 from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID
 from analysis.heads.selection_file import HeadSelection
@@ -185,7 +185,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         ]
     heads = given.get("heads") if method == "heads" else heads_found
     configs = [
-        (family, _config(common, m, layers, seed, given if one else {}, heads))
+        (family, canonical(_config(common, m, layers, seed, given if one else {}, heads), n_layers))
         for family, m, layers in plan
         for seed in seeds
     ]

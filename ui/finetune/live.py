@@ -3,12 +3,12 @@ ETA, a Cancel button), the queue, and the latest finished runs. Only this fragme
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
 
+from analysis.runs.record import Run
 from ui.figures.finetune import loss_curve
 from ui.finetune.state import format_seconds, get_db
 
@@ -68,7 +68,7 @@ def queue_view() -> None:
 
 def _running_card(db: RunsDB, run: pd.Series) -> None:
     steps = db.steps(run["id"])
-    total = json.loads(run["config_json"]).get("steps") or 1
+    total = Run.from_row(run).steps
     train = steps[steps["kind"] == "train"].pivot_table(index="step", columns="key", values="value")
     with st.container(border=True):
         head, button = st.columns([5, 1])

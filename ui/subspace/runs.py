@@ -167,7 +167,7 @@ def comparison_view(
             verdicts.explain()
         st.download_button(
             "Download the comparison runs (CSV)",
-            table.drop(columns=["result_json"]).to_csv(index=False),
+            table.drop(columns=["result"]).to_csv(index=False),
             f"subspace-comparison-{run_id}.csv",
             "text/csv",
         )

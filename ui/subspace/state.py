@@ -4,7 +4,6 @@ disable experiment."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ import pandas as pd
 from analysis.cache import default_root
 from analysis.models import encoder_layers
 from analysis.runs import db as runs_db
+from analysis.runs.record import runs_of
 from analysis.subspace.report import SubspaceReport, analyse_trajectory
 from analysis.subspace.trajectory import open_trajectory
 from ui.memo import ProgressMemo
@@ -29,8 +29,8 @@ def trajectory_runs(db: RunsDB, model: str) -> pd.DataFrame:
     score, metric, trajectory_dir, config (newest first)."""
     runs = db.list_runs(model=model, status="done")
     rows = []
-    for _, run in runs.iterrows():
-        result = json.loads(run["result_json"]) if isinstance(run["result_json"], str) else {}
+    for (_, run), record in zip(runs.iterrows(), runs_of(runs), strict=True):
+        result = record.result or {}
         folder = result.get("trajectory_dir")
         if not folder or not (Path(folder) / "index.json").is_file():
             continue
@@ -46,7 +46,7 @@ def trajectory_runs(db: RunsDB, model: str) -> pd.DataFrame:
                 "score": run["score"],
                 "metric": run["metric"],
                 "trajectory_dir": folder,
-                "config": json.loads(run["config_json"]),
+                "config": record.stored,
             }
         )
     columns = ["id", "data", "method", "label", "seed", "t", "score", "metric", "trajectory_dir",

@@ -34,7 +34,8 @@ def run_label(config: Mapping[str, Any]) -> str:
 
 SPEC = MethodSpec(
     name="layers",
-    label="train layers ℓ_bottom..ℓ_top only; the classifier reads ℓ_head, layers above are removed",
+    label="train layers ℓ_bottom..ℓ_top only; the classifier reads ℓ_head, layers above are "
+    "removed ((1, L, L) is method full)",
     colour=None,  # coloured by its strategy family (ℓ*-down, ℓ*-up, baseline, middle)
     default_lr=5e-5,
     prepare=prepare,

@@ -1,0 +1,162 @@
+"""One run of the runs database as a typed record (`Run`), read in one place.
+
+`Run.from_row` takes a row as the database gives it — a `RunsDB.claim_next` row, a row of
+`RunsDB.list_runs` (a ``pandas`` row or an ``itertuples`` tuple) — and is the only code that reads
+the stored ``config_json`` / ``result_json`` columns. Stored configs are migrated here as well:
+a ``layers`` run that trained everything is the ``full`` run it was (`as_full`), and
+`migrate_config` reads a config through `FinetuneConfig` so a key missing from an older config
+counts as its default, except that a config stored before ``head_lr`` existed trained its
+classifier at ``lr`` (SPEC.md, "Learning rates"), which is what its record says.
+
+`runs_frame` turns records into a table (one row a run, the result's headline fields as
+columns).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from analysis.finetune.config import FinetuneConfig
+
+NOT_A_SETTING = ("seed", "device")  # which seed, and where it ran: not what was run
+
+
+def _get(row: Any, name: str) -> Any:
+    """A column of a dict, a pandas row or an ``itertuples`` tuple; NaN / missing → None."""
+    value = row.get(name) if hasattr(row, "get") else getattr(row, name, None)
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _json(text: Any) -> dict[str, Any] | None:
+    if isinstance(text, str) and text:
+        return json.loads(text)
+    return text if isinstance(text, dict) else None
+
+
+def migrate_config(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored config as today's flat form: missing keys take their defaults, and a config
+    stored before ``head_lr`` existed gets ``head_lr = lr`` (its classifier trained at ``lr``).
+    A ValueError for a config `FinetuneConfig` refuses."""
+    flat = FinetuneConfig.from_dict(stored).to_dict()
+    if "head_lr" not in stored:
+        flat["head_lr"] = flat["lr"]
+    return flat
+
+
+def as_full(stored: dict[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A ``layers`` run that trained everything — (1, L, L), stored before such runs were queued
+    as ``full`` — as the ``full`` run it was (one setting, one name, one run group). Its result
+    tells: every parameter trained (``n_trainable == n_params``), which only (1, L, L) does."""
+    if stored.get("method") != "layers" or not result:
+        return stored
+    trained, total = result.get("n_trainable"), result.get("n_params")
+    if not trained or trained != total:
+        return stored
+    return {**stored, "method": "full", "layers": None}
+
+
+def run_setting(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything a run's config says except the seed (and the device it ran on), migrated
+    (`migrate_config`); a config `FinetuneConfig` refuses is used as stored."""
+    raw = {k: v for k, v in stored.items() if k != "device"}
+    try:
+        setting = migrate_config(raw)
+    except (ValueError, TypeError):
+        setting = dict(raw)
+    for key in NOT_A_SETTING:
+        setting.pop(key, None)
+    return setting
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: what it is (its stored config and the migrated `config`), where it stands
+    (status, progress, error), what it gave (result, None unless done) and its timings
+    (UNIX seconds; None until they happen)."""
+
+    id: str
+    status: str
+    stored: dict[str, Any] = field(repr=False)  # the config as stored (JSON-ready)
+    result: dict[str, Any] | None = field(default=None, repr=False)
+    method: str = "?"
+    label: str = ""
+    strategy: str | None = None
+    seed: int = 0
+    sweep_id: str | None = None
+    device: str | None = None
+    created: Any = None
+    started: Any = None
+    finished: Any = None
+    error: str | None = None
+    progress: float | None = None
+    message: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> Run:
+        """The record of one database row (a dict, a pandas row or an ``itertuples`` tuple)."""
+        stored = _json(_get(row, "config_json"))
+        if stored is None:
+            stored = _json(_get(row, "config")) or {}
+        result = _json(_get(row, "result_json")) or _json(_get(row, "result"))
+        stored = as_full(stored, result)
+        seed = _get(row, "seed")
+        return cls(
+            id=str(_get(row, "id")),
+            status=str(_get(row, "status")),
+            stored=stored,
+            result=result,
+            method=str(stored.get("method") or _get(row, "method") or "?"),
+            label=str(_get(row, "label") or ""),
+            strategy=_get(row, "strategy") or None,
+            seed=int(seed if seed is not None else stored.get("seed", 0)),
+            sweep_id=_get(row, "sweep_id"),
+            device=_get(row, "device") if isinstance(_get(row, "device"), str) else None,
+            created=_get(row, "created"),
+            started=_get(row, "started"),
+            finished=_get(row, "finished"),
+            error=_get(row, "error"),
+            progress=_get(row, "progress"),
+            message=_get(row, "message"),
+        )
+
+    @property
+    def config(self) -> FinetuneConfig:
+        """The run's config, migrated (`migrate_config`); a ValueError if it no longer loads."""
+        return FinetuneConfig.from_dict(migrate_config(self.stored))
+
+    @property
+    def setting(self) -> dict[str, Any]:
+        """`run_setting` of the stored config (what run groups hash)."""
+        return run_setting(self.stored)
+
+    @property
+    def steps(self) -> int:
+        """The optimizer steps the run was given."""
+        return int(self.stored.get("steps") or 1)
+
+
+def runs_of(frame: pd.DataFrame) -> list[Run]:
+    """The records of a `RunsDB.list_runs` table (or any frame with its columns)."""
+    return [Run.from_row(row) for row in frame.itertuples(index=False)]
+
+
+def runs_frame(runs: Iterable[Run], columns: Iterable[str] = ()) -> pd.DataFrame:
+    """A table of records: id, status, method, label, strategy, seed, device, error and the
+    results' ``columns`` (NaN where a run has no result)."""
+    rows = []
+    for run in runs:
+        result = run.result or {}
+        rows.append(
+            {"id": run.id, "status": run.status, "method": run.method, "label": run.label,
+             "strategy": run.strategy, "seed": run.seed, "device": run.device, "error": run.error,
+             **{c: result.get(c) for c in columns}}
+        )  # fmt: skip
+    return pd.DataFrame(rows)
