@@ -65,9 +65,9 @@ from analysis.layers.table import cached_layer_metrics, summary
 from analysis.progress import Progress, scaled
 from analysis.runs.comparisons import comparison_configs
 from analysis.runs.executor import ExecutorChoice
+from analysis.runs.launch import launch
 from analysis.runs.record import runs_of
 from analysis.runs.results import distinct_labels, group_key, setting_digest
-from analysis.runs.worker import check_executor, start_workers
 from analysis.subspace.outliers import outlier_positions_file, random_positions_like
 from analysis.subspace.report import analyse_trajectory
 from analysis.subspace.trajectory import open_trajectory
@@ -462,11 +462,8 @@ def queue_runs(
     ``db.enqueue``, then the workers ``executor`` needs — this machine's by default — started
     unless alive, also with nothing new, so that a caller waiting on queued runs keeps them
     served). Returns the new run ids."""
-    executor = executor or ExecutorChoice()
-    check_executor(executor, db.path.parent)
-    ids = [db.enqueue(r.config, sweep_id=sweep_id, strategy=f"claims {r.arm}") for r in runs]
-    start_workers(executor, db.path.parent)
-    return ids
+    planned = [(r.config, f"claims {r.arm}") for r in runs]
+    return launch(db, planned, executor, sweep_id).ids
 
 
 def run_status(planned: Sequence[PlannedRun], runs: pd.DataFrame) -> dict[tuple[str, int], dict]:

@@ -246,19 +246,13 @@ def launch(
     runs: Sequence[tuple[FinetuneConfig, str | None]],
     sweep_id: str | None = None,
 ) -> tuple[list[str], str]:
-    """Queue ``runs`` ((config, strategy) pairs) and start the workers ``args`` choose.
+    """Queue ``runs`` ((config, strategy) pairs) and start the workers ``args`` choose, through
+    `analysis.runs.launch.launch` (the executor checked first: ``error: …``, exit 2, with nothing
+    queued). Returns the run ids and a line naming the workers."""
+    from analysis.runs.launch import launch as launch_runs
 
-    The one way a command launches runs: the executor is checked first (an unreachable Ray
-    cluster, or a live Ray worker of this queue on another cluster, is a ValueError — ``error:
-    …``, exit 2 — with nothing queued or remembered), then the runs are queued, then the right
-    workers start. Returns the run ids and a line naming the workers.
-    """
-    from analysis.runs.worker import check_executor, start_workers
-
-    executor = executor_from_args(args)
-    check_executor(executor, db.path.parent)
-    ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=strategy) for cfg, strategy in runs]
-    return ids, start_workers(executor, db.path.parent)
+    launched = launch_runs(db, runs, executor_from_args(args), sweep_id)
+    return launched.ids, launched.workers
 
 
 def trajectory_every(text: str) -> int | str:

@@ -193,3 +193,27 @@ def test_the_runs_page_and_this_page_keep_their_own_run(tiny_bert_dir, monkeypat
     assert widget(at.selectbox, "Trajectory run").value == with_trajectory
     at.switch_page("views/runs.py").run()
     assert widget(at.selectbox, "Run").value == plain
+
+
+def test_the_trajectory_run_goes_where_train_on_says(tiny_bert_dir, monkeypatch):
+    """The Subspaces page launches through the one launch path: the Ray choice reaches the
+    workers (one worker per device otherwise), as on the Fine-tune page."""
+    import analysis.runs.worker
+    import ui.finetune.executor
+    from analysis.runs.executor import ExecutorChoice
+
+    started: list[ExecutorChoice] = []
+
+    def fake_start(choice, root=None, idle_timeout=None):
+        started.append(choice)
+        return "Ray worker pid 4242"
+
+    monkeypatch.setattr(analysis.runs.worker, "start_workers", fake_start)
+    monkeypatch.setattr(ui.finetune.executor, "cluster_summary", lambda a, c, r: f"at {a}")
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
+    next(r for r in at.radio if r.label == "Train on").set_value("ray").run()
+    next(b for b in at.button if b.label == "Queue a run with trajectory capture").click().run()
+    assert not errors(at), errors(at)
+    assert started == [ExecutorChoice("ray", None, cpus_per_run=1)]
+    assert any("on the Ray cluster" in s.value for s in at.success)
+    assert len(RunsDB().list_runs(status="queued")) == 1

@@ -282,21 +282,12 @@ def _sources(sources: set[str]) -> str:
 
 
 def _queue(db: RunsDB, configs: list, sweep: bool, executor: ExecutorChoice) -> None:
-    from analysis.runs.worker import check_executor, start_workers
+    from analysis.runs.launch import launch
 
-    check_executor(executor)  # an unreachable Ray cluster: one message, nothing queued
     sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S") if sweep else None
-    ids = [
-        db.enqueue(cfg, sweep_id=sweep_id, strategy=None if family == "single" else family)
-        for family, cfg in configs
-    ]
-    workers = start_workers(executor, db.path.parent)
-    how = (
-        "on the Ray cluster, as many at once as it holds"
-        if executor.executor == "ray"
-        else "one after another, one worker per device"
-    )
+    runs = [(cfg, None if family == "single" else family) for family, cfg in configs]
+    launched = launch(db, runs, executor, sweep_id)  # an unreachable cluster: nothing queued
     st.success(
-        f"Queued {len(ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. They train {how} "
-        f"({workers}); you can switch pages or close the tab."
+        f"Queued {len(launched.ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. They train "
+        f"{launched.how} ({launched.workers}); you can switch pages or close the tab."
     )

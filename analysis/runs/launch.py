@@ -1,0 +1,53 @@
+"""The one way runs are launched: check the executor, queue the runs, start their workers.
+
+Used by the CLI (``finetune``, ``sweep``, ``claims``), the Fine-tune, Heads, Subspaces and Paper
+check pages. The executor is checked first — an unreachable Ray cluster, or a live Ray worker of
+this queue on another cluster, is a ValueError with nothing queued — then the runs are queued,
+then the workers the choice needs start (one per device on this machine, or the Ray worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from analysis.runs.executor import RAY, ExecutorChoice
+
+if TYPE_CHECKING:
+    from analysis.finetune.config import FinetuneConfig
+    from analysis.runs.db import RunsDB
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What `launch` did: the new run ids, and a line naming the workers that train them."""
+
+    ids: list[str]
+    workers: str
+    executor: ExecutorChoice
+
+    @property
+    def how(self) -> str:
+        """How the runs train, for a page or the CLI to say."""
+        if self.executor.executor == RAY:
+            return "on the Ray cluster, as many at once as it holds"
+        return "one after another, one worker per device"
+
+
+def launch(
+    db: RunsDB,
+    runs: Sequence[tuple[FinetuneConfig, str | None]],
+    executor: ExecutorChoice | None = None,
+    sweep_id: str | None = None,
+) -> Launched:
+    """Queue ``runs`` ((config, strategy) pairs) in ``db`` and start the workers ``executor``
+    (default: this machine's) needs, also with nothing new to queue, so that a caller waiting on
+    queued runs keeps them served."""
+    from analysis.runs.worker import check_executor, start_workers
+
+    executor = executor or ExecutorChoice()
+    root = db.path.parent
+    check_executor(executor, root)
+    ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=strategy) for cfg, strategy in runs]
+    return Launched(ids, start_workers(executor, root), executor)
