@@ -7,6 +7,7 @@ Streamlit into its legacy multipage mode, which fights st.navigation).
 
 import streamlit as st
 
+from analysis.workspace import Workspace
 from ui.sidebar import render_sidebar
 
 st.set_page_config(page_title="tunescope", page_icon=":material/biotech:", layout="wide")
@@ -23,5 +24,6 @@ PAGES = [
 ]
 
 navigation = st.navigation(PAGES)
-render_sidebar()
-navigation.run()
+with Workspace.from_env().active():  # the app's one workspace: cache, runs, uploads
+    render_sidebar()
+    navigation.run()

@@ -103,11 +103,11 @@ DTYPES: dict[str, tuple[str | None, int]] = {
 
 
 def default_root() -> Path:
-    """``$TUNESCOPE_CACHE`` if set, else ``cache/`` at the project's root."""
-    env = os.environ.get("TUNESCOPE_CACHE")
-    if env:
-        return Path(env).expanduser().resolve()
-    return Path(__file__).resolve().parent.parent / "cache"
+    """The current workspace's root (`analysis.workspace.Workspace.current`: the one an entry
+    point made current, else ``$TUNESCOPE_CACHE``, else ``cache/`` at the project's root)."""
+    from analysis.workspace import Workspace
+
+    return Workspace.current().root
 
 
 def canonical_json(obj: Any) -> str:

@@ -71,6 +71,7 @@ from analysis.runs.results import distinct_labels, group_key, setting_digest
 from analysis.subspace.outliers import outlier_positions_file, random_positions_like
 from analysis.subspace.report import analyse_trajectory
 from analysis.subspace.trajectory import open_trajectory
+from analysis.workspace import Workspace
 
 if TYPE_CHECKING:
     from analysis.heads.stats import HeadStats
@@ -339,18 +340,12 @@ class PlannedRun:
         return group_key(self.config.to_dict()), self.config.seed
 
 
-def disable_folder(root: Path | str, run_id: str) -> Path:
-    """``<cache root>/subspace/<run id>/``: the zero-weights files of one trajectory run (the
-    Subspaces page uses the same folder and names)."""
-    return Path(root) / "subspace" / run_id
-
-
 def outlier_file(root: Path | str, run_id: str) -> str:
-    return str(disable_folder(root, run_id) / "zero-outliers.json")
+    return str(Workspace(root).outlier_file(run_id))
 
 
 def random_file(root: Path | str, run_id: str, seed: int) -> str:
-    return str(disable_folder(root, run_id) / f"zero-random-seed{seed}.json")
+    return str(Workspace(root).random_file(run_id, seed))
 
 
 def plan_runs(

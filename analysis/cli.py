@@ -17,6 +17,7 @@ import sys
 import analysis.commands
 from analysis.cache import CacheError
 from analysis.progress import Cancelled
+from analysis.workspace import Workspace
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,8 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The command's one workspace (``--cache``, else $TUNESCOPE_CACHE, else ./cache).
+    args.workspace = Workspace.from_env(getattr(args, "cache", None))
     try:
-        return int(args.handler(args) or 0)
+        with args.workspace.active():
+            return int(args.handler(args) or 0)
     except Cancelled as exc:
         print(f"cancelled: {exc}", file=sys.stderr)
         return 130

@@ -20,9 +20,9 @@ import hashlib
 import re
 from pathlib import Path
 
-from analysis.cache import default_root
 from analysis.data import BUILTIN_DATA, GLUE_DATA, SUPPORTED_EXTENSIONS
 from analysis.io import atomic_write_bytes
+from analysis.workspace import Workspace
 from ui.paths import data_dir, relative_to_data, resolve_typed
 
 UPLOAD = "upload a file…"
@@ -41,7 +41,7 @@ def named(value: str) -> bool:
 
 
 def uploads_dir() -> Path:
-    return default_root() / "uploads"
+    return Workspace.current().uploads
 
 
 def safe_name(name: str) -> str:

@@ -11,7 +11,6 @@ from analysis.commands.options import (
     TqdmProgress,
     add_executor_options,
     add_model_data,
-    apply_cache,
     data_spec_from_args,
     executor_from_args,
     model_spec_from_args,
@@ -84,7 +83,6 @@ def run(args: argparse.Namespace) -> int:
     from analysis.runs.db import RunsDB
     from analysis.runs.worker import check_executor
 
-    apply_cache(args)
     cfg = config_from_args(args)
     # The executor flags, and whether their executor can work now, before the long preparation.
     executor = executor_from_args(args)

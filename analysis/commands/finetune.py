@@ -11,7 +11,6 @@ from analysis.commands.options import (
     StepBar,
     add_model_data,
     add_training_options,
-    apply_cache,
     executor_from_args,
     finetune_config,
     launch,
@@ -47,7 +46,6 @@ def run(args: argparse.Namespace) -> int:
     from analysis.runs.db import RunsDB
     from analysis.runs.execute import execute_run
 
-    apply_cache(args)
     refuse_foreign_flags(args, {args.method})
     layers = parse_ints(args.layers, "--layers")
     cfg = finetune_config(args, method=args.method, layers=layers, seed=args.seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands.options import apply_cache, write_json
+from analysis.commands.options import write_json
 
 NAME = "info"
 HELP = "list built-in models and datasets, and the cache's contents"
@@ -20,7 +20,6 @@ def run(args: argparse.Namespace) -> int:
     from analysis.data import BUILTIN_DATA, GLUE_DATA, describe_builtin
     from analysis.models import BUILTIN_MODELS, FAMILIES
 
-    apply_cache(args)
     cache = DiskCache()
     cache.clear_stale_temp()
     entries = list(cache.entries())

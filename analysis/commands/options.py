@@ -87,11 +87,6 @@ def add_common(
         )
 
 
-def apply_cache(args: argparse.Namespace) -> None:
-    if getattr(args, "cache", None):
-        os.environ["TUNESCOPE_CACHE"] = str(Path(args.cache).expanduser().resolve())
-
-
 def absolute_path(name: str) -> str:
     """A relative path (or ``~/…``) made absolute against this working folder; an absolute
     path as it is (so the cache keys of absolute paths do not change)."""
@@ -145,7 +140,6 @@ def data_spec_from_args(args: argparse.Namespace) -> DataSpec:
 
 
 def extract_config_from_args(args: argparse.Namespace) -> ExtractConfig:
-    apply_cache(args)
     return ExtractConfig(
         model=model_spec_from_args(args),
         data=data_spec_from_args(args),

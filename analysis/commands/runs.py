@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from analysis.commands.options import apply_cache, data_name, model_name, write_json
+from analysis.commands.options import data_name, model_name, write_json
 from analysis.io import atomic_write_text
 
 NAME = "runs"
@@ -78,7 +78,6 @@ def run(args: argparse.Namespace) -> int:
     from analysis.runs.db import RunsDB
     from analysis.runs.results import with_groups
 
-    apply_cache(args)
     db = RunsDB()
     db.reap_dead()
     if args.action in ("list", "export"):

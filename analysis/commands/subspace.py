@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands.options import TqdmProgress, apply_cache, write_json
+from analysis.commands.options import TqdmProgress, write_json
 
 NAME = "subspace"
 HELP = "spectrum and outlier weights of a run's fine-tuning trajectory; disable-experiment files"
@@ -44,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
     from analysis.subspace.report import analyse_trajectory
     from analysis.subspace.trajectory import open_trajectory
 
-    apply_cache(args)
     if args.sigma <= 0 or args.top < 1:
         raise ValueError("--sigma must be positive and --top at least 1.")
     if args.random and not args.write_disable:

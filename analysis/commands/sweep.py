@@ -12,7 +12,6 @@ from analysis.commands.options import (
     StepBar,
     add_model_data,
     add_training_options,
-    apply_cache,
     executor_from_args,
     finetune_config,
     launch,
@@ -127,7 +126,6 @@ def run(args: argparse.Namespace) -> int:
     from analysis.runs.db import RunsDB
     from analysis.strategies import sweep_strategies
 
-    apply_cache(args)
     executor = executor_from_args(args)
     if args.foreground and executor.executor != "local":
         raise ValueError("--foreground trains here, one run after another: drop --executor ray.")

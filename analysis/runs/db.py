@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from analysis.cache import default_root
 from analysis.finetune.registry import method_names, method_spec
 from analysis.finetune.spec import default_run_label
 from analysis.io import atomic_write_json, atomic_write_text, remove_folder
 from analysis.runs.record import Run
+from analysis.workspace import Workspace
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -155,21 +155,18 @@ class RunNotFound(ValueError):
 
 
 def db_path(root: Path | str | None = None) -> Path:
-    """``<cache root>/runs.sqlite``; the root defaults to ``analysis.cache.default_root()``."""
-    if root is None:
-        root = default_root()
-    return Path(root) / "runs.sqlite"
+    """``<cache root>/runs.sqlite``; the root defaults to the current workspace's."""
+    return (Workspace(root) if root is not None else Workspace.current()).runs_db
 
 
 def run_folder(root: Path | str, run_id: str) -> Path:
-    """``<cache root>/runs/<run id>/``: the files a run writes (its trajectory snapshots)."""
-    return Path(root) / "runs" / run_id
+    """``<cache root>/runs/<run id>/`` (`Workspace.run_folder`)."""
+    return Workspace(root).run_folder(run_id)
 
 
 def disable_folder(root: Path | str, run_id: str) -> Path:
-    """``<cache root>/subspace/<run id>/``: the zero-weights files of the disable experiment made
-    from the trajectory of run ``run_id``."""
-    return Path(root) / "subspace" / run_id
+    """``<cache root>/subspace/<run id>/`` (`Workspace.disable_folder`)."""
+    return Workspace(root).disable_folder(run_id)
 
 
 def parse_tags(tags: str | Sequence[str]) -> tuple[str, ...]:

@@ -47,6 +47,7 @@ from analysis.runs.ray_executor import (
     write_status,
 )
 from analysis.runs.record import Run
+from analysis.workspace import Workspace
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -78,8 +79,13 @@ def all_devices() -> list[str]:
     return ["cpu"]
 
 
+def _root(root: Path | str | None) -> Path:
+    """``root``, or the current workspace's."""
+    return Workspace(root).root if root is not None else Workspace.current().root
+
+
 def lock_path(root: Path, device: str) -> Path:
-    return Path(root) / f"worker-{device.replace(':', '')}.lock"
+    return Workspace(root).lock(device)
 
 
 def _log(message: str) -> None:
@@ -124,7 +130,7 @@ class WorkerLock:
 
 def worker_pid(root: Path | str | None = None, device: str | None = None) -> int | None:
     """The pid of the live worker of ``device``, or None (no lock file, or nobody holds it)."""
-    root = Path(root) if root is not None else db_path().parent
+    root = _root(root)
     path = lock_path(root, device or default_device())
     if not path.is_file():
         return None
@@ -154,15 +160,14 @@ def _spawn(root: Path, lock: WorkerLock, arguments: list[str]) -> int:
     the cache root through ``TUNESCOPE_CACHE``, and appends its output to
     ``<cache root>/worker.log``.
     """
-    env = dict(os.environ)
-    env["TUNESCOPE_CACHE"] = str(root.resolve())
+    env = {**os.environ, **Workspace(root).environment()}
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
     )
     command = [sys.executable, "-m", "analysis.runs.worker", *arguments]
     command += ["--lock-fd", str(lock.fd)]
     try:
-        with open(root / "worker.log", "ab") as log:
+        with open(Workspace(root).worker_log, "ab") as log:
             child = subprocess.Popen(
                 command,
                 cwd=PROJECT_ROOT,
@@ -190,7 +195,7 @@ def ensure_worker(
     idle_timeout: float | None = None,
 ) -> int:
     """Start a detached worker for ``device`` unless one is alive; return its pid."""
-    root = Path(root) if root is not None else db_path().parent
+    root = _root(root)
     device = device or default_device()
     idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
     # Take the device's lock here and hand it to the child: there is no moment in which a second
@@ -219,7 +224,7 @@ def ensure_ray_worker(
     time. (`check_executor` checks both that and the address before anything is queued; this
     check stays for a worker that started in between.)
     """
-    root = Path(root) if root is not None else db_path().parent
+    root = _root(root)
     address = resolve_address(address)
     idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
     lock = WorkerLock(lock_path(root, RAY))
@@ -259,7 +264,7 @@ def check_executor(choice: ExecutorChoice, root: Path | str | None = None) -> No
     work now: a live Ray worker of the queue at ``root`` (default: the cache root) trains on
     another cluster, or the Ray cluster is unreachable."""
     if choice.executor == RAY:
-        root = Path(root) if root is not None else db_path().parent
+        root = _root(root)
         _refuse_another_cluster(root, resolve_address(choice.ray_address))
         check_address(choice.ray_address)
 
@@ -269,7 +274,7 @@ def start_workers(
 ) -> str:
     """Start the workers ``choice`` needs (unless alive) and remember ``choice`` (`last_choice`);
     returns one line saying which."""
-    root = Path(root) if root is not None else db_path().parent
+    root = _root(root)
     if choice.executor == RAY:
         address = resolve_address(choice.ray_address)
         pid = ensure_ray_worker(root, address, choice.cpus_per_run, idle_timeout)
@@ -295,7 +300,7 @@ def _remember(root: Path, choice: ExecutorChoice) -> None:
 def last_choice(root: Path | str | None = None) -> ExecutorChoice:
     """The choice runs were last queued with here (the local executor when none was recorded),
     so a queue left without a worker is picked up by the same kind of worker."""
-    root = Path(root) if root is not None else db_path().parent
+    root = _root(root)
     path = _choice_file(root)
     if path.is_file():
         with contextlib.suppress(ValueError, TypeError):
@@ -355,7 +360,7 @@ def serve(
     ``executor="ray"``: train on the Ray cluster at ``ray_address`` (`RayRunner`); an
     unreachable cluster is a `RayUnavailable` (a ValueError) before anything is claimed.
     """
-    root = Path(root) if root is not None else db_path().parent
+    root = _root(root)
     if executor == RAY:
         device = RAY
     device = device or default_device()
@@ -471,22 +476,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.cache:
-        os.environ["TUNESCOPE_CACHE"] = str(Path(args.cache).expanduser().resolve())
+    workspace = Workspace.from_env(args.cache)  # the worker's one workspace
+    os.environ.update(workspace.environment())  # its threads and the processes it starts too
 
     def stop(signum, frame):  # SIGTERM: end like Ctrl-C would, recording the run as stopped
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        ran = serve(
-            device=args.device,
-            idle_timeout=args.idle_timeout,
-            lock_fd=args.lock_fd,
-            executor=args.executor,
-            ray_address=args.ray_address,
-            cpus_per_run=args.ray_cpus_per_run,
-        )
+        with workspace.active():
+            ran = serve(
+                root=workspace.root,
+                device=args.device,
+                idle_timeout=args.idle_timeout,
+                lock_fd=args.lock_fd,
+                executor=args.executor,
+                ray_address=args.ray_address,
+                cpus_per_run=args.ray_cpus_per_run,
+            )
     except ValueError as exc:  # e.g. the Ray cluster is unreachable: the queue stays as it is
         _log(f"error: {exc} The queued runs stay queued.")
         return 2

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
-from analysis.cache import default_root
 from analysis.heads.selection_file import HeadSelection, selection_from_json
 from analysis.runs.db import RunsDB
+from analysis.workspace import Workspace
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -24,8 +24,8 @@ def _open_db(path: str) -> RunsDB:
 
 
 def get_db() -> RunsDB:
-    """The runs database of the current cache root (one connection per process)."""
-    return _open_db(str(default_root() / "runs.sqlite"))
+    """The runs database of the current workspace (one connection per process)."""
+    return _open_db(str(Workspace.current().runs_db))
 
 
 def heads_from_upload(content: bytes) -> HeadSelection:

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from analysis.cache import default_root
 from analysis.models import encoder_layers
-from analysis.runs import db as runs_db
 from analysis.runs.record import runs_of
 from analysis.subspace.report import SubspaceReport, analyse_trajectory
 from analysis.subspace.trajectory import open_trajectory
+from analysis.workspace import Workspace
 from ui.memo import ProgressMemo
 
 if TYPE_CHECKING:
@@ -69,19 +68,14 @@ def get_report(trajectory_dir: str, centre: bool) -> SubspaceReport:
     )
 
 
-def disable_folder(run_id: str) -> Path:
-    """``<cache root>/subspace/<run id>/``: the zero-weights files of one trajectory run (owned
-    by that run: the Runs page deletes them with its files)."""
-    return runs_db.disable_folder(default_root(), run_id)
-
-
 def outlier_file(run_id: str) -> str:
-    return str(disable_folder(run_id) / "zero-outliers.json")
+    """The current workspace's outlier zero-weights file of run ``run_id``."""
+    return str(Workspace.current().outlier_file(run_id))
 
 
 def random_file(run_id: str, seed: int) -> str:
-    return str(disable_folder(run_id) / f"zero-random-seed{seed}.json")
+    return str(Workspace.current().random_file(run_id, seed))
 
 
 def random_files(run_id: str) -> list[str]:
-    return [str(p) for p in sorted(disable_folder(run_id).glob("zero-random-seed*.json"))]
+    return [str(p) for p in Workspace.current().random_files(run_id)]
