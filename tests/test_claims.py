@@ -109,7 +109,7 @@ def test_run_claims_verdicts_on_fabricated_runs(tmp_path):
     assert sum(p.arm == "full" for p in planned) == 3  # X4's full runs, seeds 0..2
     pagerank = [p for p in planned if p.arm == "PageRank heads"]
     assert len(pagerank) == 3 and set(pagerank[0].claims) == {"H1", "H2"}  # planned once
-    assert pagerank[0].config.lr == 2e-4 and pagerank[0].config.head_lr == 1e-3  # heads' own rate
+    assert pagerank[0].config.lr == 2e-4 and pagerank[0].config.classifier_lr == 1e-3  # heads' own rate
     cut = next(p for p in planned if p.arm == "(1, 3, 3)")
     assert cut.config.layers == (1, 3, 3) and cut.config.lr == 5e-5
     runs = fabricated(planned, score, step)

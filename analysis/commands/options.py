@@ -172,8 +172,8 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
         setting_flag(name, type=int)
     setting_flag("lr", type=float)
     parser.add_argument(
-        "--classifier-lr", "--head-lr", dest="head_lr", type=float,
-        default=DEFAULT_CLASSIFIER_LR, help=help_of(FinetuneConfig, "head_lr"),
+        "--classifier-lr", "--head-lr", dest="classifier_lr", type=float,
+        default=DEFAULT_CLASSIFIER_LR, help=help_of(FinetuneConfig, "classifier_lr"),
     )  # fmt: skip
     setting_flag("pooling", choices=POOLINGS)
     setting_flag("device")
@@ -316,7 +316,7 @@ def finetune_config(
         options=method_options(args, method),
         steps=args.steps,
         lr=args.lr,
-        head_lr=args.head_lr,
+        classifier_lr=args.classifier_lr,
         batch_size=args.batch_size,
         max_length=args.max_length,
         seed=seed,

@@ -16,10 +16,12 @@ The JSON form (``to_dict``) is flat, as stored in the runs database since its fi
 each option sits beside the common keys under its flat key (``heads``, ``adapter_layers``,
 ``adapter_size``, ``lora_r``, ``lora_alpha``, ``lora_layers``, ``subspace_from``).
 
-The fresh classifier trains with its own learning rate, ``head_lr`` (1e-3 for every method), in
-its own AdamW parameter group: so "frozen" and "top layer only" differ only in what the body trains
-(SPEC.md, "Learning rates"). Configs stored before ``head_lr`` existed load with the default; their
-classifier actually trained at ``lr`` (`analysis.runs.results.run_setting` keeps that apart).
+The fresh classifier trains with its own learning rate, ``classifier_lr`` (1e-3 for every
+method), in its own AdamW parameter group: so "frozen" and "top layer only" differ only in what
+the body trains (SPEC.md, "Learning rates"). Its flat JSON key is ``head_lr``, as stored since it
+existed (so stored runs keep their run groups); ``from_dict`` takes either name. Configs stored
+before it existed load with the default; their classifier actually trained at ``lr``
+(`analysis.runs.record.migrate_config` says so).
 
 A heads run also stores where its selection came from (``heads_settings``: the selector, k,
 PageRank settings… of `HeadSelection.settings`), so a PageRank run and a random-heads run of the
@@ -51,6 +53,8 @@ from analysis.subspace.budget import resolve_every
 __all__ = ["AdapterOptions", "FinetuneConfig", "HeadsOptions", "LoraOptions", "SubspaceOptions",
            "flat_config", "layer_list", "options_from_flat"]  # fmt: skip
 TRAJECTORY_DTYPES = ("float32", "float16", "bfloat16")
+# Fields whose flat JSON key is another (older) name: stored configs and run groups keep it.
+STORED_NAMES = {"classifier_lr": "head_lr"}
 # The options of the built-in methods (a method's own module declares them; any options class
 # of a registered method is accepted).
 MethodOptions = Any
@@ -96,7 +100,7 @@ class FinetuneConfig:
         "default, 5e-5 full / layers, 2e-4 heads, 1e-3 adapter / BitFit / frozen, 5e-4 LoRA, "
         "1e-2 subspace)"
     )  # fmt: skip
-    head_lr: float = setting(
+    classifier_lr: float = setting(
         DEFAULT_CLASSIFIER_LR,
         help="learning rate of the fresh classifier, the same for every method",
     )
@@ -202,12 +206,12 @@ class FinetuneConfig:
         if not is_number(lr) or not math.isfinite(lr) or lr <= 0:
             raise ValueError(f"The learning rate must be a positive finite number (got {lr!r}).")
         object.__setattr__(self, "lr", float(lr))
-        head_lr = self.head_lr
-        if not is_number(head_lr) or not math.isfinite(head_lr) or head_lr <= 0:
+        rate = self.classifier_lr
+        if not is_number(rate) or not math.isfinite(rate) or rate <= 0:
             raise ValueError(
-                f"The classifier's learning rate must be a positive finite number (got {head_lr!r})."
+                f"The classifier's learning rate must be a positive finite number (got {rate!r})."
             )
-        object.__setattr__(self, "head_lr", float(head_lr))
+        object.__setattr__(self, "classifier_lr", float(rate))
         if not is_int(self.max_length) or not 8 <= self.max_length <= 4096:
             raise ValueError(
                 f"Max length must be between 8 and 4096 tokens (got {self.max_length!r})."
@@ -324,7 +328,7 @@ class FinetuneConfig:
                 value = dataclasses.asdict(value)
             elif isinstance(value, tuple):
                 value = list(value)
-            out[f.name] = value
+            out[STORED_NAMES.get(f.name, f.name)] = value
         return out
 
     def _flat_options(self) -> dict[str, Any]:
@@ -349,10 +353,14 @@ class FinetuneConfig:
         """
         own = {f.name for f in fields(cls)} - {"options"}
         defaults = flat_defaults()
-        unknown = sorted(set(payload) - own - set(defaults))
+        stored = {key: name for name, key in STORED_NAMES.items()}
+        both = [k for k in STORED_NAMES if k in payload and STORED_NAMES[k] in payload]
+        if both:
+            raise ValueError(f"Give {both[0]} or {STORED_NAMES[both[0]]}, not both.")
+        unknown = sorted(set(payload) - own - set(defaults) - set(stored))
         if unknown:
             raise ValueError(f"Unknown fine-tuning config keys: {', '.join(unknown)}.")
-        kwargs = {k: v for k, v in payload.items() if k in own}
+        kwargs = {stored.get(k, k): v for k, v in payload.items() if k in own or k in stored}
         for name, spec_class in (("model", ModelSpec), ("data", DataSpec)):
             if isinstance(kwargs.get(name), Mapping):
                 try:

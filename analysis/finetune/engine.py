@@ -304,7 +304,7 @@ def build_model(
         encoder, loaded.family, n_outputs, cfg.head_layer, cfg.pooling, loaded.n_layers
     )
     prepared = prepare_method(model, cfg, inputs)
-    prepared.head_params = tuple(p for p in model.classifier.parameters() if p.requires_grad)
+    prepared.classifier_params = tuple(p for p in model.classifier.parameters() if p.requires_grad)
     model.to(device)
     prepared.grad_masks = {p: m.to(p.device) for p, m in prepared.grad_masks.items()}
     kept = model.n_layers_kept
@@ -324,12 +324,12 @@ def build_model(
 
 def make_optimizer(prepared: Prepared, cfg: FinetuneConfig):
     """AdamW over the method's groups (the body at ``cfg.lr``, the fresh classifier at
-    ``cfg.head_lr``) and the warm-up / decay schedule: (optimizer, scheduler)."""
+    ``cfg.classifier_lr``) and the warm-up / decay schedule: (optimizer, scheduler)."""
     # torch's fused AdamW (one kernel per step, not a loop over tensors) where every parameter
     # allows it: 10-20% of a MiniLM step on the CPU, and what transformers' Trainer uses by default
     # (bench/bench_finetune.py measures both side by side).
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in prepared.params)
-    groups = prepared.param_groups(cfg.weight_decay, lr=cfg.lr, head_lr=cfg.head_lr)
+    groups = prepared.param_groups(cfg.weight_decay, lr=cfg.lr, classifier_lr=cfg.classifier_lr)
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=True if fused else None)
     warmup_steps = round(cfg.warmup * cfg.steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg.steps, warmup_steps))

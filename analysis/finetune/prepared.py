@@ -43,7 +43,7 @@ class Prepared:
     once more after the best-dev state is restored.
     trained_layers: the 1-based layers this method updates, for ``layers_backward``; None = every
     kept layer holding a parameter with ``requires_grad``.
-    head_params: the fresh classifier's parameters (set by the engine's `build_model`); they get
+    classifier_params: the fresh classifier's parameters (set by the engine's `build_model`); they get
     their own AdamW groups at the classifier's learning rate (`param_groups`).
     """
 
@@ -53,7 +53,7 @@ class Prepared:
     description: str = ""
     after_step: Callable[[], None] | None = None
     trained_layers: tuple[int, ...] | None = None
-    head_params: tuple[nn.Parameter, ...] = ()
+    classifier_params: tuple[nn.Parameter, ...] = ()
 
     @classmethod
     def from_model(
@@ -91,17 +91,17 @@ class Prepared:
         )
 
     def param_groups(
-        self, weight_decay: float, lr: float | None = None, head_lr: float | None = None
+        self, weight_decay: float, lr: float | None = None, classifier_lr: float | None = None
     ) -> list[dict]:
         """AdamW groups: body decay / no-decay at ``lr``, classifier decay / no-decay at
-        ``head_lr`` (SPEC.md, "Learning rates"). A group without ``lr`` takes the optimizer's."""
-        head = {id(p) for p in self.head_params} if head_lr is not None else set()
+        ``classifier_lr`` (SPEC.md, "Learning rates"). A group without ``lr`` takes the optimizer's."""
+        head = {id(p) for p in self.classifier_params} if classifier_lr is not None else set()
         groups = []
         for params, decay in ((self.decay, weight_decay), (self.no_decay, 0.0)):
             body = [p for p in params if id(p) not in head]
             classifier = [p for p in params if id(p) in head]
             groups.append({"params": body, "weight_decay": decay, **_lr(lr)})
-            groups.append({"params": classifier, "weight_decay": decay, **_lr(head_lr)})
+            groups.append({"params": classifier, "weight_decay": decay, **_lr(classifier_lr)})
         return [g for g in groups if g["params"]]
 
     def apply_grad_masks(self) -> None:

@@ -46,8 +46,8 @@ def migrate_config(stored: Mapping[str, Any]) -> dict[str, Any]:
     stored before ``head_lr`` existed gets ``head_lr = lr`` (its classifier trained at ``lr``).
     A ValueError for a config `FinetuneConfig` refuses."""
     flat = FinetuneConfig.from_dict(stored).to_dict()
-    if "head_lr" not in stored:
-        flat["head_lr"] = flat["lr"]
+    if "head_lr" not in stored and "classifier_lr" not in stored:
+        flat["head_lr"] = flat["lr"]  # the flat key of classifier_lr
     return flat
 
 

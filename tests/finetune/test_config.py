@@ -181,17 +181,17 @@ def test_placement_defaults():
 
 def test_the_classifier_has_its_own_learning_rate():
     for method in ("full", "frozen", "lora"):
-        assert flat_config(method=method).head_lr == 1e-3  # one default for every method
-    cfg = FinetuneConfig(head_lr=5e-3)
+        assert flat_config(method=method).classifier_lr == 1e-3  # one default for every method
+    cfg = FinetuneConfig(classifier_lr=5e-3)
     assert cfg.to_dict()["head_lr"] == 5e-3
     assert FinetuneConfig.from_dict(cfg.to_dict()) == cfg
     old = cfg.to_dict()
     del old["head_lr"]  # stored before head_lr existed
-    assert FinetuneConfig.from_dict(old).head_lr == 1e-3
+    assert FinetuneConfig.from_dict(old).classifier_lr == 1e-3
     for bad in (0, -1e-3, math.nan, "fast"):
         with pytest.raises(ValueError, match="classifier's learning rate"):
-            FinetuneConfig(head_lr=bad)
-    assert "classifier" in help_of(FinetuneConfig, "head_lr")
+            FinetuneConfig(classifier_lr=bad)
+    assert "classifier" in help_of(FinetuneConfig, "classifier_lr")
 
 
 def test_a_heads_run_keeps_where_its_selection_came_from():
@@ -205,3 +205,17 @@ def test_a_heads_run_keeps_where_its_selection_came_from():
     assert FinetuneConfig.from_dict(flat).heads.settings == {}
     with pytest.raises(ValueError, match="only used by method 'heads'"):
         FinetuneConfig.from_dict({"method": "full", "heads_settings": {"selector": "random"}})
+
+
+def test_classifier_lr_is_stored_as_head_lr_and_both_names_are_accepted():
+    from analysis.cli import build_parser
+
+    cfg = FinetuneConfig(classifier_lr=2e-3)
+    assert cfg.to_dict()["head_lr"] == 2e-3 and "classifier_lr" not in cfg.to_dict()
+    assert FinetuneConfig.from_dict({"classifier_lr": 2e-3}) == cfg
+    assert FinetuneConfig.from_dict({"head_lr": 2e-3}) == cfg  # as stored
+    with pytest.raises(ValueError, match="not both"):
+        FinetuneConfig.from_dict({"head_lr": 2e-3, "classifier_lr": 2e-3})
+    for flag in ("--classifier-lr", "--head-lr"):
+        args = build_parser().parse_args(["finetune", flag, "3e-3"])
+        assert args.classifier_lr == 3e-3

@@ -52,7 +52,7 @@ def test_old_configs_load_as_typed_records_and_migrate(tmp_path):
     assert group_key(whole.stored) == group_key(full.stored)  # one run group
     assert part.method == "layers" and part.config.layers == (1, 1, 2)
     # Stored before head_lr: the classifier trained at lr, and the record says so.
-    assert whole.config.head_lr == whole.config.lr == 5e-5
+    assert whole.config.classifier_lr == whole.config.lr == 5e-5
     assert migrate_config(flat_config(method="frozen").to_dict())["head_lr"] == 1e-3
     assert whole.result["score"] == 0.8 and whole.status == "done" and whole.seed == 0
     table = results_table(db.list_runs())

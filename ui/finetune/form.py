@@ -130,9 +130,9 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
             "Learning rate", "", placeholder="method default", help=lr_help(), key="ft_lr",
             persist_state=KEEP,
         )  # fmt: skip
-        head_lr = b.number_input(
+        classifier_lr = b.number_input(
             "Classifier learning rate", min_value=1e-7, max_value=1.0, value=DEFAULT_CLASSIFIER_LR,
-            format="%.1e", help=help_of(FinetuneConfig, "head_lr") + " (its own AdamW group)",
+            format="%.1e", help=help_of(FinetuneConfig, "classifier_lr") + " (its own AdamW group)",
             key="ft_head_lr", persist_state=KEEP,
         )  # fmt: skip
         batch_size = c.number_input(
@@ -169,7 +169,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
     seeds = _ints(seeds_text, "Seeds")
     common = dict(
         model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=_learning_rate(lr_text),
-        head_lr=float(head_lr),
+        classifier_lr=float(classifier_lr),
         batch_size=int(batch_size), max_length=extract_cfg.max_length, pooling=extract_cfg.pooling,
         n_train=int(n_train) or None, n_eval=int(n_eval), eval_every=int(eval_every),
     )  # fmt: skip
