@@ -378,7 +378,7 @@ def extract_states(
             **meta,
             "cache_hit": hit,
             "cache_path": str(cache.entry_dir("states", recipe)),
-            "model_family": loaded.family,
+            "model_family": loaded.model_family,
             "n_heads": loaded.n_heads,
         },
         stored=cache.stored("states", recipe)["states"],

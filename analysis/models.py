@@ -108,7 +108,7 @@ class LoadedModel:
     name: str  # what the user sees
     model: nn.Module  # base encoder, eval mode, eager attention; never trained
     tokenizer: PreTrainedTokenizerBase
-    family: str
+    model_family: str  # bert, roberta, distilbert… (`LAYER_PARTS`)
     n_layers: int
     n_heads: int
     d_model: int
@@ -122,7 +122,7 @@ class LoadedModel:
 
     def identity(self) -> dict[str, str]:
         """What makes this model this model, for cache keys."""
-        return {"name": self.name, "family": self.family, "fingerprint": self.fingerprint}
+        return {"name": self.name, "family": self.model_family, "fingerprint": self.fingerprint}
 
 
 def default_device() -> torch.device:
@@ -237,7 +237,7 @@ def wrap_model(
         name=spec.name,
         model=model,
         tokenizer=tokenizer,
-        family=family,
+        model_family=family,
         n_layers=n_layers,
         n_heads=n_heads,
         d_model=d_model,

@@ -34,7 +34,7 @@ def strategy_names() -> tuple[str, ...]:
 class Strategy:
     """One run's recipe in a sweep: a method, its layer triple (layer methods) and its family."""
 
-    family: str
+    strategy_family: str  # ℓ*-down, ℓ*-up, baseline, middle
     method: str
     layers: Triple | None = None
 

@@ -19,7 +19,7 @@ from analysis.models import (
 def test_every_family_loads_with_its_parts(tiny_family_dir):
     family, folder = tiny_family_dir
     loaded = load_model(ModelSpec(str(folder)), device="cpu")
-    assert loaded.family == family
+    assert loaded.model_family == family
     assert (loaded.n_layers, loaded.n_heads, loaded.d_model, loaded.d_head) == (2, 4, 32, 8)
     layers = encoder_layers(loaded.model)
     assert len(layers) == 2
@@ -56,7 +56,7 @@ def test_trainable_copy_leaves_shared_model_untouched(tiny_bert_dir):
 
 def test_builtin_minilm_loads_offline():
     loaded = load_model(ModelSpec("minilm"), device="cpu")
-    assert (loaded.family, loaded.n_layers, loaded.n_heads, loaded.d_model) == ("bert", 6, 12, 384)
+    assert (loaded.model_family, loaded.n_layers, loaded.n_heads, loaded.d_model) == ("bert", 6, 12, 384)
 
 
 def test_missing_folder(tmp_path):

@@ -73,7 +73,7 @@ st.download_button("Download the sample (CSV)", shown.to_csv(index=False), "samp
 
 st.subheader("What will be cached")
 st.markdown(
-    f"One forward pass of **{loaded.name}** ({loaded.family}, {loaded.n_layers} layers, "
+    f"One forward pass of **{loaded.name}** ({loaded.model_family}, {loaded.n_layers} layers, "
     f"{loaded.n_heads} heads, d_model {loaded.d_model}) over these {len(rows):,} examples gives the "
     f"**{cfg.pooling}**-pooled state of every layer 0..{loaded.n_layers}: a tensor of "
     f"{loaded.n_layers + 1} × {len(rows):,} × {loaded.d_model} floats "

@@ -301,7 +301,7 @@ def build_model(
         apply_zero_weights(encoder, cfg.zero_weights, skip=removed)
     use_fast_attention(encoder)
     model = EncoderClassifier(
-        encoder, loaded.family, n_outputs, cfg.head_layer, cfg.pooling, loaded.n_layers
+        encoder, loaded.model_family, n_outputs, cfg.head_layer, cfg.pooling, loaded.n_layers
     )
     prepared = prepare_method(model, cfg, inputs)
     prepared.classifier_params = tuple(p for p in model.classifier.parameters() if p.requires_grad)
@@ -600,7 +600,7 @@ def run_finetune(
         if cfg.trajectory_every:
             recorder = TrajectoryRecorder(
                 trajectory_dir, list(built.model.layers), cfg.trajectory_every,
-                cfg.trajectory_dtype, family=built.model.family,
+                cfg.trajectory_dtype, family=built.model.model_family,
             )  # fmt: skip
         loop.train(should_stop, on_step, on_eval, recorder, memory, scaled(progress, 0.05, 0.95))
         progress(0.95, "Scoring the test part")

@@ -120,7 +120,7 @@ class EncoderClassifier(nn.Module):
         if dropout is None:
             dropout = getattr(config, "dropout", 0.1)
         self.encoder = encoder
-        self.family = family
+        self.model_family = family
         self.pooling = pooling
         self.n_layers_total = n_layers
         self.n_outputs = n_outputs

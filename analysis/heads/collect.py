@@ -82,7 +82,7 @@ def collect_head_stats(
 
     layers = encoder_layers(loaded.model)
     handles = [
-        layer_modules(block, loaded.family)["attn_out"].register_forward_pre_hook(capture(i + 1))
+        layer_modules(block, loaded.model_family)["attn_out"].register_forward_pre_hook(capture(i + 1))
         for i, block in enumerate(layers)
     ]
     n, done = len(texts), 0
@@ -154,7 +154,7 @@ def head_stats(
         **meta,
         "cache_hit": hit,
         "model": loaded.name,
-        "family": loaded.family,
+        "family": loaded.model_family,
         "d_model": loaded.d_model,
         "d_head": loaded.d_head,
         "n_params": loaded.n_params,

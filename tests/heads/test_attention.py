@@ -16,7 +16,7 @@ def captured_values_and_outputs(loaded, text: str, layer: int):
     """V (S, H·d_head) out of the value projection and the head outputs O (S, H·d_head) going
     into the attention output projection, for ``text`` at ``layer`` (1-based)."""
     block = encoder_layers(loaded.model)[layer - 1]
-    parts = layer_modules(block, loaded.family)
+    parts = layer_modules(block, loaded.model_family)
     seen: dict[str, torch.Tensor] = {}
     hooks = [
         parts["value"].register_forward_hook(lambda m, a, out: seen.__setitem__("v", out)),
@@ -25,7 +25,7 @@ def captured_values_and_outputs(loaded, text: str, layer: int):
     try:
         enc = loaded.tokenizer([text], return_tensors="pt")
         accepted = {
-            k: v for k, v in enc.items() if k != "token_type_ids" or loaded.family != "distilbert"
+            k: v for k, v in enc.items() if k != "token_type_ids" or loaded.model_family != "distilbert"
         }
         with torch.inference_mode():
             loaded.model(**accepted)

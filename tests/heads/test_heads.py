@@ -543,7 +543,7 @@ def sharpen_attention(loaded, scale: float = 40.0) -> None:
 
     with torch.no_grad():
         for block in encoder_layers(loaded.model):
-            layer_modules(block, loaded.family)["query"].weight.mul_(scale)
+            layer_modules(block, loaded.model_family)["query"].weight.mul_(scale)
 
 
 def test_captured_head_outputs_are_attention_times_values(tiny_bert_dir):
@@ -556,7 +556,7 @@ def test_captured_head_outputs_are_attention_times_values(tiny_bert_dir):
     loaded = load_model(ModelSpec(str(tiny_bert_dir)), device="cpu")
     sharpen_attention(loaded)
     block = encoder_layers(loaded.model)[1]
-    parts = layer_modules(block, loaded.family)
+    parts = layer_modules(block, loaded.model_family)
     seen = {}
     handles = [
         parts["attn_out"].register_forward_pre_hook(lambda m, a: seen.__setitem__("ctx", a[0])),

@@ -180,7 +180,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         plan = [("single", method, triple if method_spec(method).needs_layers else None)]
     else:
         plan = [
-            (s.family, s.method, s.layers)
+            (s.strategy_family, s.method, s.layers)
             for s in sweep_strategies(strategies, n_layers, int(l_star))
         ]
     heads = given.get("heads") if method == "heads" else heads_found

@@ -40,10 +40,10 @@ def prepare(model, cfg, inputs):
 
     options = cfg.options_for(AdapterOptions)
     layers = cfg.placement(model.n_layers_total)
-    adapters = add_adapters(model.layers, model.family, layers, options.size)
+    adapters = add_adapters(model.layers, model.model_family, layers, options.size)
     norms = []
     for block in blocks(model, layers):
-        parts = layer_modules(block, model.family)
+        parts = layer_modules(block, model.model_family)
         norms += [*parts["attn_norm"].parameters(), *parts["ffn_norm"].parameters()]
     train_only(model, [*(p for a in adapters for p in a.parameters()), *norms])
     return Prepared.from_model(

@@ -41,7 +41,7 @@ def prepare(model, cfg, inputs):
     masks: dict[torch.nn.Parameter, torch.Tensor] = {}
     selection = cfg.options_for(HeadsOptions).heads
     for layer, heads in selection.layers:
-        parts = layer_modules(model.layers[layer - 1], model.family)
+        parts = layer_modules(model.layers[layer - 1], model.model_family)
         for key in ("query", "key", "value"):
             linear = parts[key]
             d_head = linear.out_features // n_heads

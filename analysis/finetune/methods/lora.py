@@ -49,7 +49,7 @@ def prepare(model, cfg, inputs):
 
     options = cfg.options_for(LoraOptions)
     layers = cfg.placement(model.n_layers_total)
-    parts = LAYER_PARTS[model.family]
+    parts = LAYER_PARTS[model.model_family]
     lora_config = LoraConfig(
         r=options.r,
         lora_alpha=options.alpha,
