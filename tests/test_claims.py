@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from analysis import claims
-from analysis.compare import encode_predictions
 from analysis.config import DataSpec, ModelSpec
 from analysis.heads.selection_file import HeadSelection
 from analysis.layers.repeats import LayerRepeats
+from analysis.predictions import encode_predictions
 
 N_LAYERS = 6
 
@@ -109,7 +109,9 @@ def test_run_claims_verdicts_on_fabricated_runs(tmp_path):
     assert sum(p.arm == "full" for p in planned) == 3  # X4's full runs, seeds 0..2
     pagerank = [p for p in planned if p.arm == "PageRank heads"]
     assert len(pagerank) == 3 and set(pagerank[0].claims) == {"H1", "H2"}  # planned once
-    assert pagerank[0].config.lr == 2e-4 and pagerank[0].config.classifier_lr == 1e-3  # heads' own rate
+    assert (
+        pagerank[0].config.lr == 2e-4 and pagerank[0].config.classifier_lr == 1e-3
+    )  # heads' own rate
     cut = next(p for p in planned if p.arm == "(1, 3, 3)")
     assert cut.config.layers == (1, 3, 3) and cut.config.lr == 5e-5
     runs = fabricated(planned, score, step)

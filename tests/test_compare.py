@@ -13,12 +13,10 @@ from analysis.compare import (
     _resampled_scores,
     compare,
     comparisons_frame,
-    decode_predictions,
-    encode_predictions,
-    fingerprint_of_part,
     mean_se,
     paired_bootstrap_p,
 )
+from analysis.predictions import decode_predictions, encode_predictions, fingerprint_of_part
 from analysis.scores import task_score
 
 

@@ -56,7 +56,12 @@ def test_trainable_copy_leaves_shared_model_untouched(tiny_bert_dir):
 
 def test_builtin_minilm_loads_offline():
     loaded = load_model(ModelSpec("minilm"), device="cpu")
-    assert (loaded.model_family, loaded.n_layers, loaded.n_heads, loaded.d_model) == ("bert", 6, 12, 384)
+    assert (loaded.model_family, loaded.n_layers, loaded.n_heads, loaded.d_model) == (
+        "bert",
+        6,
+        12,
+        384,
+    )
 
 
 def test_missing_folder(tmp_path):

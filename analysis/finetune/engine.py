@@ -47,7 +47,6 @@ import pandas as pd
 import torch
 from torch import nn
 
-from analysis.compare import encode_predictions, fingerprint_of_part
 from analysis.data import TaskData, load_data
 from analysis.extract import Tokenized, pad_id_of, texts_of, tokenize
 from analysis.finetune.config import FinetuneConfig
@@ -55,6 +54,7 @@ from analysis.finetune.model import EncoderClassifier, truncated_copy, use_fast_
 from analysis.finetune.prepare import embeddings_train, prepare_method, trainable_layers
 from analysis.finetune.prepared import MethodInputs, Prepared
 from analysis.models import LoadedModel, load_model
+from analysis.predictions import encode_predictions, fingerprint_of_part
 from analysis.progress import Cancelled, Progress, no_progress, scaled
 from analysis.scores import task_score
 from analysis.subspace.outliers import apply_zero_weights

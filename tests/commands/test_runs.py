@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from analysis.cli import main
-from analysis.compare import encode_predictions
 from analysis.finetune.config import flat_config
+from analysis.predictions import encode_predictions
 from analysis.runs.db import RunsDB
 
 LABELS = np.array([0, 1] * 100)

@@ -320,7 +320,7 @@ def test_the_classifier_trains_at_its_own_learning_rate(tiny):
 
 
 def test_result_carries_its_test_predictions(tiny):
-    from analysis.compare import decode_predictions
+    from analysis.predictions import decode_predictions
     from analysis.scores import task_score
 
     data = synthetic_data()

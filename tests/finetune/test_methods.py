@@ -230,7 +230,9 @@ def test_truncation_removes_layers_and_matches_the_full_model(bert4, tiny_family
     for loaded in (bert4, load_model(ModelSpec(str(folder)), device="cpu")):
         n_layers = loaded.n_layers
         full = trainable_copy(loaded).eval()
-        model = EncoderClassifier(trainable_copy(loaded), loaded.model_family, 2, head_layer=1).eval()
+        model = EncoderClassifier(
+            trainable_copy(loaded), loaded.model_family, 2, head_layer=1
+        ).eval()
         assert model.n_layers_kept == 1 and len(model.layers) == 1
         config = model.encoder.config
         assert getattr(config, "num_hidden_layers", getattr(config, "n_layers", None)) == 1

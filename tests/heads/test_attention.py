@@ -25,7 +25,9 @@ def captured_values_and_outputs(loaded, text: str, layer: int):
     try:
         enc = loaded.tokenizer([text], return_tensors="pt")
         accepted = {
-            k: v for k, v in enc.items() if k != "token_type_ids" or loaded.model_family != "distilbert"
+            k: v
+            for k, v in enc.items()
+            if k != "token_type_ids" or loaded.model_family != "distilbert"
         }
         with torch.inference_mode():
             loaded.model(**accepted)

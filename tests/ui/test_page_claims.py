@@ -10,9 +10,9 @@ import pytest
 from apptest_utils import errors, make_app, open_page
 
 from analysis import claims
-from analysis.compare import encode_predictions
 from analysis.config import DataSpec, ModelSpec
 from analysis.models import load_model
+from analysis.predictions import encode_predictions
 from analysis.runs.db import RunsDB
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
