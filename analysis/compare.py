@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.io import json_ready
 from analysis.predictions import decode_predictions
 from analysis.scores import METRICS, task_score
 
@@ -130,10 +131,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; NaN becomes None. The keys of ``runs compare --json`` come first."""
-
-        def clean(x: Any) -> Any:
-            return None if isinstance(x, float) and not math.isfinite(x) else x
-
+        clean = json_ready
         return {
             "diff": clean(self.diff),
             "se": clean(self.se),

@@ -157,3 +157,30 @@ def parse_json(text: str | bytes, what: str = "file") -> Any:
         raise ValueError(f"The {what} is not valid JSON: {exc.msg} (line {exc.lineno}).") from None
     except UnicodeDecodeError:
         raise ValueError(f"The {what} is not UTF-8 text.") from None
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as strict JSON can hold it: NaN and ±inf become None; numpy scalars and arrays,
+    tuples, paths and timestamps become plain numbers, lists and strings; dict keys become
+    strings; a DataFrame becomes its list of records. The one sanitiser of every JSON output."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    kind = type(value).__module__.split(".")[0]
+    if kind == "numpy":
+        return json_ready(value.tolist() if hasattr(value, "tolist") else value.item())
+    if kind == "pandas":
+        if hasattr(value, "to_dict") and hasattr(value, "columns"):
+            return json_ready(value.to_dict(orient="records"))
+        if type(value).__name__ in ("NAType", "NaTType"):
+            return None
+        if hasattr(value, "isoformat"):
+            return value.isoformat()
+    return value

@@ -33,3 +33,22 @@ def test_layer_table_is_the_function_even_after_the_module_is_imported():
     from analysis import layer_table
 
     assert callable(layer_table) and layer_table.__name__ == "layer_metrics"
+
+
+def test_json_ready_is_the_one_sanitiser():
+    import json
+    import math
+    from pathlib import Path
+
+    import numpy as np
+    import pandas as pd
+
+    from analysis.io import json_ready
+
+    frame = pd.DataFrame({"a": [1.0, math.nan], "t": pd.to_datetime([0, None], unit="s", utc=True)})
+    value = {1: (np.float32(0.5), np.int64(3), math.inf), "p": Path("/x"), "f": frame,
+             "arr": np.array([1.5, np.nan])}  # fmt: skip
+    ready = json_ready(value)
+    assert ready == {"1": [0.5, 3, None], "p": "/x", "arr": [1.5, None],
+                     "f": [{"a": 1.0, "t": "1970-01-01T00:00:00+00:00"}, {"a": None, "t": None}]}  # fmt: skip
+    json.dumps(ready, allow_nan=False)

@@ -12,7 +12,7 @@ import argparse
 import json
 
 from analysis.commands.options import data_name, model_name, write_json
-from analysis.io import atomic_write_text
+from analysis.io import atomic_write_text, json_ready
 
 NAME = "runs"
 HELP = "list, show, export, compare, cancel, annotate (note, tag) or delete fine-tuning runs"
@@ -100,9 +100,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(table[LIST_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
         if args.json:
-            write_json(
-                args.json, {"runs": json.loads(table.to_json(orient="records", date_format="iso"))}
-            )
+            write_json(args.json, {"runs": json_ready(table)})
         return 0
     if args.action == "show":
         record = db.get_run(args.id)
@@ -177,7 +175,7 @@ def _groups(db, args: argparse.Namespace) -> int:
     else:
         print(summary[GROUP_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if args.json:
-        write_json(args.json, {"groups": json.loads(summary.to_json(orient="records"))})
+        write_json(args.json, {"groups": json_ready(summary)})
     return 0
 
 

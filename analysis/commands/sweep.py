@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ from analysis.commands.options import (
     write_json,
 )
 from analysis.finetune.spec import LR_GRID
+from analysis.io import json_ready
 from analysis.strategies import strategy_names
 
 NAME = "sweep"
@@ -163,7 +163,13 @@ def run(args: argparse.Namespace) -> int:
     payload: dict = {"l_star": l_star, "n_layers": n_layers, "runs": []}
     if args.dry_run:
         payload["runs"] = [
-            {"family": s.strategy_family, "method": s.method, "label": s.label, "seed": c.seed, "lr": c.lr}
+            {
+                "family": s.strategy_family,
+                "method": s.method,
+                "label": s.label,
+                "seed": c.seed,
+                "lr": c.lr,
+            }
             for s, c in configs
         ]
         write_json(args.json, payload)
@@ -206,7 +212,12 @@ def _run_here(db, configs, sweep_id, loaded, payload, args) -> int:
             failures += 1
             print(f"{run_id} {strategy.label}: {status} {run['error'] or ''}", file=sys.stderr)
         payload["runs"].append(
-            {"run_id": run_id, "status": status, "family": strategy.strategy_family, "result": run["result"]}
+            {
+                "run_id": run_id,
+                "status": status,
+                "family": strategy.strategy_family,
+                "result": run["result"],
+            }
         )
     payload["sweep_id"] = sweep_id
     if args.lr_grid:
@@ -227,4 +238,4 @@ def _lr_choices(db, sweep_id: str) -> list[dict]:
             f"  {row.label}: lr {row.lr:g}, dev {row.dev_score:.4f}, test {row.score:.4f} "
             f"(n_seeds {row.n_seeds})"
         )
-    return json.loads(choices.drop(columns=["lr_sibling"]).to_json(orient="records"))
+    return json_ready(choices.drop(columns=["lr_sibling"]))

@@ -53,6 +53,7 @@ from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.model import EncoderClassifier, truncated_copy, use_fast_attention
 from analysis.finetune.prepare import embeddings_train, prepare_method, trainable_layers
 from analysis.finetune.prepared import MethodInputs, Prepared
+from analysis.io import json_ready
 from analysis.models import LoadedModel, load_model
 from analysis.predictions import encode_predictions, fingerprint_of_part
 from analysis.progress import Cancelled, Progress, no_progress, scaled
@@ -98,21 +99,7 @@ class FinetuneResult:
     test_predictions: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _json_safe({k: getattr(self, k) for k in self.__dataclass_fields__})
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        return _json_safe(value.item())
-    if isinstance(value, Path):
-        return str(value)
-    return value
+        return json_ready({k: getattr(self, k) for k in self.__dataclass_fields__})
 
 
 # -- data ------------------------------------------------------------------------------------------

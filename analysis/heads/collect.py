@@ -82,7 +82,9 @@ def collect_head_stats(
 
     layers = encoder_layers(loaded.model)
     handles = [
-        layer_modules(block, loaded.model_family)["attn_out"].register_forward_pre_hook(capture(i + 1))
+        layer_modules(block, loaded.model_family)["attn_out"].register_forward_pre_hook(
+            capture(i + 1)
+        )
         for i, block in enumerate(layers)
     ]
     n, done = len(texts), 0

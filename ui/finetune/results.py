@@ -12,6 +12,7 @@ import json
 import streamlit as st
 
 from analysis.compare import compare
+from analysis.io import json_ready
 from analysis.runs import results
 from ui import verdicts
 from ui.figures import finetune as figures
@@ -97,7 +98,7 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
     )
     right.download_button(
         "Download JSON",
-        json.dumps(json.loads(table.to_json(orient="records")), indent=1),
+        json.dumps(json_ready(table), indent=1),
         "finetune_results.json",
         "application/json",
     )
