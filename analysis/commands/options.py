@@ -27,7 +27,7 @@ from analysis.config import (
     parse_ints,
 )
 from analysis.finetune.config import FinetuneConfig
-from analysis.finetune.registry import method_spec, option_owners
+from analysis.finetune.registry import default_lrs_text, method_spec, option_owners
 from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR
 from analysis.io import atomic_write_text
 from analysis.runs.executor import EXECUTORS, ExecutorChoice
@@ -170,7 +170,10 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
 
     for name in ("steps", "batch_size", "max_length", "n_train", "n_eval", "eval_every"):
         setting_flag(name, type=int)
-    setting_flag("lr", type=float)
+    parser.add_argument(
+        "--lr", type=float, default=None,
+        help=help_of(FinetuneConfig, "lr") + f"; the defaults: {default_lrs_text()}",
+    )  # fmt: skip
     parser.add_argument(
         "--classifier-lr", "--head-lr", dest="classifier_lr", type=float,
         default=DEFAULT_CLASSIFIER_LR, help=help_of(FinetuneConfig, "classifier_lr"),

@@ -27,9 +27,8 @@ A heads run also stores where its selection came from (``heads_settings``: the s
 PageRank settings… of `HeadSelection.settings`), so a PageRank run and a random-heads run of the
 same size tell themselves apart; configs stored before that load with empty settings.
 
-Default body learning rates (``MethodSpec.default_lr``; short runs of a few hundred steps;
-override with ``lr``): full and layers 5e-5, heads 2e-4, LoRA 5e-4, adapter, BitFit and frozen
-1e-3, subspace and subspace-random 1e-2 — each method's module says why.
+Default body learning rates are each method's ``MethodSpec.default_lr`` (its module says why;
+override with ``lr``).
 """
 
 from __future__ import annotations
@@ -97,8 +96,7 @@ class FinetuneConfig:
     steps: int = setting(200, help="optimizer steps")
     lr: float | None = setting(
         None, help="learning rate of the encoder's trained parameters (blank: the method's "
-        "default, 5e-5 full / layers, 2e-4 heads, 1e-3 adapter / BitFit / frozen, 5e-4 LoRA, "
-        "1e-2 subspace)"
+        "default: its spec's default_lr)"
     )  # fmt: skip
     classifier_lr: float = setting(
         DEFAULT_CLASSIFIER_LR,

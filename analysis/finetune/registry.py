@@ -72,6 +72,11 @@ def default_lr(method: str) -> float:
     return method_spec(method).default_lr
 
 
+def default_lrs_text() -> str:
+    """Each method's default body learning rate, for help texts: ``layers 5e-05, full 5e-05…``."""
+    return ", ".join(f"{s.name} {s.default_lr:g}" for s in method_specs())
+
+
 def sweep_methods() -> tuple[str, ...]:
     """The methods a sweep offers as whole-model baselines, in their ``sweep`` order."""
     offered = [s for s in method_specs() if s.sweep is not None]

@@ -17,7 +17,7 @@ import streamlit as st
 
 from analysis.config import default_of, help_of, parse_ints
 from analysis.finetune.config import FinetuneConfig, canonical, grid_factors, lr_scaled
-from analysis.finetune.registry import method_names, method_spec, method_specs
+from analysis.finetune.registry import default_lrs_text, method_names, method_spec
 from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID
 from analysis.heads.selection_file import HeadSelection
 from analysis.runs.db import run_label
@@ -44,8 +44,7 @@ STRATEGY_HELP = (
 
 def lr_help() -> str:
     """The learning-rate field's help: each method's default body rate, from its spec."""
-    rates = ", ".join(f"{s.name} {s.default_lr:g}" for s in method_specs())
-    return f"blank = the method's default: {rates}"
+    return f"blank = the method's default: {default_lrs_text()}"
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
