@@ -14,6 +14,7 @@ from ui.loaders import show_error
 
 WHERE = {LOCAL: "this machine", RAY: "a Ray cluster"}
 KEEP = "session"  # like the launch form's fields, the choice stays across page switches
+CHOICE_KEY = "executor_choice"  # the last choice, for pages that queue without the picker
 
 
 def executor_picker(root: Path) -> ExecutorChoice:
@@ -31,6 +32,7 @@ def executor_picker(root: Path) -> ExecutorChoice:
         help=help_of(ExecutorChoice, "executor"),
     )
     if kind == LOCAL:
+        st.session_state[CHOICE_KEY] = ExecutorChoice()
         return ExecutorChoice()
     left, right = st.columns([3, 1])
     address = left.text_input(
@@ -50,7 +52,14 @@ def executor_picker(root: Path) -> ExecutorChoice:
         st.caption(cluster_summary(choice.ray_address, choice.cpus_per_run, str(root)))
     except ValueError as exc:
         show_error(exc)
+    st.session_state[CHOICE_KEY] = choice
     return choice
+
+
+def chosen_executor() -> ExecutorChoice:
+    """The "Train on" choice last made on a page that shows `executor_picker` (default: this
+    machine), for a page that queues runs without drawing the picker itself."""
+    return st.session_state.get(CHOICE_KEY) or ExecutorChoice()
 
 
 @st.cache_data(ttl=30, show_spinner="Asking the Ray cluster…")

@@ -12,6 +12,7 @@ import streamlit as st
 from analysis import claims
 from analysis.heads.selection_file import SELECTOR_LABELS
 from ui import verdicts
+from ui.finetune.executor import chosen_executor
 from ui.finetune.state import format_seconds, get_db
 
 if TYPE_CHECKING:
@@ -69,9 +70,11 @@ def heads_runs_view(
         st.success("Every run is already there (finished, queued or training).")
         return
     seconds, how = claims.estimate_seconds(missing, runs)
-    ids = claims.queue_runs(db, missing, "heads-" + time.strftime("%Y%m%d-%H%M%S"))
+    sweep_id = "heads-" + time.strftime("%Y%m%d-%H%M%S")
+    ids = claims.queue_runs(db, missing, sweep_id, chosen_executor())  # as Train on says
     estimate = "unknown" if seconds is None else f"about {format_seconds(seconds)} ({how})"
     st.success(
         f"Queued {len(ids)} heads run(s): {estimate}. A background worker trains them; the "
-        "verdicts above fill in as they finish (and on the Paper check page, H1 and H2)."
+        "verdicts above fill in as they finish (and on the Paper check page, H1 and H2). They "
+        'train where the Fine-tune page\'s "Train on" says.'
     )

@@ -21,13 +21,12 @@ from analysis.subspace.report import SubspaceReport
 from ui import verdicts
 from ui.datasets import data_label
 from ui.figures import subspace as figures
-from ui.finetune.executor import executor_picker
+from ui.finetune.executor import chosen_executor, executor_picker
 from ui.links import publish, take_link
 from ui.subspace.state import outlier_file, random_file, random_files, trajectory_runs
 
 KEEP = "session"  # the forms keep their values across page switches
 RUN_KEY = "sub_run"  # the pinned trajectory run; its link parameter is ``run``
-EXECUTOR_KEY = "sub_executor_choice"  # where this page's runs train (`executor_picker`)
 
 if TYPE_CHECKING:
     from analysis.config import ExtractConfig
@@ -50,9 +49,7 @@ def _queue(db: RunsDB, configs: list) -> None:
 def _executor(db: RunsDB) -> ExecutorChoice:
     """The page's "Train on" choice (drawn by `pick_run`; the same widget, and the same choice,
     as the Fine-tune page's)."""
-    from analysis.runs.executor import ExecutorChoice
-
-    return st.session_state.get(EXECUTOR_KEY) or ExecutorChoice()
+    return chosen_executor()
 
 
 def _launch_form(db: RunsDB, cfg: ExtractConfig, layer_params: list[int]) -> None:
@@ -120,7 +117,7 @@ def pick_run(db: RunsDB, cfg: ExtractConfig, layer_params: list[int]) -> dict | 
     session under this page's own key (the Runs page's choice is another).
     """
     runs = trajectory_runs(db, cfg.model.name)
-    st.session_state[EXECUTOR_KEY] = executor_picker(db.path.parent)
+    executor_picker(db.path.parent)
     with st.expander("Record a new trajectory", expanded=runs.empty):
         _launch_form(db, cfg, layer_params)
     ids = runs["id"].tolist()
