@@ -1,4 +1,5 @@
-"""``python -m analysis <subcommand>``: the headless face of tunescope.
+"""``python -m analysis <subcommand>`` (or ``tunescope <subcommand>`` once installed): the
+headless face of tunescope.
 
 Subcommands are discovered from ``analysis/commands/``: every module there that defines ``NAME``
 also defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` (``options`` holds the
@@ -19,9 +20,9 @@ from analysis.cache import CacheError
 from analysis.progress import Cancelled
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m analysis",
+        prog=prog,
         description="tunescope: which layers and heads of an encoder should you tune for your task?",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -35,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         return int(args.handler(args) or 0)
     except Cancelled as exc:
@@ -51,3 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         print("error: out of memory — try a smaller N, batch size or max length", file=sys.stderr)
         return 3
+
+
+def entry_point() -> None:
+    """The ``tunescope`` command (``[project.scripts]`` in pyproject.toml)."""
+    sys.exit(main(prog="tunescope"))

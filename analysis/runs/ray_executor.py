@@ -73,7 +73,7 @@ LOCAL = "local"  # the address that means: start a Ray cluster inside the worker
 DEFAULT_PORT = 6379
 CONNECT_TIMEOUT_S = 3.0
 PROBE_TIMEOUT_S = 60.0
-RAY_INSTALL = "pip install -r requirements.txt (it pins ray)"
+RAY_INSTALL = "run ./tasks.sh setup, or pip install -e . (both pin ray)"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the `analysis` package, shipped to nodes
 # Ray's system errors that mean "the process (or machine) running the task is gone".
 SYSTEM_FAILURE = "Ray worker died on {node}"
