@@ -56,7 +56,8 @@ lock() {
   {
     echo "# Exact versions and hashes of every dependency but torch: written by ./tasks.sh lock"
     echo "# from pyproject.toml; installed by ./tasks.sh (pip --no-deps --require-hashes)."
-    cat "$work/main.txt"
+    # (what only torch needs is marked "never": left out, torch's own install brings it)
+    awk '/^[^ #].*sys_platform == .never./ {skip = 1; next} /^[^ ]/ {skip = 0} !skip' "$work/main.txt"
     echo "# The offline defaults (--no-deps: their own requirements are never installed)."
     cat "$work/offline.txt"
   } >"$LOCK.new"

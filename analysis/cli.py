@@ -37,7 +37,12 @@ def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int:
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not hasattr(args, "passed_on"):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:  # a subcommand that hands what it does not know on (``app``: to Streamlit)
+        args.passed_on = [*args.passed_on, *extra]
     try:
         return int(args.handler(args) or 0)
     except Cancelled as exc:

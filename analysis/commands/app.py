@@ -19,12 +19,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "streamlit_args",
-        nargs=argparse.REMAINDER,
-        metavar="STREAMLIT_OPTION",
-        help="passed on to `streamlit run`, e.g. --server.port 8502",
-    )
+    parser.set_defaults(passed_on=[])  # every option after `app` goes on to `streamlit run`
+    parser.epilog = "Any other option is passed on to `streamlit run`, e.g. --server.port 8502."
 
 
 def command(root: Path = PROJECT_ROOT) -> list[str]:
@@ -41,7 +37,7 @@ def command(root: Path = PROJECT_ROOT) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    argv = [*command(), *args.streamlit_args]
+    argv = [*command(), *args.passed_on]
     os.chdir(PROJECT_ROOT)  # its .streamlit/config.toml: loopback only
     os.execv(argv[0], argv)
     return 0  # not reached: this process became Streamlit
