@@ -29,9 +29,14 @@ interrupts the task, whose training thread stops at its next step, and the run i
 cancelled. A Ray worker process or node that dies surfaces as a Ray system error: the run is
 failed ("Ray worker died on NODE"), its steps stay, the other runs go on (tasks are never retried:
 a retry would train the run a second time over its recorded steps). If the driver itself dies,
-Ray ends the tasks it owns and the next worker reaps its runs as "worker died". An address that
-cannot be reached is one clear `RayUnavailable` before anything is queued, and a Ray worker that
-cannot connect exits without claiming anything.
+Ray ends the tasks it owns and the next worker reaps its runs as "worker died". Losing the
+cluster's head (its GCS port stops taking connections, looked at every ``HEAD_CHECK_S``) fails the
+runs in flight ("lost the Ray cluster head at ADDR") and is a `HeadLost`: the queue loop claims
+nothing more and the worker exits, the queued runs left queued. Before anything is queued, and
+before this process connects, `check_address` shakes hands with the cluster
+(`analysis.runs.ray_cluster.handshake`): unreachable, not a Ray cluster, auth refused or another
+Ray version is one clear `RayUnavailable`, and a Ray worker that cannot connect exits without
+claiming anything. Nodes are named ``host/address/node-id-prefix`` (`ray_cluster.node_label`).
 
 ``ray`` is imported inside the functions that need it, so the page and the CLI can check an
 address or queue runs without loading it.
