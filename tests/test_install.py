@@ -20,6 +20,7 @@ from packaging.version import Version
 from analysis.cli import entry_point, main
 from analysis.commands import app
 
+tomllib = pytest.importorskip("tomllib")  # (Python 3.11+; the lock itself serves 3.10 too)
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LOCK = (ROOT / "requirements.lock").read_text()
