@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
