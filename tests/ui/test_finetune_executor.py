@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 
 from apptest_utils import errors, make_app, open_page
 
@@ -50,6 +52,44 @@ def test_ray_choice_shows_the_cluster_and_an_unreachable_one_queues_nothing(
     assert not at.exception
     assert any(f"Cannot reach the Ray cluster at {address}" in e for e in errors(at))
     assert RunsDB().list_runs().empty  # nothing queued, nothing lost
+
+
+def test_a_port_that_is_not_ray_is_one_page_message_and_queues_nothing(tiny_bert_dir, monkeypatch):
+    """An open port that answers HTTP/1 (a web server given by mistake): the handshake says it
+    is not a Ray cluster, on the page, and the Queue button queues nothing."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        stop = threading.Event()
+
+        def answer():
+            listener.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except (TimeoutError, OSError):
+                    continue
+                with conn, contextlib.suppress(OSError):
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        try:
+            at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+            widget(at.radio, "Train on").set_value("ray").run()
+            widget(at.text_input, "Ray cluster at").set_value(address).run()
+            said = f"{address} is not a Ray cluster: it answers in HTTP/1"
+            assert any(said in e for e in errors(at)), errors(at)
+            fill_form(at, steps=2)
+            widget(at.button, "Queue").click().run()
+            assert not at.exception
+            assert any(said in e for e in errors(at)), errors(at)
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+    assert RunsDB().list_runs().empty
 
 
 def test_queue_passes_the_ray_choice_to_the_workers(tiny_bert_dir, monkeypatch):

@@ -1,0 +1,298 @@
+"""Ray clusters that fail loudly, on a real cluster of separate processes (``ray start --head`` on
+127.0.0.1 in a temporary folder, with a token of its own; `ray_head`): the handshake before
+anything is queued (not Ray, auth refused, no token, version mismatch), a Ray worker that gives up
+at once and honours SIGTERM, losing the head with runs in flight, and the local cluster that
+tunescope starts listening on 127.0.0.1 only (``ss -ltn``)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray_head
+import waiting
+
+from analysis.cli import main
+from analysis.config import DataSpec, ModelSpec
+from analysis.runs.db import RunsDB
+from analysis.runs.ray_cluster import node_label
+from analysis.runs.ray_executor import RayUnavailable, check_address
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = socket.gethostname()
+wait_for = functools.partial(waiting.wait_for, timeout=120.0)
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    """A head that the module's handshake tests share (the head-loss test starts its own)."""
+    cluster = ray_head.start_head(tmp_path_factory.mktemp("rh", numbered=True))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def root() -> Path:
+    return Path(os.environ["TUNESCOPE_CACHE"])
+
+
+def with_env(monkeypatch, env: dict[str, str]) -> None:
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        if key in env:
+            monkeypatch.setenv(key, env[key])
+        else:
+            monkeypatch.delenv(key, raising=False)
+
+
+def tiny_config(model_dir: Path, steps: int, seed: int = 0):
+    from analysis.finetune.config import FinetuneConfig
+
+    return FinetuneConfig(
+        model=ModelSpec(str(model_dir)),
+        data=DataSpec("movie-snippets"),
+        method="layers",
+        layers=(1, 1, 2),
+        steps=steps,
+        batch_size=4,
+        n_train=32,
+        n_eval=16,
+        eval_every=2,
+        seed=seed,
+        device="cpu",
+    )
+
+
+# -- fake servers: a port that is open but is not Ray ---------------------------------------------
+
+
+@contextlib.contextmanager
+def fake_server(kind: str):
+    """``silent``: accepts connections and never answers; ``http``: answers as an HTTP/1 server."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if kind == "http":
+                with conn, contextlib.suppress(OSError):
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            else:
+                held.append(conn)  # open, silent
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+# -- the handshake ----------------------------------------------------------------------------------
+
+
+def test_the_handshake_accepts_a_ray_head_with_its_token(head, monkeypatch):
+    with_env(monkeypatch, head.env())
+    started = time.monotonic()
+    assert check_address(head.address) == head.address
+    assert time.monotonic() - started < 15
+
+
+def test_a_wrong_token_is_auth_refused(head, monkeypatch):
+    with_env(monkeypatch, head.env(RAY_AUTH_TOKEN="0" * 32))
+    with pytest.raises(RayUnavailable, match="refused this machine's authentication token"):
+        check_address(head.address)
+
+
+def test_no_token_for_a_cluster_that_wants_one(head, monkeypatch):
+    with_env(monkeypatch, {})  # no RAY_AUTH_MODE: Ray sends no token to an explicit address
+    with pytest.raises(RayUnavailable, match="requires token authentication and this machine"):
+        check_address(head.address)
+
+
+def test_a_cluster_of_another_ray_version_is_refused(head, monkeypatch):
+    """The head's metadata (what ray.init compares) says Ray 2.59.0: refused, before ray.init."""
+    with_env(monkeypatch, head.env())
+    script = (
+        "import json, sys\n"
+        "from ray._raylet import GcsClient\n"
+        "c = GcsClient(address=sys.argv[1])\n"
+        "old = c.internal_kv_get(b'CLUSTER_METADATA', namespace=b'cluster')\n"
+        "meta = json.loads(sys.argv[2]) if len(sys.argv) > 2 else dict(json.loads(old), "
+        "ray_version='2.59.0')\n"
+        "c.internal_kv_put(b'CLUSTER_METADATA', json.dumps(meta).encode(), True, "
+        "namespace=b'cluster')\n"
+        "print(old.decode())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, head.address], env=head.env(), capture_output=True,
+        text=True, check=True, timeout=60,
+    )  # fmt: skip
+    original = done.stdout.strip().splitlines()[-1]
+    try:
+        with pytest.raises(RayUnavailable, match=r"runs Ray 2\.59\.0 on Python .*Ray 2\.60\.0"):
+            check_address(head.address)
+    finally:
+        subprocess.run(
+            [sys.executable, "-c", script, head.address, original], env=head.env(),
+            capture_output=True, check=True, timeout=60,
+        )  # fmt: skip
+    assert check_address(head.address) == head.address
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [("silent", "accepts connections but does not answer"), ("http", "answers in HTTP/1")],
+)
+def test_an_open_port_that_is_not_ray_queues_nothing(kind, said, tiny_bert_dir, capsys):
+    with fake_server(kind) as address:
+        with pytest.raises(RayUnavailable, match=said):
+            check_address(address)
+        argv = [
+            "sweep", "--model", str(tiny_bert_dir), "--strategies", "down", "--l-star", "1",
+            "--seeds", "0", "--steps", "2", "--device", "cpu", "--executor", "ray",
+            "--ray-address", address,
+        ]  # fmt: skip
+        started = time.monotonic()
+        assert main(argv) == 2
+        assert time.monotonic() - started < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {address} ") and "not" in err[0], err
+    assert RunsDB().list_runs().empty
+
+
+def test_a_ray_worker_on_a_port_that_is_not_ray_exits_at_once_and_on_sigterm(root, tiny_bert_dir):
+    """The worker gives up within seconds (no minutes of Ray retries), leaves the queue as it
+    was, and SIGTERM ends it promptly while it checks."""
+    db = RunsDB()
+    queued = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "analysis.runs.worker", "--executor", "ray"]
+    with fake_server("silent") as address:
+        started = time.monotonic()
+        done = subprocess.run(
+            [*command, "--ray-address", address], cwd=ROOT, env=env, capture_output=True,
+            text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2 and time.monotonic() - started < 15, done.stdout
+        assert "does not answer" in done.stdout and "The queued runs stay queued" in done.stdout
+        assert db.get_run(queued)["status"] == "queued"
+        worker = subprocess.Popen(
+            [*command, "--ray-address", address], cwd=ROOT, env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(1.0)  # (python start-up, then the check)
+        stopped = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=10) != 0 and time.monotonic() - stopped < 5
+    assert db.get_run(queued)["status"] == "queued"
+
+
+# -- losing the head ------------------------------------------------------------------------------------
+
+
+def test_losing_the_head_fails_the_runs_in_flight_and_claims_nothing_more(
+    root, tiny_bert_dir, tmp_path_factory
+):
+    """Kill the head's GCS and raylet while a run trains there: that run fails "lost the Ray
+    cluster head at ADDR" with its steps kept, the run queued behind it stays queued, and the
+    Ray worker exits on its own with one clear line (long before Ray's own 60 s)."""
+    cluster = ray_head.start_head(tmp_path_factory.mktemp("rh", numbered=True))
+    worker = None
+    try:
+        db = RunsDB()
+        doomed = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
+        behind = db.enqueue(tiny_config(tiny_bert_dir, steps=2, seed=1))
+        log = root / "worker.log"
+        root.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable, "-m", "analysis.runs.worker", "--executor", "ray", "--ray-address",
+            cluster.address, "--ray-cpus-per-run", "2", "--idle-timeout", "60",
+        ]  # fmt: skip
+        with open(log, "ab") as out:
+            worker = subprocess.Popen(
+                command, cwd=ROOT, env=cluster.env(PYTHONPATH=str(ROOT)), stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        wait_for(lambda: len(db.steps(doomed, kind="train")) >= 3, what="steps", log=log)
+        device = db.get_run(doomed)["device"]
+        assert re.fullmatch(rf"ray:{re.escape(HOST)}/127\.0\.0\.1/[0-9a-f]{{8}} cpu", device)
+        assert db.get_run(behind)["status"] == "queued"  # one slot: 2 CPUs per run
+        kept = len(db.steps(doomed))
+        lost_at = time.monotonic()
+        cluster.kill("gcs_server", "raylet")
+        assert worker.wait(timeout=45) == 2, log.read_text()[-3000:]
+        assert time.monotonic() - lost_at < 30
+        run = db.get_run(doomed)
+        assert run["status"] == "failed", run
+        assert run["error"] == f"lost the Ray cluster head at {cluster.address}"
+        assert len(db.steps(doomed)) >= kept
+        assert db.get_run(behind)["status"] == "queued"  # not claimed, not used up
+        text = log.read_text()
+        assert f"error: Lost the Ray cluster head at {cluster.address}" in text
+        assert "The queued runs stay queued" in text
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        cluster.stop()
+
+
+# -- loopback only, and the node's name -----------------------------------------------------------------
+
+
+def _listening(pids: set[int]) -> list[tuple[str, int]]:
+    """(local address, pid) of every TCP socket listening, of the processes ``pids``."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        for pid in map(int, re.findall(r"pid=(\d+)", line)):
+            if pid in pids:
+                found.append((fields[3], pid))
+    return found
+
+
+def test_the_local_cluster_tunescope_starts_listens_on_loopback_only(ray_cluster):
+    """The session's cluster is `connect(LOCAL)`'s, as a Ray worker without an address starts
+    it: its GCS, raylet, workers and this driver listen on 127.0.0.1 alone."""
+    assert ray_cluster.startswith("127.0.0.1:")
+    pids = {os.getpid(), *ray_head.descendants(os.getpid())}
+    listening = _listening(pids)
+    assert len(listening) >= 3, listening  # at least the GCS, the raylet and this driver
+    outward = [(a, p) for a, p in listening if not re.match(r"^(\[::ffff:)?127\.", a)]
+    assert outward == [], outward
+    assert any(a.endswith(ray_cluster.split(":")[1]) for a, _ in listening)
+
+
+def test_node_label_names_host_address_and_node():
+    assert node_label("vm", "10.0.0.5", "0d2c937b981f66c4ca") == "vm/10.0.0.5/0d2c937b"
+    assert node_label("vm", None, None) == "vm/?/?"
+    assert json.dumps(node_label("a", "b", "c")) == '"a/b/c"'
