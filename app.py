@@ -7,6 +7,7 @@ Streamlit into its legacy multipage mode, which fights st.navigation).
 
 import streamlit as st
 
+from ui.memo import start_run
 from ui.sidebar import render_sidebar
 
 st.set_page_config(page_title="tunescope", page_icon=":material/biotech:", layout="wide")
@@ -22,6 +23,7 @@ PAGES = [
     st.Page("views/claims.py", title="Paper check", icon=":material/fact_check:"),
 ]
 
+start_run()  # this view's computations queue by when it started (ui/memo.py)
 navigation = st.navigation(PAGES)
 render_sidebar()
 navigation.run()
