@@ -5,12 +5,17 @@ each page lives in views/ (not pages/: a folder of that name beside the main scr
 Streamlit into its legacy multipage mode, which fights st.navigation).
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from ui.memo import start_run
 from ui.sidebar import render_sidebar
 
-st.set_page_config(page_title="tunescope", page_icon=":material/biotech:", layout="wide")
+# The page icon is a file of ours: a ":material/…:" or emoji icon makes every browser fetch the
+# favicon from an outside font server, and the dashboard makes no outside request.
+ICON = Path(__file__).resolve().parent / "ui" / "icon.png"
+st.set_page_config(page_title="tunescope", page_icon=str(ICON), layout="wide")
 
 PAGES = [
     st.Page("views/home.py", title="Home", icon=":material/home:", default=True),
