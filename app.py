@@ -5,12 +5,18 @@ each page lives in views/ (not pages/: a folder of that name beside the main scr
 Streamlit into its legacy multipage mode, which fights st.navigation).
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from analysis.workspace import Workspace
+from ui.memo import start_run
 from ui.sidebar import render_sidebar
 
-st.set_page_config(page_title="tunescope", page_icon=":material/biotech:", layout="wide")
+# The page icon is a file of ours: a ":material/…:" or emoji icon makes every browser fetch the
+# favicon from an outside font server, and the dashboard makes no outside request.
+ICON = Path(__file__).resolve().parent / "ui" / "icon.png"
+st.set_page_config(page_title="tunescope", page_icon=str(ICON), layout="wide")
 
 PAGES = [
     st.Page("views/home.py", title="Home", icon=":material/home:", default=True),
@@ -23,6 +29,7 @@ PAGES = [
     st.Page("views/claims.py", title="Paper check", icon=":material/fact_check:"),
 ]
 
+start_run()  # this view's computations queue by when it started (ui/memo.py)
 navigation = st.navigation(PAGES)
 with Workspace.from_env().active():  # the app's one workspace: cache, runs, uploads
     render_sidebar()

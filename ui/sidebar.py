@@ -253,9 +253,16 @@ def _sample() -> SampleSpec:
     n, seed = st.session_state.get("n", default_n()), st.session_state.get("seed", 0)
     low, high = links.N_RANGE
     if not isinstance(n, int) or not low <= n <= high:
+        why = (
+            "the analyses need at least two examples"
+            if isinstance(n, int) and n < low
+            else f"the dashboard extracts at most {high:,} examples at a time (the CLI's "
+            "`python -m analysis extract` takes more)"
+            if isinstance(n, int)
+            else "N counts examples"
+        )
         raise ValueError(
-            f"N must be a whole number of examples from {low} to {high:,} (got {n}): the "
-            "analyses need at least two examples."
+            f"N must be a whole number of examples from {low} to {high:,} (got {n}): {why}."
         )
     if not isinstance(seed, int) or not links.SEED_RANGE[0] <= seed <= links.SEED_RANGE[1]:
         raise ValueError(f"The seed must be a whole number from 0 to 2³¹ − 1 (got {seed}).")

@@ -81,15 +81,19 @@ def test_a_bad_link_parameter_gets_a_message_and_the_default(
     assert not sidebar_notes(at)
 
 
-@pytest.mark.parametrize("n, says", [(1, "at least two"), (0, "from 2 to 100,000"),
-                                     (200_000, "got 200000")])  # fmt: skip
+@pytest.mark.parametrize("n, says, not_said", [
+    (1, "at least two", "at most"), (0, "from 2 to 100,000", "at most"),
+    (200_000, "extracts at most 100,000 examples at a time", "at least two"),
+])  # fmt: skip
 def test_every_bad_n_gets_a_message_in_the_sidebar_and_on_the_page(
-    tiny_bert_dir, monkeypatch, n, says
+    tiny_bert_dir, monkeypatch, n, says, not_said
 ):
+    """Each bad N gets its own reason (N = 10,000,000 was told "at least two examples")."""
     at = make_app(tiny_bert_dir, monkeypatch)
     at.run()
     at.sidebar.number_input(key="n").set_value(n).run()
     assert any(says in e.value for e in at.sidebar.error)
+    assert not any(not_said in e.value for e in at.sidebar.error)
     at.switch_page("views/layers.py").run()
     assert not at.exception
     assert any("N must be a whole number" in e for e in errors(at))

@@ -1,6 +1,9 @@
+import threading
+import time
+
 import pytest
 
-from ui.memo import ProgressMemo
+from ui.memo import SLOTS_ENV, ComputeQueue, ProgressMemo, default_slots, waiting_text
 
 
 def test_computes_once_per_key_and_evicts_the_least_recent():
@@ -34,3 +37,160 @@ def test_a_failed_computation_is_not_remembered():
         with pytest.raises(ValueError):
             memo.get("k", "k", fail)
     assert memo.get("k", "k", lambda progress: 7) == 7
+
+
+def _threads(targets):
+    threads = [threading.Thread(target=t) for t in targets]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)  # start in this order: the queue is first come, first served
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def test_the_queue_runs_at_most_its_slots_in_the_order_asked():
+    queue = ComputeQueue(slots=2)
+    running, peak, order = [0], [0], []
+    lock = threading.Lock()
+
+    def job(name):
+        def run():
+            with queue.turn():
+                with lock:
+                    running[0] += 1
+                    peak[0] = max(peak[0], running[0])
+                    order.append(name)
+                time.sleep(0.2)
+                with lock:
+                    running[0] -= 1
+
+        return run
+
+    _threads([job(k) for k in range(6)])
+    assert peak[0] == 2
+    assert order == list(range(6))
+    assert queue.busy == (0, 0)
+
+
+def test_a_waiting_computation_is_told_how_many_are_ahead_and_can_leave():
+    queue = ComputeQueue(slots=1)
+    release = threading.Event()
+    seen = {1: [], 2: []}
+
+    def first():
+        with queue.turn():
+            release.wait(5)
+
+    def waiter(name, stop_after=None):
+        def on_wait(ahead):
+            seen[name].append(ahead)
+            if stop_after is not None and len(seen[name]) >= stop_after:
+                raise RuntimeError("the session closed its tab")
+
+        def run():
+            try:
+                with queue.turn(on_wait):
+                    pass
+            except RuntimeError:
+                pass
+
+        return run
+
+    threads = [threading.Thread(target=t) for t in (first, waiter(1, stop_after=2), waiter(2))]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.1)
+    time.sleep(1.6)  # waiter 1 leaves at its second redraw, about a second after it asked
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert seen[1] == [1, 1]  # one computation ahead; then it left the queue
+    assert seen[2][0] == 2 and seen[2][-1] == 1  # two ahead, then one once the first waiter left
+    assert queue.busy == (0, 0)
+
+
+def test_a_nested_computation_does_not_wait_for_its_own_turn():
+    queue = ComputeQueue(slots=1)
+    with queue.turn(), queue.turn():
+        assert queue.busy == (1, 0)
+    assert queue.busy == (0, 0)
+
+
+def test_sessions_asking_for_the_same_value_at_once_share_one_computation():
+    memo = ProgressMemo(max_entries=4, queue=ComputeQueue(slots=1))
+    calls, results = [], []
+
+    def compute(progress):
+        calls.append(1)
+        time.sleep(0.3)
+        return 42
+
+    _threads([lambda: results.append(memo.get("k", "k", compute)) for _ in range(4)])
+    assert results == [42] * 4 and len(calls) == 1
+
+
+def test_when_the_shared_computation_fails_a_waiting_session_computes_it_itself():
+    memo = ProgressMemo(max_entries=4, queue=ComputeQueue(slots=2))
+    outcomes = []
+
+    def fail(progress):
+        time.sleep(0.3)
+        raise ValueError("bad input")
+
+    def first():
+        try:
+            memo.get("k", "k", fail)
+        except ValueError:
+            outcomes.append("failed")
+
+    def second():
+        outcomes.append(memo.get("k", "k", lambda progress: 7))
+
+    _threads([first, second])
+    assert sorted(outcomes, key=str) == [7, "failed"]
+
+
+def test_slots_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv(SLOTS_ENV, "3")
+    assert default_slots() == 3
+    monkeypatch.setenv(SLOTS_ENV, "none")
+    with pytest.raises(ValueError, match="whole number"):
+        default_slots()
+    monkeypatch.delenv(SLOTS_ENV)
+    assert default_slots() >= 1
+    assert "2 computations are ahead of yours" in waiting_text("Layer metrics", 2)
+
+
+def test_a_page_views_later_computations_go_before_views_opened_after_it():
+    """Priority = when the page view started: view A's second computation does not queue behind
+    view B's first, though B asked for it earlier (A gets FOLLOW_ON_S to ask again)."""
+    queue = ComputeQueue(slots=1)
+    view_a, view_b = queue.next_priority(), queue.next_priority()
+    order, hold = [], threading.Event()
+
+    def a():
+        with queue.turn(priority=view_a):
+            order.append("a1")
+            hold.wait(5)
+        time.sleep(0.05)  # the page draws its first result, then asks for the next one
+        with queue.turn(priority=view_a):
+            order.append("a2")
+
+    def b():
+        with queue.turn(priority=view_b):
+            order.append("b1")
+
+    _threads([a, b, lambda: (time.sleep(0.1), hold.set())])
+    assert order == ["a1", "a2", "b1"]
+
+
+def test_a_view_that_asks_for_nothing_more_frees_the_slot_after_the_follow_on_time():
+    queue = ComputeQueue(slots=1)
+    view_a, view_b = queue.next_priority(), queue.next_priority()
+    with queue.turn(priority=view_a):
+        pass
+    clock = time.monotonic()
+    with queue.turn(priority=view_b):
+        waited = time.monotonic() - clock
+    assert 0.3 < waited < 0.5 + 1.0

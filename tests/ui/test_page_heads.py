@@ -212,3 +212,30 @@ def test_pagerank_vs_random_heads_queues_once_and_reuses(tiny_bert_dir, monkeypa
     assert len(db.list_runs()) == 4
     for run_id in queued["id"]:
         db.request_cancel(run_id)
+
+
+@pytest.mark.parametrize("n_layers", [6, 12, 24])
+def test_layer_heatmaps_give_every_layer_a_readable_row(n_layers):
+    """The I_h and PageRank heatmaps were squashed to ~70 px under plotly's default 100 px top
+    margin: the plot area must now hold ≥ 30 px per layer, with little blank space above."""
+    scores = np.random.default_rng(0).uniform(size=(n_layers, 12))
+    for fig in (
+        figures.richness_heatmap(scores),
+        figures.pagerank_heatmap(scores, {1: [0, 1, 2]}),
+    ):
+        margin = fig.layout.margin
+        plot_px = fig.layout.height - margin.t - margin.b
+        assert plot_px >= 30 * n_layers, (fig.layout.height, margin)
+        assert margin.t <= 80
+
+
+def test_correlation_grid_leaves_room_between_rows_for_ticks_and_titles():
+    """Each row's "layer ℓ" title sat on the tick labels of the row above: the gap between two
+    rows of panels must hold both (≥ 55 px)."""
+    fig = figures.correlation_grid(np.ones((12, 12, 12)), n_cols=4)
+    margin = fig.layout.margin
+    plot_px = fig.layout.height - margin.t - margin.b
+    top_row, next_row = fig.layout.yaxis.domain, fig.layout.yaxis5.domain
+    gap_px = (top_row[0] - next_row[1]) * plot_px
+    panel_px = (top_row[1] - top_row[0]) * plot_px
+    assert gap_px >= 55 and panel_px >= 180, (gap_px, panel_px)

@@ -10,6 +10,32 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 SCALE = "Viridis"
+LAYER_ROW_PX = 34  # one layer's row in a layer × head heatmap
+MARGIN = {
+    "l": 60,
+    "r": 20,
+    "t": 40,
+    "b": 50,
+}  # px; plotly's default top margin (100) is blank space
+PANEL_PX, PANEL_GAP_PX = 220, 70  # correlation grid: a panel, and the gap that holds the tick
+# labels of the row above and this row's "layer ℓ" title
+
+
+def layer_heatmap_layout(fig: go.Figure, n_layers: int, legend: bool = False) -> go.Figure:
+    """Size a layer × head heatmap by its rows: LAYER_ROW_PX a layer plus fixed margins, so six
+    layers are not squashed into a strip under plotly's default top margin."""
+    margin = {**MARGIN, "t": MARGIN["t"] + (30 if legend else 0)}
+    fig.update_layout(
+        height=LAYER_ROW_PX * n_layers + margin["t"] + margin["b"] + 20,
+        margin=margin,
+        xaxis_title="head",
+        yaxis_title="layer",
+    )
+    if legend:
+        fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(dtick=1)
+    return fig
 
 
 def richness_heatmap(richness: np.ndarray, richness_std: np.ndarray | None = None) -> go.Figure:
@@ -27,10 +53,7 @@ def richness_heatmap(richness: np.ndarray, richness_std: np.ndarray | None = Non
             hovertemplate="layer %{y}, head %{x}<br>I_h %{z:.2f} ± %{customdata:.2f}<extra></extra>",
         )
     )
-    fig.update_layout(xaxis_title="head", yaxis_title="layer", height=max(260, 28 * n_layers + 120))
-    fig.update_xaxes(dtick=1)
-    fig.update_yaxes(dtick=1)
-    return fig
+    return layer_heatmap_layout(fig, n_layers)
 
 
 def correlation_grid(correlation: np.ndarray, n_cols: int = 4) -> go.Figure:
@@ -38,12 +61,13 @@ def correlation_grid(correlation: np.ndarray, n_cols: int = 4) -> go.Figure:
     n_layers, n_heads = correlation.shape[:2]
     n_cols = min(n_cols, n_layers)
     n_rows = math.ceil(n_layers / n_cols)
+    plot_px = n_rows * PANEL_PX + (n_rows - 1) * PANEL_GAP_PX  # the panels and the gaps between
     fig = make_subplots(
         rows=n_rows,
         cols=n_cols,
         subplot_titles=[f"layer {layer}" for layer in range(1, n_layers + 1)],
-        horizontal_spacing=0.04,
-        vertical_spacing=0.08 / max(1, n_rows - 1) if n_rows > 1 else 0.0,
+        horizontal_spacing=0.05,
+        vertical_spacing=PANEL_GAP_PX / plot_px if n_rows > 1 else 0.0,
     )
     for i in range(n_layers):
         fig.add_trace(
@@ -60,7 +84,7 @@ def correlation_grid(correlation: np.ndarray, n_cols: int = 4) -> go.Figure:
     fig.update_layout(
         coloraxis={"colorscale": SCALE, "cmin": 0.0, "cmax": float(correlation.max()) or 1.0,
                    "colorbar": {"title": "r"}},
-        height=250 * n_rows + 60,
+        height=plot_px + MARGIN["t"] + MARGIN["b"], margin=MARGIN,
     )  # fmt: skip
     ticks = head_ticks(n_heads)
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=ticks, tickfont={"size": 9})
@@ -140,15 +164,7 @@ def pagerank_heatmap(scores: np.ndarray, selected: Mapping[int, Sequence[int]]) 
             hovertemplate="selected: layer %{y}, head %{x}<extra></extra>",
         )
     )
-    fig.update_layout(
-        xaxis_title="head",
-        yaxis_title="layer",
-        height=max(260, 28 * n_layers + 120),
-        legend={"orientation": "h", "y": 1.08},
-    )
-    fig.update_xaxes(dtick=1)
-    fig.update_yaxes(dtick=1)
-    return fig
+    return layer_heatmap_layout(fig, n_layers, legend=True)
 
 
 def variant_bars(

@@ -103,3 +103,9 @@ def robustness() -> None:
         r"\tau = \frac{(\text{concordant pairs}) - (\text{discordant pairs})}"
         r"{\sqrt{(n_0-n_1)(n_0-n_2)}}\quad(\tau_b,\ \text{ties allowed})"
     )
+    st.caption(
+        "Per layer, over its H heads: n₀ = H(H − 1)/2 pairs of heads; n₁ = the pairs tied in the "
+        "first setting's ranking, n₂ = those tied in the second's (τ_b's correction for ties; "
+        "with no ties it is the plain Kendall τ). A pair is concordant when both settings order "
+        "its two heads the same way."
+    )

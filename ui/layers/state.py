@@ -21,7 +21,7 @@ from analysis.layers.projection import project_2d
 from analysis.layers.repeats import LayerRepeats, cached_layer_repeats
 from analysis.layers.table import cached_layer_metrics, states_key
 from ui.loaders import get_data
-from ui.memo import ProgressMemo
+from ui.memo import ProgressMemo, queued
 
 if TYPE_CHECKING:
     import torch
@@ -62,7 +62,8 @@ def get_layer_repeats(
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _projection(key: str, layer: int, method: str, seed: int, _states: torch.Tensor) -> np.ndarray:
-    return project_2d(_states[layer], method, seed)
+    with queued():  # a turn in the server's compute queue, like every heavy computation
+        return project_2d(_states[layer], method, seed)
 
 
 def projection(layer_states: LayerStates, layer: int, method: str, seed: int) -> np.ndarray:
@@ -86,7 +87,8 @@ def mark_projection(layer_states: LayerStates, layer: int, method: str, seed: in
 def _predictions(
     key: str, layer: int, seed: int, metric: str, _states: torch.Tensor, _labels: torch.Tensor
 ) -> ProbePredictions:
-    return probe_predictions(_states[layer], _labels, metric, seed=seed)
+    with queued():
+        return probe_predictions(_states[layer], _labels, metric, seed=seed)
 
 
 def predictions(layer_states: LayerStates, layer: int, seed: int) -> ProbePredictions:

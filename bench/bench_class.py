@@ -1,0 +1,295 @@
+"""A class on one server (issue 22): 30 browser sessions, each with its own settings, at once.
+
+    .venv/bin/python bench/bench_class.py [--sessions 30] [--n 300] [--timeout 1200]
+        [--slots K] [--no-runs]
+
+One dashboard server on a free loopback port with a fresh cache (nothing is shared with earlier
+runs), driven by Playwright in Debian's chromium (never a downloaded browser), loopback only.
+
+1. **Alone.** A first session loads the model (not timed), then one session opens the Layers page
+   on settings nobody else uses: its time to the first figure is *one computation alone*.
+2. **The class.** ``--sessions`` browser contexts open at once, each with its own settings (data
+   alternating movie-snippets / trec6, its own seed, pooling alternating mean / first, N = ``--n``
+   plus a few examples per session, so that no two sessions share a computation). Each waits for
+   its Layers figure, checks that the page names its own settings (cross-talk: a page showing
+   another session's seed or data counts), then opens Heads and waits for its first figure; every
+   third session then queues one short fine-tuning run on the Fine-tune page.
+
+Reported: figures shown, sessions with an error (an exception box, a time-out), cross-talk, time
+to the first Layers figure (first / median / p95 / last, from the moment all sessions were
+opened), the server's peak resident set (sampled every 0.5 s with psutil), and computations run
+vs shared (the server's ``$TUNESCOPE_COMPUTE_LOG``; see ui/memo.py). Bounded: every wait has a
+time-out and the whole class stops at ``--timeout`` seconds. The last line is
+``class: sessions=… shown=… errors=… crosstalk=… alone_s=… first_s=… median_s=… p95_s=…
+last_s=… peak_rss_mb=… computed=… shared=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]  # fmt: skip
+CHART = '[data-testid="stPlotlyChart"]'
+DATA = ("movie-snippets", "trec6")
+DATA_NAMES = {"movie-snippets": "movie", "trec6": "TREC"}  # how each data set's label begins
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(cache: Path, slots: int | None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "TUNESCOPE_CACHE": str(cache), "TUNESCOPE_WORKER_IDLE_S": "30",
+           "TUNESCOPE_COMPUTE_LOG": str(cache / "compute.log"),
+           "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}  # fmt: skip
+    if slots is not None:
+        env["TUNESCOPE_COMPUTE_SLOTS"] = str(slots)
+    log = open(cache / "server.log", "w")  # noqa: SIM115 (lives as long as the server)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.headless", "true", "--server.address", "127.0.0.1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit(f"the app did not start: {(cache / 'server.log').read_text()[-2000:]}")
+
+
+class RssSampler(threading.Thread):
+    """Peak resident set of one process (the server), sampled every 0.5 s."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        import psutil
+
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            try:
+                self.peak = max(self.peak, self.proc.memory_info().rss)
+            except Exception:  # the server has gone
+                return
+
+
+def settings(k: int, n: int) -> dict:
+    """Session k's own sidebar settings: nothing shared with another session."""
+    return {"data": DATA[k % 2], "n": n + k % 30, "seed": 1000 + k,
+            "pooling": "mean" if k % 4 < 2 else "first"}  # fmt: skip
+
+
+def query(s: dict) -> str:
+    return "&".join(f"{key}={value}" for key, value in s.items())
+
+
+async def wait_figure(pg, deadline: float) -> None:
+    await pg.locator(CHART).first.wait_for(
+        state="visible", timeout=max(1, deadline - time.time()) * 1000
+    )
+
+
+async def own_settings_shown(pg, s: dict) -> bool:
+    """Whether the page's caption names this session's data, N, seed and pooling."""
+    caption = " ".join(await pg.locator('[data-testid="stCaptionContainer"]').all_inner_texts())
+    wanted = [f"N = {s['n']:,} (seed {s['seed']})", f"{s['pooling']} pooling"]
+    if not all(w in caption for w in wanted):
+        return False
+    seeds = {int(x) for x in re.findall(r"\(seed (\d+)\)", caption)}
+    return seeds == {s["seed"]}
+
+
+async def has_exception(pg) -> bool:
+    return await pg.locator('[data-testid="stException"]').count() > 0
+
+
+async def queue_run(pg, url: str, s: dict, deadline: float) -> bool:
+    await pg.goto(f"{url}/finetune?{query(s)}")
+    button = pg.get_by_role("button", name="Queue")
+    await button.wait_for(timeout=max(1, deadline - time.time()) * 1000)
+    for label, value in (("Steps", "10"), ("Train examples (0 = all)", "100"),
+                         ("Dev/test examples scored", "32"), ("Batch size", "8")):  # fmt: skip
+        box = pg.get_by_label(label, exact=True)
+        if await box.count():
+            await box.fill(value)
+            await box.press("Tab")
+    await button.click()
+    await pg.get_by_text(re.compile(r"[Qq]ueued")).first.wait_for(
+        timeout=max(1, deadline - time.time()) * 1000
+    )
+    return True
+
+
+async def one_session(browser, url: str, k: int, s: dict, t0: float, deadline: float,
+                      runs: bool) -> dict:  # fmt: skip
+    out = {"k": k, "first_s": None, "shown": 0, "error": None, "crosstalk": False, "run": False}
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = await context.new_page()
+    try:
+        await pg.goto(f"{url}/layers?{query(s)}", timeout=120_000)
+        await wait_figure(pg, deadline)
+        out["first_s"] = time.perf_counter() - t0
+        out["shown"] += 1
+        if not await own_settings_shown(pg, s):
+            out["crosstalk"] = True
+        if await has_exception(pg):
+            out["error"] = "exception on Layers"
+        await pg.goto(f"{url}/heads?{query(s)}", timeout=120_000)
+        await wait_figure(pg, deadline)
+        out["shown"] += 1
+        data_label = " ".join(
+            await pg.locator('[data-testid="stCaptionContainer"]').all_inner_texts()
+        )
+        if DATA_NAMES[s["data"]].lower() not in data_label.lower():
+            out["crosstalk"] = True
+        if await has_exception(pg):
+            out["error"] = "exception on Heads"
+        if runs and k % 3 == 0:
+            out["run"] = await queue_run(pg, url, s, deadline)
+    except Exception as exc:  # a time-out or a broken page: that session failed
+        out["error"] = out["error"] or f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    finally:
+        await context.close()
+    return out
+
+
+async def alone(browser, url: str, n: int, timeout: float) -> float:
+    """Load the model once (untimed), then time one session on settings of its own."""
+    deadline = time.time() + timeout
+    seconds = float("nan")
+    for k in (9_000, 9_001):  # the first one loads the model; the second is timed
+        context = await browser.new_context()
+        pg = await context.new_page()
+        t0 = time.perf_counter()
+        await pg.goto(f"{url}/layers?{query(settings(k, n))}", timeout=120_000)
+        await wait_figure(pg, deadline)
+        seconds = time.perf_counter() - t0
+        await context.close()
+    return seconds
+
+
+async def main_async(args) -> dict:
+    from playwright.async_api import async_playwright
+
+    cache = Path(tempfile.mkdtemp(prefix="tunescope-class-"))
+    proc, url = start_server(cache, args.slots)
+    sampler = RssSampler(proc.pid)
+    sampler.start()
+    try:
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            alone_s = await alone(browser, url, args.n, 600)
+            print(f"one session alone: first Layers figure in {alone_s:.1f} s", flush=True)
+            t0 = time.perf_counter()
+            deadline = time.time() + args.timeout
+            results = await asyncio.gather(*(
+                one_session(browser, url, k, settings(k, args.n), t0, deadline, not args.no_runs)
+                for k in range(args.sessions)
+            ))  # fmt: skip
+            await browser.close()
+    finally:
+        sampler.stop.set()
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log = (
+        (cache / "compute.log").read_text().splitlines() if (cache / "compute.log").exists() else []
+    )
+    kinds = [line.split("\t")[0] for line in log]
+    shutil.rmtree(cache, ignore_errors=True)
+    return {"alone_s": alone_s, "results": results, "peak_rss_mb": sampler.peak / 2**20,
+            "computed": kinds.count("computed"), "shared": kinds.count("shared")}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=30)
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--timeout", type=float, default=1200.0)
+    parser.add_argument("--slots", type=int, default=None, help="the server's compute slots")
+    parser.add_argument("--no-runs", action="store_true", help="queue no fine-tuning runs")
+    parser.add_argument(
+        "--baseline", action="store_true",
+        help="first run the class with one slot per session (every computation at once, as "
+        "before the queue), then as configured, and print both",
+    )  # fmt: skip
+    args = parser.parse_args()
+    if not Path(CHROMIUM).exists():
+        raise SystemExit("Debian's chromium is needed: apt-get install chromium")
+    lines = []
+    if args.baseline:
+        unqueued = argparse.Namespace(**{**vars(args), "slots": args.sessions + 2})
+        print(f"== baseline: {unqueued.slots} compute slots (every computation at once)")
+        lines.append(summarise(asyncio.run(main_async(unqueued)), "class-baseline"))
+    slots = args.slots or "default"
+    print(f"== queued: {slots} compute slot(s)")
+    lines.append(summarise(asyncio.run(main_async(args)), "class"))
+    for line in lines:
+        print(line)
+
+
+def summarise(out: dict, name: str) -> str:
+    """Print one class's figures; return its one-line summary."""
+    results = out["results"]
+    times = sorted(r["first_s"] for r in results if r["first_s"] is not None)
+    errors = [r for r in results if r["error"]]
+    for r in errors:
+        print(f"  session {r['k']}: {r['error']}")
+
+    def q(p: float) -> float:
+        return times[min(len(times) - 1, round(p * (len(times) - 1)))] if times else float("nan")
+
+    median = statistics.median(times) if times else float("nan")
+    figures = sum(r["shown"] for r in results)
+    crosstalk = sum(r["crosstalk"] for r in results)
+    print(f"sessions {len(results)}, figures shown {figures} of {2 * len(results)}, "
+          f"runs queued {sum(r['run'] for r in results)}, sessions with an error {len(errors)}, "
+          f"cross-talk {crosstalk}")  # fmt: skip
+    print(f"time to the first Layers figure: first {q(0):.1f} s, median {median:.1f} s, "
+          f"p95 {q(0.95):.1f} s, last {q(1):.1f} s; one session alone {out['alone_s']:.1f} s "
+          f"(first / alone = {q(0) / out['alone_s']:.2f})")  # fmt: skip
+    print(f"server peak RSS {out['peak_rss_mb']:.0f} MB; computations run {out['computed']}, "
+          f"shared {out['shared']}")  # fmt: skip
+    return (
+        f"{name}: sessions={len(results)} shown={figures} errors={len(errors)} "
+        f"crosstalk={crosstalk} alone_s={out['alone_s']:.1f} first_s={q(0):.1f} "
+        f"median_s={median:.1f} p95_s={q(0.95):.1f} last_s={q(1):.1f} "
+        f"peak_rss_mb={out['peak_rss_mb']:.0f} computed={out['computed']} shared={out['shared']}"
+    )
+
+
+if __name__ == "__main__":
+    main()
