@@ -32,7 +32,7 @@ draws its weights with the run's seed (the Subspaces page's and the paper's prot
 seeds differ in the file they zero — the arm is "zero as many random weights, drawn per seed".
 
 Comparisons use `analysis.compare.compare` (diff of mean test scores, se = √(se_A² + se_B²),
-"A better" when |diff| > 2 se).
+"A better" when |diff| > t · se, t at 97.5 % with Welch degrees of freedom).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How every page shows a comparison of two settings (`analysis.compare`): a forest plot of the
-differences with their ± 2 s.e. intervals, a table with the verdicts, the rule in words and a
+differences with their ± t·s.e. (Welch) intervals, a table with the verdicts, the rule in words and a
 download."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def write_report(
         f"Layer claims: N = {cfg.n} examples, {cfg.repeats} bootstrap repeats. Run claims: "
         f"{len(cfg.seeds)} seeds ({', '.join(map(str, cfg.seeds))}) × {cfg.steps} steps, batch "
         f"{cfg.batch_size}, test part ≤ {cfg.n_eval} examples; heads: k = {cfg.k} per layer. "
-        "Verdict rule of every comparison: A better when |diff| > 2 s.e. of the difference of "
+        "Verdict rule of every comparison: A better when |diff| > t·s.e. (t at 97.5 %, Welch df) of the difference of "
         "mean test scores over seeds, else no difference shown.",
         "",
         "| id | claim | paper | ours | interval | verdict | n |",
