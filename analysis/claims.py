@@ -26,10 +26,10 @@ the intrinsic / random subspace runs from it and — from its outliers (`analysi
 u = the final move projected on the trajectory's subspace) — the zero-weights files of the
 disable experiment (same place and names as the Subspaces page's, so either finds the other's).
 
-Two arms keep one recipe across seeds on purpose: "random heads" is one draw (selector seed 0,
-like the Heads page's default), the same heads for every training seed; "random weights zeroed"
-draws its weights with the run's seed (the Subspaces page's and the paper's protocol), so its
-seeds differ in the file they zero — the arm is "zero as many random weights, drawn per seed".
+Random arms draw anew for every training seed (SPEC.md), so their spread includes the draw:
+"random heads" uses the random selector seeded with the run's seed; "random weights zeroed"
+draws its weights with the run's seed (the Subspaces page's and the paper's protocol). When a
+selector picks exactly PageRank's heads, H2 reports "same heads chosen: not tested" for it.
 
 Comparisons use `analysis.compare.compare` (diff of mean test scores, se = √(se_A² + se_B²),
 "A better" when |diff| > t · se, t at 97.5 % with Welch degrees of freedom).
@@ -287,6 +287,8 @@ class ClaimInputs:
     mean_repeats: LayerRepeats | None = None
     first_repeats: LayerRepeats | None = None
     selections: dict[str, HeadSelection] = field(default_factory=dict)
+    # the random-heads arm draws anew for every training seed: seed → its selection
+    random_selections: dict[int, HeadSelection] = field(default_factory=dict)
     samples: list[SampleInputs] = field(default_factory=list)
     sample_mode: str = ""
 
@@ -382,6 +384,11 @@ def prepare(
         stats, _ = head_stats(stats_cfg, progress=scaled(progress, done / steps, 1.0),
                               loaded=loaded)  # fmt: skip
         inputs.selections = head_selections(stats, cfg.k, loaded.name, cfg.heads_provenance())
+        inputs.random_selections = {
+            seed: head_selections(stats, cfg.k, loaded.name, cfg.heads_provenance(), ("random",),
+                                  HeadSelectionConfig(k=cfg.k, seed=seed))["random"]
+            for seed in cfg.seeds
+        }  # fmt: skip
     return inputs
 
 
@@ -486,8 +493,10 @@ def plan_runs(
         if claim not in cfg.only or not inputs.selections:
             continue
         for arm in arms:
-            selection = inputs.selections[HEAD_SELECTORS[arm]]
             for seed in cfg.seeds:
+                selection = inputs.selections[HEAD_SELECTORS[arm]]
+                if arm == "random heads":  # a random arm draws anew for every training seed
+                    selection = inputs.random_selections.get(seed, selection)
                 config = dataclasses.replace(  # lr=None: the method's own default rate
                     cfg.base_run(seed), method="heads", options=HeadsOptions(selection), lr=None
                 )
@@ -831,6 +840,13 @@ def _run_claim(
             a in entries for a in need
         ) else "runs done — " + ", ".join(pending)  # fmt: skip
         return ClaimResult(claim, "not measured yet", runs=ids, detail=waiting)
+    same = [arm for arm in need[1:] if _same_heads(inputs, "PageRank heads", arm)]
+    if claim == "H2" and same:
+        # a selector that picked exactly PageRank's heads compares PageRank with itself
+        need = tuple(a for a in need if a not in same)
+        if len(need) == 1:
+            return ClaimResult(claim, "inconclusive", runs=ids,
+                               detail=f"same heads chosen: not tested ({' and '.join(same)})")  # fmt: skip
     arms = {arm: _arm(arm, entries[arm]) for arm in need}
     n_seeds = min(a.n_seeds for a in arms.values())
     result = {"X4": _x4, "H1": _h1, "H2": _h2, "S1": _s1, "S2": _s2}[claim](
@@ -840,8 +856,9 @@ def _run_claim(
         # SPEC.md's claims table asks ≥ 3 seeds: with fewer, the numbers are shown, not judged
         result.detail += f"; a verdict needs ≥ {MIN_SEEDS} seeds per arm (here {n_seeds})"
         result.verdict = "inconclusive"
-    same = [arm for arm in need[1:] if _same_heads(inputs, "PageRank heads", arm)]
-    if claim in ("H1", "H2") and same:
+    if claim == "H2" and same:
+        result.detail += f"; {' and '.join(same)}: same heads chosen: not tested"
+    elif claim == "H1" and same:
         result.detail += f" ({' and '.join(same)}: chose the same heads as PageRank)"
     return result
 

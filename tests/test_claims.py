@@ -284,8 +284,23 @@ def test_a_selector_that_picks_the_pagerank_heads_is_said_so():
     planned = claims.plan_runs(cfg, inputs)
     runs = fabricated(planned, lambda arm, seed: noisy(0.8)(seed))
     result = claims.evaluate(cfg, inputs, planned, runs)[0]
-    assert "top-k correlation heads: chose the same heads as PageRank" in result.detail
-    assert claims.ours_text(result) == "+0.0000"
+    assert "top-k correlation heads: same heads chosen: not tested" in result.detail
+    assert len(result.comparisons) == 1  # only PageRank vs top-k I_h is a comparison
+    assert result.comparisons[0].name_b == "top-k I_h heads"
+    both = {**same, "richness": same["pagerank"]}
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=both)
+    result = claims.evaluate(cfg, inputs, planned, runs)[0]
+    assert result.verdict == "inconclusive" and result.detail.startswith("same heads chosen")
+
+
+def test_random_heads_are_drawn_anew_for_every_training_seed():
+    draws = {s: HeadSelection({1: [s], 2: [s + 1]}, settings={"selector": "random", "seed": s})
+             for s in (0, 1, 2)}  # fmt: skip
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=SELECTIONS, random_selections=draws)
+    planned = claims.plan_runs(config(only=("H1",)), inputs)
+    random_arm = {p.config.seed: p.config.options.heads for p in planned
+                  if p.arm == "random heads"}  # fmt: skip
+    assert random_arm == draws  # one draw per seed, not one draw for all
 
 
 def test_run_claims_need_three_seeds_for_a_verdict():
