@@ -113,6 +113,8 @@ with tab_metrics:
             df.drop(columns=["probe_se"]).merge(se, on="layer").merge(rep.intervals(), on="layer")
         )
     )
+    shown = shown.copy()
+    shown.attrs = {}  # the probe predictions kept there are no part of the table
     st.dataframe(shown, hide_index=True, width="stretch")
     d1, d2 = st.columns(2)
     d1.download_button("Table (CSV)", shown.to_csv(index=False), "layers.csv", "text/csv")
