@@ -96,12 +96,14 @@ def main() -> None:
         data += ["--text-col", "text", "--label-col", "label"]
     common = [*data, "--only", "X1,X2,X3", "--n", str(args.n), "--seed", str(args.seed)]
     before, after = [], []
-    for _ in range(args.rounds):
+    for r in range(args.rounds):
         with tempfile.TemporaryDirectory() as tmp:
             before.append(timed_cli(Path(args.before), Path(args.before) / ".venv/bin/python",
                                     [*common, "--repeats", "5"], tmp))  # fmt: skip
+        print(f"round {r + 1}: before {before[-1]:.1f} s", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             after.append(timed_cli(ROOT, Path(sys.executable), common, tmp))
+        print(f"round {r + 1}: after {after[-1]:.1f} s", flush=True)
     old, new = statistics.median(before), statistics.median(after)
     print(
         f"claims --only X1,X2,X3, N = {args.n:,}, {args.data}, {args.rounds} round(s), fresh caches:"

@@ -23,9 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeats",
         type=int,
         default=1,
-        help="R stratified bootstrap resamples of the N states, each with its own split: adds "
-        "standard errors per layer, ρ's 5th–95th percentile interval and ℓ*'s share of repeats "
-        "(1: the single table only)",
+        help="R stratified bootstrap resamples of the N states: adds bootstrap s.e. per layer, "
+        "and with R ≥ 50 90 %% BCa intervals around every value, ρ, |ρ| and ζ; ℓ* as counts of "
+        "repeats (1: the single table only)",
     )
     parser.add_argument("--json", default=None, help="write the results as JSON ('-': stdout)")
 
