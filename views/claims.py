@@ -30,7 +30,7 @@ with st.expander("How verdicts are reached"):
         "resample; the probe's 5-fold cross-validated predictions are resampled, not refit (the "
         "refit's own variation is left out, so ρ(ν, s)'s interval is slightly narrow on that "
         "side). When the bootstrap cannot centre an interval on the estimate (every repeat on "
-        "one side of it), none is shown and that sample is inconclusive. ℓ\* counts: k of R "
+        "one side of it), none is shown and that sample is inconclusive. ℓ\\* counts: k of R "
         "≥ ⌈0.8 R⌉. Run claims: |diff| > t·s.e., t at 97.5 % with Welch degrees of freedom."
     )
     explain()
