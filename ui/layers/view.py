@@ -125,7 +125,7 @@ def _agreement(rho: float | None, repeats: RepeatSummary | None) -> str:
             return "ρ(ν, s) is undefined here."
         return (
             f"ρ(ν, s) = {rho:+.2f} on this one sample (the paper saw ≤ −0.85); with one sample "
-            "there is no interval: set repeats ≥ 2 to see whether it holds."
+            "there is no interval: set repeats R ≥ 50 to see whether it holds."
         )
     est = repeats.rho["nu"]
     quoted = f"ρ(ν, s) = {est.text(2)}"
@@ -138,6 +138,11 @@ def _agreement(rho: float | None, repeats: RepeatSummary | None) -> str:
         return (
             f"⚠ ν and the probe disagree here: {quoted}. Lower ν did not mean a better probe on "
             "this data: treat ℓ\\* as a hint, try more examples (N) or the what-ifs."
+        )
+    if est.interval is None:
+        return (
+            f"{quoted}: no interval around it, so the repeats cannot tell whether ν tracks the "
+            "probe here (intervals need R ≥ 50 and an estimate inside its bootstrap spread)."
         )
     return (
         f"{quoted}: the interval covers both agreement and disagreement, so the repeats cannot "
