@@ -14,7 +14,7 @@ from ui.figures import finetune, layers
 from ui.figures.compare import VERDICT_COLOURS, forest
 
 
-def test_forest_colours_winners_and_draws_two_standard_errors():
+def test_forest_colours_winners_and_draws_the_welch_margin():
     found = [
         compare([0.9, 0.91, 0.92], [0.8, 0.81, 0.82], "A1", "B1"),
         compare([0.8, 0.81, 0.82], [0.9, 0.91, 0.92], "A2", "B2"),
@@ -24,7 +24,8 @@ def test_forest_colours_winners_and_draws_two_standard_errors():
     trace = fig.data[0]
     assert list(trace.y) == ["A1 − B1", "A2 − B2", "A3 − B3"]
     assert list(trace.marker.color) == [VERDICT_COLOURS[w] for w in ("A", "B", None)]
-    assert trace.error_x.array[0] == pytest.approx(2 * found[0].se)
+    assert trace.error_x.array[0] == pytest.approx(found[0].margin)  # t · se, t(0.975, df 4)
+    assert found[0].margin == pytest.approx(2.7764451 * found[0].se, rel=1e-6)
     assert "accuracy" in fig.layout.xaxis.title.text
 
 
