@@ -26,13 +26,13 @@ the intrinsic / random subspace runs from it and — from its outliers (`analysi
 u = the final move projected on the trajectory's subspace) — the zero-weights files of the
 disable experiment (same place and names as the Subspaces page's, so either finds the other's).
 
-Two arms keep one recipe across seeds on purpose: "random heads" is one draw (selector seed 0,
-like the Heads page's default), the same heads for every training seed; "random weights zeroed"
-draws its weights with the run's seed (the Subspaces page's and the paper's protocol), so its
-seeds differ in the file they zero — the arm is "zero as many random weights, drawn per seed".
+Random arms draw anew for every training seed (SPEC.md), so their spread includes the draw:
+"random heads" uses the random selector seeded with the run's seed; "random weights zeroed"
+draws its weights with the run's seed (the Subspaces page's and the paper's protocol). When a
+selector picks exactly PageRank's heads, H2 reports "same heads chosen: not tested" for it.
 
 Comparisons use `analysis.compare.compare` (diff of mean test scores, se = √(se_A² + se_B²),
-"A better" when |diff| > 2 se).
+"A better" when |diff| > t · se, t at 97.5 % with Welch degrees of freedom).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from analysis.compare import Arm, Comparison, compare
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
@@ -57,8 +58,10 @@ from analysis.heads.selection_file import HeadSelection
 from analysis.layers.repeats import (
     RepeatSummary,
     cached_layer_repeats,
+    difference_estimate,
     mid_network_verdict,
     rho_verdict,
+    smoothness_verdict,
     summarise_repeats,
 )
 from analysis.layers.table import cached_layer_metrics, summary
@@ -79,8 +82,8 @@ if TYPE_CHECKING:
     from analysis.models import LoadedModel
     from analysis.runs.db import RunsDB
 
-VERDICTS = ("holds", "holds weakly", "does not hold", "inconclusive", "not measured yet")
-SHARE = 0.8  # X3: ζ(first) > ζ(mean) in at least this share of repeats
+VERDICTS = ("holds", "holds weakly", "does not hold", "inconclusive", "unstable",
+            "not measured yet")  # fmt: skip
 MIN_SEEDS = 3  # the run claims give a verdict only from ≥ 3 seeds per arm (SPEC.md's table)
 
 
@@ -98,48 +101,51 @@ CLAIMS: dict[str, ClaimInfo] = {
     for c in (
         ClaimInfo(
             "X1", "ν tracks the probe (000)", "ρ(ν, s) ≤ −0.85 on every GLUE task (000, Table 1)",
-            "ρ(ν, s) over R bootstrap repeats: mean [5th, 95th percentile]",
-            "holds: 95th percentile ≤ −0.5 and mean ≤ −0.85; holds weakly: only the first; does "
-            "not hold: 5th percentile > −0.5",
+            "full-sample ρ(ν, s) with its 90 % bootstrap interval (BCa, R repeats), on each of S "
+            "samples",
+            "on every sample: the interval's upper end ≤ −0.5 and the estimate ≤ −0.85 (holds "
+            "weakly: only the first); does not hold: the interval above −0.5; samples "
+            "disagreeing: unstable",
         ),
         ClaimInfo(
             "X2", "ℓ* lies mid-network (000)",
             "most tasks' ℓ* in the middle layers, near ℓ_mid = 13 of 24 for RoBERTa-large (000)",
-            "ℓ*'s share of R bootstrap repeats",
-            "holds: a layer 1 < ℓ < L is ℓ* in ≥ 80 % of repeats; does not hold: layers 1 and L "
-            "together ≥ 80 %",
+            "ℓ* counts over R bootstrap repeats, on each of S samples",
+            "on every sample the repeats choosing some 1 < ℓ < L number ≥ ⌈0.8 R⌉; does not "
+            "hold: those choosing 1 or L do; samples disagreeing: unstable",
         ),
         ClaimInfo(
             "X3", "first-token ν curves are less smooth (000, ζ)",
             "CLS-token ν jumps from < 50 to > 500 between layers on SST-2 (000)",
-            "share of repeats with ζ(first) > ζ(mean) on the same resamples; interval: "
-            "5th–95th percentile of ζ(first) − ζ(mean)",
-            "holds: ≥ 80 % of repeats; does not hold: ≤ 20 %",
+            "ζ(first) − ζ(mean) on the same examples, with its 90 % bootstrap interval (BCa, "
+            "the same resamples for both poolings), on each of S samples",
+            "on every sample the interval lies above 0; below 0: does not hold; samples "
+            "disagreeing: unstable",
         ),
         ClaimInfo(
             "X4", "tuning up to ℓ* matches full fine-tuning at a fraction of the cost (000, Fig. 4)",
             "(1, ℓ*, ℓ*) about as good as full fine-tuning on GLUE with fewer layers (000, Fig. 4)",
-            "(1, ℓ*, ℓ*) − (1, L, L) test score, ± 2 s.e. over seeds; step time",
+            "(1, ℓ*, ℓ*) − (1, L, L) test score, ± t·s.e. (Welch) over seeds; step time",
             "holds: no difference shown or (1, ℓ*, ℓ*) better, with lower step time; does not "
             "hold: full better, or no time saved",
         ),
         ClaimInfo(
             "H1", "PageRank heads beat random heads of the same k (002, Table 3)",
             "GLUE average 84.7 vs 82.4 (+2.3) (002, Table 3)",
-            "top-k PageRank heads − k random heads per layer, test score ± 2 s.e. over seeds",
+            "top-k PageRank heads − k random heads per layer, test score ± t·s.e. (Welch) over seeds",
             "holds: PageRank better; does not hold: random better; else inconclusive",
         ),
         ClaimInfo(
             "H2", "both information and correlation matter (002 ablations)",
             "PageRank 84.7 vs top-k I_h 84.1 and top-k correlation 83.8 (002, Table 3)",
-            "PageRank − the better of top-k I_h and top-k total correlation, ± 2 s.e.",
+            "PageRank − the better of top-k I_h and top-k total correlation, ± t·s.e. (Welch)",
             "holds: PageRank ≥ each, better than one; does not hold: an ablation better",
         ),
         ClaimInfo(
             "S1", "intrinsic-subspace tuning ≈ full ≫ random subspace (003)",
             "intrinsic comparable to full on GLUE; random subspace barely above a frozen "
             "encoder (003, Table 1)",
-            "intrinsic − full test score ± 2 s.e. (and intrinsic − random subspace)",
+            "intrinsic − full test score ± t·s.e. (Welch) (and intrinsic − random subspace)",
             "holds: intrinsic vs full no difference shown or better, and intrinsic better than "
             "random; does not hold: full or random better than intrinsic",
         ),
@@ -147,7 +153,7 @@ CLAIMS: dict[str, ClaimInfo] = {
             "S2", "zeroing outlier weights hurts more than zeroing as many random weights (003)",
             "≈ 0.3 % of weights zeroed: outliers degrade significantly, random ones do not "
             "(003, Table 3)",
-            "outliers zeroed − random weights zeroed, test score ± 2 s.e. over seeds",
+            "outliers zeroed − random weights zeroed, test score ± t·s.e. (Welch) over seeds",
             "holds: random-zeroed better; does not hold: outliers-zeroed better; else "
             "inconclusive",
         ),
@@ -177,7 +183,8 @@ def parse_only(text: str | None) -> tuple[str, ...]:
 class ClaimsConfig:
     """What the claims are measured on and with.
 
-    Layer claims: ``n`` examples (sample seed ``sample_seed``), ``repeats`` bootstrap repeats.
+    Layer claims: ``samples`` samples of ``n`` examples (sampling seed ``sample_seed``:
+    `layer_samples`), ``repeats`` bootstrap repeats on each.
     Run claims: ``seeds`` × ``steps`` steps of batch ``batch_size`` (dev / test: at most
     ``n_eval`` examples, the same for every run); heads: ``k`` per layer, statistics on
     ``heads_n`` examples.
@@ -188,7 +195,8 @@ class ClaimsConfig:
     only: tuple[str, ...] = tuple(CLAIMS)
     n: int = 1000
     sample_seed: int = 0
-    repeats: int = 5
+    repeats: int = 50
+    samples: int = 3
     max_length: int = 128
     seeds: tuple[int, ...] = (0, 1, 2)
     steps: int = 200
@@ -204,6 +212,8 @@ class ClaimsConfig:
         object.__setattr__(self, "only", parse_only(",".join(self.only)))
         if not isinstance(self.repeats, int) or self.repeats < 2:
             raise ValueError(f"The claims need at least 2 repeats (got {self.repeats!r}).")
+        if not isinstance(self.samples, int) or self.samples < 1:
+            raise ValueError(f"The claims need at least 1 sample (got {self.samples!r}).")
         seeds = tuple(self.seeds)
         if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
             raise ValueError(f"Seeds must be distinct whole numbers ≥ 0 (got {self.seeds!r}).")
@@ -256,50 +266,144 @@ class ClaimsConfig:
 
 
 @dataclass
+class SampleInputs:
+    """One sample of the layer claims: its examples' description, the full-sample ℓ* and the
+    repeats (mean pooling: ν and the probe; first-token pooling: ν only, for X3)."""
+
+    label: str
+    n: int
+    l_star: int | None = None
+    mean_repeats: LayerRepeats | None = None
+    first_repeats: LayerRepeats | None = None
+
+
+@dataclass
 class ClaimInputs:
-    """The analyses the claims rest on: the repeats (mean and first-token pooling), ℓ* (of the
-    full-sample table, as the Layers page suggests it), L, and the head selections."""
+    """The analyses the claims rest on: per sample the repeats (mean and first-token pooling) and
+    the full-sample ℓ*; ℓ* of the first sample (for X4's runs), L, the head selections, and how
+    the samples were drawn (``sample_mode`` "disjoint" or "overlapping")."""
 
     n_layers: int
     l_star: int | None = None
     mean_repeats: LayerRepeats | None = None
     first_repeats: LayerRepeats | None = None
     selections: dict[str, HeadSelection] = field(default_factory=dict)
+    # the random-heads arm draws anew for every training seed: seed → its selection
+    random_selections: dict[int, HeadSelection] = field(default_factory=dict)
+    samples: list[SampleInputs] = field(default_factory=list)
+    sample_mode: str = ""
+
+
+CLAIM_METRICS = ("nu", "probe")  # X1–X3 rest on ν and the probe only (ρ(ν, s), ℓ*, ζ)
+
+
+def layer_samples(cfg: ClaimsConfig, part_size: int) -> tuple[str, list[tuple[int, range]]]:
+    """How the S samples of the layer claims are drawn from a part of ``part_size`` examples:
+    ("disjoint", [(seed, positions)…]) when it holds S · N examples — one seeded sample of S · N
+    (sampling seed ``sample_seed``), cut into S consecutive blocks of N: disjoint uniform samples
+    — else ("overlapping", …): S samples of N with sampling seeds sample_seed, sample_seed + 1,
+    …, each its own draw (they share examples). One sample is always ("one sample", …)."""
+    s, n = cfg.samples, cfg.n
+    if s == 1:
+        return "one sample", [(cfg.sample_seed, range(n))]
+    if s * n <= part_size:
+        return "disjoint", [(cfg.sample_seed, range(i * n, (i + 1) * n)) for i in range(s)]
+    return "overlapping", [(cfg.sample_seed + i, range(n)) for i in range(s)]
+
+
+def _part_size(cfg: ClaimsConfig) -> int:
+    from analysis.data import load_data
+
+    return len(load_data(cfg.data).parts["train"])
+
+
+def _block(states: Any, block: range, tag: str) -> Any:
+    """The examples ``block`` of an extraction as LayerStates of their own (in memory), with a
+    cache key of their own (the extraction's key and the block)."""
+    if block == range(states.n):
+        return states
+    index = torch.arange(block.start, block.stop)
+    meta = {**states.meta, "cache_path": f"{states.meta['cache_path']}-{tag}"}
+    return dataclasses.replace(
+        states, states=states.states[:, index].clone(), labels=states.labels[index],
+        rows=states.rows[index], meta=meta, stored=None,
+    )  # fmt: skip
 
 
 def prepare(
     cfg: ClaimsConfig, loaded: LoadedModel, progress: Progress | None = None
 ) -> ClaimInputs:
-    """Extract, compute the single table and the repeats (both poolings when X3 is asked), and
-    the head statistics and selections when a heads claim is asked. Everything is disk-cached."""
+    """Extract, compute each sample's full-sample table and repeats (both poolings when X3 is
+    asked; `layer_samples`), and the head statistics and selections when a heads claim is
+    asked. Everything is disk-cached. X4's ℓ* is the first sample's full-sample ℓ*."""
 
+    needs_layers = bool(cfg.layer_claims) or "X4" in cfg.only
     needs_first = "X3" in cfg.only
     needs_heads = bool({"H1", "H2"} & set(cfg.only))
     poolings = ["mean", "first"] if needs_first else ["mean"]
-    steps = 2 * len(poolings) + (1 if needs_heads else 0)
     inputs = ClaimInputs(n_layers=loaded.n_layers)
+    steps = max(1, (len(poolings) if needs_layers else 0) + (1 if needs_heads else 0))
     done = 0
-    for pooling in poolings:
-        part = scaled(progress, done / steps, (done + 2) / steps)
-        states = extract_states(
-            cfg.extract_config(pooling), progress=scaled(part, 0, 0.3), loaded=loaded
-        )
-        if pooling == "mean":
-            df, _ = cached_layer_metrics(
-                states, seed=cfg.sample_seed, progress=scaled(part, 0.3, 0.45)
-            )
-            inputs.l_star = summary(df)["l_star"]
-        rep, _ = cached_layer_repeats(
-            states, seed=cfg.sample_seed, repeats=cfg.repeats, progress=scaled(part, 0.45, 1.0)
-        )
-        setattr(inputs, f"{pooling}_repeats", rep)
-        done += 2
+    if needs_layers:
+        samples = cfg.samples if cfg.layer_claims else 1
+        mode, draws = layer_samples(dataclasses.replace(cfg, samples=samples), _part_size(cfg))
+        inputs.sample_mode = mode
+        inputs.samples = [
+            SampleInputs(label=f"seed {seed}" + (f", examples {b.start + 1}–{b.stop}"
+                                                 if mode == "disjoint" else ""), n=cfg.n)
+            for seed, b in draws
+        ]  # fmt: skip
+        size = samples * cfg.n if mode == "disjoint" else cfg.n
+        for pooling in poolings:
+            part = scaled(progress, done / steps, (done + 1) / steps)
+            extracted: dict[int, Any] = {}
+            for i, (seed, block) in enumerate(draws):
+                sub = scaled(part, i / len(draws), (i + 1) / len(draws))
+                if seed not in extracted:
+                    extract = dataclasses.replace(
+                        cfg.extract_config(pooling), sample=SampleSpec(n=size, seed=seed)
+                    )
+                    extracted[seed] = extract_states(
+                        extract, progress=scaled(sub, 0, 0.3), loaded=loaded
+                    )
+                states = _block(extracted[seed], block, f"block{block.start}-{block.stop}")
+                if pooling == "mean":
+                    df, _ = cached_layer_metrics(states, seed=seed, progress=scaled(sub, 0.3, 0.8))
+                    inputs.samples[i].l_star = summary(df)["l_star"]
+                rep, _ = cached_layer_repeats(
+                    states, seed=seed, repeats=cfg.repeats, progress=scaled(sub, 0.8, 1.0),
+                    which=CLAIM_METRICS if pooling == "mean" else ("nu",),
+                )  # fmt: skip
+                setattr(inputs.samples[i], f"{pooling}_repeats", rep)
+            done += 1
+        first = inputs.samples[0]
+        inputs.l_star, inputs.mean_repeats, inputs.first_repeats = (
+            first.l_star, first.mean_repeats, first.first_repeats,
+        )  # fmt: skip
     if needs_heads:
         stats_cfg = HeadStatsConfig(cfg.extract_config("mean", n=cfg.heads_n), xi=cfg.xi)
         stats, _ = head_stats(stats_cfg, progress=scaled(progress, done / steps, 1.0),
                               loaded=loaded)  # fmt: skip
         inputs.selections = head_selections(stats, cfg.k, loaded.name, cfg.heads_provenance())
+        inputs.random_selections = {
+            seed: head_selections(stats, cfg.k, loaded.name, cfg.heads_provenance(), ("random",),
+                                  HeadSelectionConfig(k=cfg.k, seed=seed))["random"]
+            for seed in cfg.seeds
+        }  # fmt: skip
     return inputs
+
+
+def layer_claims_estimate(cfg: ClaimsConfig, d_model: int = 384, n_layers: int = 6) -> float:
+    """Rough seconds the layer claims take before anything is cached, on this project's 2-core
+    machine (measured by bench/bench_layer_claims.py): per sample and pooling one extraction,
+    per sample the mean-pooling table (its cross-validated probe dominates) and the cheap
+    repeats."""
+    if not cfg.layer_claims:
+        return 0.0
+    poolings = 2 if "X3" in cfg.only else 1
+    scale = cfg.n / 1000 * (n_layers + 1) / 7 * d_model / 384
+    extraction, table, repeats = 4.0, 5.0, 0.03 * cfg.repeats
+    return cfg.samples * scale * (poolings * extraction + table + poolings * repeats)
 
 
 def head_selections(
@@ -384,8 +488,10 @@ def plan_runs(
         if claim not in cfg.only or not inputs.selections:
             continue
         for arm in arms:
-            selection = inputs.selections[HEAD_SELECTORS[arm]]
             for seed in cfg.seeds:
+                selection = inputs.selections[HEAD_SELECTORS[arm]]
+                if arm == "random heads":  # a random arm draws anew for every training seed
+                    selection = inputs.random_selections.get(seed, selection)
                 config = dataclasses.replace(  # lr=None: the method's own default rate
                     cfg.base_run(seed), method="heads", options=HeadsOptions(selection), lr=None
                 )
@@ -572,56 +678,104 @@ class ClaimResult:
 
 
 def layer_claims(inputs: ClaimInputs, only: Iterable[str] = LAYER_CLAIMS) -> list[ClaimResult]:
-    """X1, X2 (mean-pooling repeats) and X3 (both poolings, the same resamples)."""
+    """X1, X2 (mean-pooling repeats) and X3 (both poolings, the same resamples), each judged on
+    every sample (`combine_samples`)."""
+    samples = inputs.samples or (
+        [SampleInputs("the sample", int(inputs.mean_repeats.attrs.get("n", 0)), inputs.l_star,
+                      inputs.mean_repeats, inputs.first_repeats)]
+        if inputs.mean_repeats is not None else []
+    )  # fmt: skip
     out = []
-    mean = summarise_repeats(inputs.mean_repeats) if inputs.mean_repeats is not None else None
     for claim in only:
-        if claim == "X1" and mean is not None:
-            out.append(_x1(mean))
-        elif claim == "X2" and mean is not None:
-            out.append(_x2(mean, inputs.n_layers))
-        elif claim == "X3" and mean is not None and inputs.first_repeats is not None:
-            out.append(_x3(mean, summarise_repeats(inputs.first_repeats)))
-        elif claim in LAYER_CLAIMS:
+        if claim not in LAYER_CLAIMS:
+            continue
+        need_first = claim == "X3"
+        if not samples or any(
+            s.mean_repeats is None or (need_first and s.first_repeats is None) for s in samples
+        ):
             out.append(ClaimResult(claim, "not measured yet", detail="the repeats are missing"))
+            continue
+        per = [
+            _x1(summarise_repeats(s.mean_repeats)) if claim == "X1"
+            else _x2(summarise_repeats(s.mean_repeats), inputs.n_layers) if claim == "X2"
+            else _x3(s.mean_repeats, s.first_repeats)
+            for s in samples
+        ]  # fmt: skip
+        out.append(combine_samples(claim, per, samples, inputs.sample_mode or "one sample"))
     return out
 
 
-def _x1(mean: RepeatSummary) -> ClaimResult:
-    m, (lo, hi) = mean.rho_mean["nu"], mean.rho_interval["nu"]
+def combine_samples(
+    claim: str, per: Sequence[ClaimResult], samples: Sequence[SampleInputs], mode: str
+) -> ClaimResult:
+    """One verdict from the samples' verdicts (SPEC.md, "Samples"): the common verdict when every
+    sample gives it; **unstable** when they disagree (X1's "holds" and "holds weakly" together
+    make "holds weakly"), never the first sample's. The detail says on how many samples it holds
+    and states N, R and S; the first sample's number and interval are shown, every sample's are
+    in ``values["samples"]``."""
+    verdicts = [r.verdict for r in per]
+    distinct = set(verdicts)
+    if len(distinct) == 1:
+        verdict = verdicts[0]
+    elif distinct == {"holds", "holds weakly"}:
+        verdict = "holds weakly"
+    else:
+        verdict = "unstable"
+    n_hold = sum(v in ("holds", "holds weakly") for v in verdicts)
+    first = per[0]
+    s = len(per)
+    repeats = first.repeats or 0
+    n = samples[0].n
+    how = f"N = {n:,}, R = {repeats}, S = {s}" + (f" ({mode} samples)" if s > 1 else "")
+    each = "; ".join(
+        f"{smp.label}: {r.verdict} ({r.detail})" for smp, r in zip(samples, per, strict=True)
+    )
+    detail = f"holds on {n_hold} of {s} sample{'s' if s > 1 else ''}; {how}. {each}"
     return ClaimResult(
-        "X1", rho_verdict(m, (lo, hi)), ours=m, interval=(lo, hi), repeats=mean.repeats,
-        detail=f"ρ(ν, s) = {m:+.2f} [{lo:+.2f}, {hi:+.2f}] over {mean.repeats} repeats",
-        values={"rho": mean.rho["nu"].tolist()},
+        claim, verdict, ours=first.ours, interval=first.interval, repeats=repeats,
+        detail=detail,
+        values={**first.values, "samples": [
+            {"label": smp.label, "n": smp.n, "verdict": r.verdict, "ours": r.ours,
+             "interval": list(r.interval) if r.interval is not None else None,
+             "detail": r.detail, **r.values}
+            for smp, r in zip(samples, per, strict=True)
+        ], "n": n, "repeats": repeats, "n_samples": s, "sample_mode": mode, "holds_on": n_hold},
+    )  # fmt: skip
+
+
+def _x1(mean: RepeatSummary) -> ClaimResult:
+    est = mean.rho["nu"]
+    return ClaimResult(
+        "X1", rho_verdict(est), ours=est.value, interval=est.interval, repeats=mean.repeats,
+        detail=f"ρ(ν, s) = {est.text()}",
+        values={"rho": mean.rho_replicates["nu"].tolist(), "rho_estimate": est.to_dict()},
     )  # fmt: skip
 
 
 def _x2(mean: RepeatSummary, n_layers: int) -> ClaimResult:
-    shares = mean.l_star_share
+    counts = mean.l_star_counts
     return ClaimResult(
-        "X2", mid_network_verdict(shares, n_layers),
-        ours=None if mean.modal_l_star is None else float(mean.modal_l_star),
-        repeats=mean.repeats, detail=f"{mean.l_star_sentence()}, L = {n_layers}",
-        values={"l_star_share": {str(k): v for k, v in shares.items()}, "n_layers": n_layers},
+        "X2", mid_network_verdict(counts, mean.repeats, n_layers),
+        ours=None if mean.l_star is None else float(mean.l_star),
+        repeats=mean.repeats,
+        detail=f"full-sample ℓ* = {mean.l_star}; {mean.l_star_sentence()}, L = {n_layers}",
+        values={"l_star_counts": {str(k): v for k, v in counts.items()}, "n_layers": n_layers},
     )  # fmt: skip
 
 
-def _x3(mean: RepeatSummary, first: RepeatSummary) -> ClaimResult:
-    zm, zf = mean.zeta, first.zeta
-    ok = np.isfinite(zm) & np.isfinite(zf)
-    if not ok.any():
-        return ClaimResult("X3", "inconclusive", repeats=mean.repeats,
+def _x3(mean: LayerRepeats, first: LayerRepeats) -> ClaimResult:
+    diff = difference_estimate(first, mean, "zeta")
+    if not math.isfinite(diff.value):
+        return ClaimResult("X3", "inconclusive", repeats=mean.n_repeats,
                            detail="ζ is undefined (fewer than 3 layers)")  # fmt: skip
-    share = float(np.mean(zf[ok] > zm[ok]))
-    lo, hi = (float(x) for x in np.percentile(zf[ok] - zm[ok], [5, 95]))
-    verdict = (
-        "holds" if share >= SHARE else "does not hold" if share <= 1 - SHARE else "inconclusive"
-    )
+    zf, zm = summarise_repeats(first).zeta, summarise_repeats(mean).zeta
     return ClaimResult(
-        "X3", verdict, ours=share, interval=(lo, hi), repeats=mean.repeats,
-        detail=f"ζ(first) > ζ(mean) in {int(ok.sum() * share + 0.5)} of {int(ok.sum())} repeats; "
-        f"median ζ {np.median(zf[ok]):.3g} (first) vs {np.median(zm[ok]):.3g} (mean)",
-        values={"zeta_first": zf.tolist(), "zeta_mean": zm.tolist(), "n_finite": int(ok.sum())},
+        "X3", smoothness_verdict(diff), ours=diff.value, interval=diff.interval,
+        repeats=mean.n_repeats,
+        detail=f"ζ(first) − ζ(mean) = {diff.text(3)}; ζ(first) = {zf.value:.3g}, "
+        f"ζ(mean) = {zm.value:.3g}",
+        values={"zeta_first": zf.to_dict(), "zeta_mean": zm.to_dict(),
+                "difference": diff.to_dict()},
     )  # fmt: skip
 
 
@@ -675,6 +829,13 @@ def _run_claim(
             a in entries for a in need
         ) else "runs done — " + ", ".join(pending)  # fmt: skip
         return ClaimResult(claim, "not measured yet", runs=ids, detail=waiting)
+    same = [arm for arm in need[1:] if _same_heads(inputs, "PageRank heads", arm)]
+    if claim == "H2" and same:
+        # a selector that picked exactly PageRank's heads compares PageRank with itself
+        need = tuple(a for a in need if a not in same)
+        if len(need) == 1:
+            return ClaimResult(claim, "inconclusive", runs=ids,
+                               detail=f"same heads chosen: not tested ({' and '.join(same)})")  # fmt: skip
     arms = {arm: _arm(arm, entries[arm]) for arm in need}
     n_seeds = min(a.n_seeds for a in arms.values())
     result = {"X4": _x4, "H1": _h1, "H2": _h2, "S1": _s1, "S2": _s2}[claim](
@@ -684,8 +845,9 @@ def _run_claim(
         # SPEC.md's claims table asks ≥ 3 seeds: with fewer, the numbers are shown, not judged
         result.detail += f"; a verdict needs ≥ {MIN_SEEDS} seeds per arm (here {n_seeds})"
         result.verdict = "inconclusive"
-    same = [arm for arm in need[1:] if _same_heads(inputs, "PageRank heads", arm)]
-    if claim in ("H1", "H2") and same:
+    if claim == "H2" and same:
+        result.detail += f"; {' and '.join(same)}: same heads chosen: not tested"
+    elif claim == "H1" and same:
         result.detail += f" ({' and '.join(same)}: chose the same heads as PageRank)"
     return result
 
@@ -790,16 +952,31 @@ def claims_json(cfg: ClaimsConfig, results: Sequence[ClaimResult]) -> dict[str, 
 
 
 def ours_text(result: ClaimResult) -> str:
-    """Our number as it reads: "ℓ* = 4" (X2), "5/5 repeats" (X3), a signed ρ or difference."""
+    """Our number as it reads: "ℓ* = 4 (41 of 50 repeats)" (X2), a signed ρ (X1), ζ difference
+    (X3) or score difference."""
     x = result.ours
     if x is None or not math.isfinite(x):
         return ""
     if result.id == "X2":
-        return f"ℓ* = {int(x)}"
-    if result.id == "X3":  # the share is over the repeats where both ζ are defined
-        n = int(result.values.get("n_finite", result.repeats or 0))
-        return f"{round(x * n)}/{n} repeats"
+        counts = result.values.get("l_star_counts", {})
+        k = counts.get(str(int(x)), 0)
+        return (
+            f"ℓ* = {int(x)} ({k} of {result.repeats} repeats)"
+            if result.repeats
+            else f"ℓ* = {int(x)}"
+        )
+    if result.id == "X3":
+        return f"{x:+.3g}"
     return f"{x:+.2f}" if result.id == "X1" else f"{x:+.4f}"
+
+
+def _layer_n(r: ClaimResult) -> str:
+    """ "N = 1,000, R = 50, S = 3 (disjoint)" for a layer claim."""
+    v = r.values
+    if "n_samples" not in v:
+        return f"R = {r.repeats}"
+    mode = f" ({v['sample_mode']})" if v["n_samples"] > 1 else ""
+    return f"N = {v['n']:,}, R = {r.repeats}, S = {v['n_samples']}{mode}"
 
 
 def claims_table(results: Sequence[ClaimResult]) -> pd.DataFrame:
@@ -813,7 +990,7 @@ def claims_table(results: Sequence[ClaimResult]) -> pd.DataFrame:
             {"id": r.id, "claim": r.info.claim, "paper": r.info.paper, "ours": ours_text(r),
              "interval": lo_hi,
              "verdict": r.verdict,
-             "n": f"{r.n_seeds} seeds" if r.n_seeds else f"{r.repeats} repeats" if r.repeats else "",
+             "n": f"{r.n_seeds} seeds" if r.n_seeds else _layer_n(r) if r.repeats else "",
              "detail": r.detail}
         )  # fmt: skip
     return pd.DataFrame(

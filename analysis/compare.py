@@ -9,8 +9,11 @@ An *arm* is one setting's finished runs, one per seed (`Arm`). The rule:
 
     diff = mean(s_A) − mean(s_B),   se_X = sd(s_X, ddof=1) / √n_X,   se = √(se_A² + se_B²)
 
-Verdict "A better" / "B better" when |diff| > 2 se, else "no difference shown (n seeds = n_A, n_B)".
-With a single seed in an arm its s.e. is undefined, so no verdict is possible.
+Verdict "A better" / "B better" when |diff| > t · se, t the 97.5 % quantile of Student's t at the
+Welch–Satterthwaite degrees of freedom df = se⁴ / (se_A⁴/(n_A − 1) + se_B⁴/(n_B − 1)) (with 3
+seeds a side t ≈ 2.8–4.3, not 2: "2 se" was about an 86 % test there), else "no difference shown
+(n seeds = n_A, n_B)". With a single seed in an arm its s.e. is undefined, so no verdict is
+possible.
 
 Paired bootstrap over test examples: when every run of both arms was scored on the same test
 part (the engine scores one fixed test subset, `analysis.finetune.engine.EVAL_SUBSET_SEED`, and
@@ -41,8 +44,10 @@ from analysis.io import json_ready
 from analysis.predictions import decode_predictions
 from analysis.scores import METRICS, task_score
 
-MARGIN = 2.0  # a verdict needs |diff| > MARGIN · se
-N_BOOTSTRAP = 2000
+T_LEVEL = 0.975  # a verdict needs |diff| > t_{0.975, Welch df} · se
+N_BOOTSTRAP = 10_000  # seeded: every page and ``runs compare`` give the same p
+
+
 # -- arms and the verdict -------------------------------------------------------------------------
 
 
@@ -112,10 +117,11 @@ class Comparison:
     se: float
     verdict: str
     paired_p: float | None
+    df: float = math.nan  # Welch degrees of freedom
 
     @property
     def decided(self) -> bool:
-        """Whether the data call a winner (|diff| > 2 se)."""
+        """Whether the data call a winner (|diff| > t · se)."""
         return self.verdict.endswith(" better")
 
     @property
@@ -125,9 +131,14 @@ class Comparison:
             return None
         return "A" if self.diff > 0 else "B"
 
+    @property
+    def margin(self) -> float:
+        """t · se, t at 97.5 % with the Welch degrees of freedom (NaN when undefined)."""
+        return welch_t(self.df) * self.se
+
     def interval(self) -> tuple[float, float]:
-        """diff ± 2 se (NaN when se is undefined)."""
-        return self.diff - MARGIN * self.se, self.diff + MARGIN * self.se
+        """diff ± t · se (NaN when se is undefined)."""
+        return self.diff - self.margin, self.diff + self.margin
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; NaN becomes None. The keys of ``runs compare --json`` come first."""
@@ -145,6 +156,8 @@ class Comparison:
             "mean_b": clean(self.mean_b),
             "se_a": clean(self.se_a),
             "se_b": clean(self.se_b),
+            "df": clean(self.df),
+            "margin": clean(self.margin),
         }
 
 
@@ -158,11 +171,31 @@ def mean_se(scores: Sequence[float]) -> tuple[float, float, int]:
     return float(values.mean()), se, n
 
 
+def welch_df(se_a: float, se_b: float, n_a: int, n_b: int) -> float:
+    """Welch–Satterthwaite degrees of freedom of diff's s.e. (NaN when undefined)."""
+    if n_a < 2 or n_b < 2 or not (math.isfinite(se_a) and math.isfinite(se_b)):
+        return math.nan
+    num = (se_a**2 + se_b**2) ** 2
+    den = se_a**4 / (n_a - 1) + se_b**4 / (n_b - 1)
+    return num / den if den > 0 else float(n_a + n_b - 2)
+
+
+def welch_t(df: float) -> float:
+    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom (NaN when undefined)."""
+    from scipy.stats import t
+
+    return float(t.ppf(T_LEVEL, df)) if math.isfinite(df) and df > 0 else math.nan
+
+
 def verdict(
-    diff: float, se: float, n_a: int, n_b: int, name_a: str = "A", name_b: str = "B"
-) -> str:
-    """ "<A> better" / "<B> better" when |diff| > 2 se, else "no difference shown (n seeds = …)"."""
-    if math.isfinite(diff) and math.isfinite(se) and abs(diff) > MARGIN * se:
+    diff: float, se: float, n_a: int, n_b: int, name_a: str = "A", name_b: str = "B",
+    df: float | None = None,
+) -> str:  # fmt: skip
+    """ "<A> better" / "<B> better" when |diff| > t · se (t at 97.5 %, ``df`` degrees of freedom;
+    default n_a + n_b − 2), else "no difference shown (n seeds = …)"."""
+    df = float(n_a + n_b - 2) if df is None else df
+    margin = welch_t(df) * se
+    if math.isfinite(diff) and math.isfinite(margin) and abs(diff) > margin:
         return f"{name_a if diff > 0 else name_b} better"
     return f"no difference shown (n seeds = {n_a}, {n_b})"
 
@@ -191,9 +224,10 @@ def compare(
         paired = paired_bootstrap_p(
             arm_a.predictions, arm_b.predictions, arm_a.labels, arm_a.metric, n_boot, seed
         )
+    dof = welch_df(se_a, se_b, n_a, n_b)
     return Comparison(
         name_a, name_b, mean_a, mean_b, se_a, se_b, n_a, n_b, diff, se,
-        verdict(diff, se, n_a, n_b, name_a, name_b), paired,
+        verdict(diff, se, n_a, n_b, name_a, name_b, dof), paired, dof,
     )  # fmt: skip
 
 
@@ -297,7 +331,7 @@ def _resampled_scores(
 
 def comparisons_frame(comparisons: Sequence[Comparison]) -> pd.DataFrame:
     """One row per comparison: a, b, mean_a, mean_b, n_seeds_a, n_seeds_b, diff, se, lo, hi
-    (diff ± 2 se), verdict, paired_p — for tables and downloads."""
+    (diff ± t · se, Welch), verdict, paired_p — for tables and downloads."""
     rows = []
     for c in comparisons:
         lo, hi = c.interval()

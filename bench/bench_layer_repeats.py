@@ -6,8 +6,9 @@
 
 The extraction runs once (into a temporary cache, so it is really computed); then, side by side in
 each round, one table of metrics on the N states (what one repeat costs) and R bootstrap repeats
-(`analysis.layers.repeats.layer_repeats`, each probe choosing C among the table's choice and its
-grid neighbours, as ``layers --repeats`` does). ``layers --repeats R`` computes the single table
+(`analysis.layers.repeats.layer_repeats`: ν, CCA and ϱ recomputed, the table's out-of-fold probe
+predictions resampled, plus the 20 jackknife subsamples, as ``layers --repeats`` does; since
+issue 19 the README's figures for this bench predate that change). ``layers --repeats R`` computes the single table
 and the R repeats, so its metrics cost is table + repeats. Printed: medians over rounds, and
 
     metrics ratio    = (table + R repeats) / table
@@ -53,10 +54,10 @@ def main() -> None:
     tables, reps = [], []
     for _ in range(args.rounds):
         t = time.perf_counter()
-        table = layer_metrics(x, y, metric)
+        full = layer_metrics(x, y, metric)
         tables.append(time.perf_counter() - t)
         t = time.perf_counter()
-        rep = layer_repeats(x, y, metric, repeats=args.repeats, probe_c=table["probe_c"].tolist())
+        rep = layer_repeats(x, y, metric, repeats=args.repeats, table=full)
         reps.append(time.perf_counter() - t)
     table, repeats = statistics.median(tables), statistics.median(reps)
     r = args.repeats
@@ -70,8 +71,7 @@ def main() -> None:
         f"{(extraction + table + repeats) / (extraction + table):.2f}×"
     )
     summ = summarise_repeats(rep)
-    lo, hi = summ.rho_interval["nu"]
-    print(f"ρ(ν, s) {summ.rho_mean['nu']:+.3f} [{lo:+.3f}, {hi:+.3f}]; {summ.l_star_sentence()}")
+    print(f"ρ(ν, s) {summ.rho['nu'].text(3)}; {summ.l_star_sentence()}")
 
 
 if __name__ == "__main__":

@@ -20,25 +20,31 @@ N_LAYERS = 6
 
 
 def config(**kwargs) -> claims.ClaimsConfig:
-    base = dict(model=ModelSpec("m"), data=DataSpec("d"), seeds=(0, 1, 2), steps=40, repeats=5)
+    base = dict(model=ModelSpec("m"), data=DataSpec("d"), seeds=(0, 1, 2), steps=40, repeats=50)
     return claims.ClaimsConfig(**{**base, **kwargs})
 
 
-def fake_repeats(rho_sign: float = -1.0, l_star: int = 3, bumpy: bool = False) -> LayerRepeats:
-    """5 repeats over layers 0..6: ν lowest at ``l_star``; the probe mirrors ν (ρ ≈ −1) or follows
-    it (ρ ≈ +1); ``bumpy`` adds a zig-zag (a high ζ)."""
-    rng = np.random.default_rng(0)
-    values = np.zeros((5, N_LAYERS + 1, 5))
+def fake_repeats(
+    rho_sign: float = -1.0, l_star: int = 3, bumpy: bool = False, repeats: int = 50, noise=0.01,
+    seed: int = 0,
+) -> LayerRepeats:  # fmt: skip
+    """R repeats (and 20 jackknife values) over layers 0..6: ν lowest at ``l_star``; the probe
+    mirrors ν (ρ ≈ −1) or follows it (ρ ≈ +1); ``bumpy`` adds a zig-zag (a high ζ). The
+    full-sample curve is one more draw like the repeats."""
+    rng = np.random.default_rng(seed)
     layers = np.arange(N_LAYERS + 1)
-    for r in range(5):
-        nu = 1.0 + 0.2 * (layers - l_star) ** 2 + rng.normal(0, 0.01, len(layers))
+
+    def table(eps: float) -> np.ndarray:
+        nu = 1.0 + 0.2 * (layers - l_star) ** 2 + rng.normal(0, eps, len(layers))
         if bumpy:
             nu = nu + 2.0 * (layers % 2)
-        probe = 0.9 + rho_sign * 0.05 * (nu - nu.mean()) / nu.std()
-        values[r, :, 0], values[r, :, 3] = nu, probe
-        values[r, :, 1] = 0.5 - 0.1 * nu
-        values[r, :, 2] = 50 + nu
-    return LayerRepeats(values=values, attrs={"repeats": 5})
+        probe = 0.9 + rho_sign * 0.05 * (nu - nu.mean()) / nu.std() + rng.normal(0, eps, len(nu))
+        return np.stack([nu, 0.5 - 0.1 * nu, 50 + nu, probe], axis=1)
+
+    values = np.stack([table(noise) for _ in range(repeats)])
+    jack = np.stack([table(noise / 5) for _ in range(20)])
+    return LayerRepeats(values=values, attrs={"repeats": repeats, "n": 1000}, full=table(noise),
+                        jackknife=jack)  # fmt: skip
 
 
 def test_layer_claims_verdicts_from_repeats():
@@ -47,10 +53,12 @@ def test_layer_claims_verdicts_from_repeats():
         first_repeats=fake_repeats(bumpy=True),
     )  # fmt: skip
     x1, x2, x3 = claims.layer_claims(inputs)
-    assert (x1.id, x1.verdict) == ("X1", "holds") and x1.ours < -0.85 and x1.repeats == 5
+    assert (x1.id, x1.verdict) == ("X1", "holds") and x1.ours < -0.85 and x1.repeats == 50
     assert x1.interval[0] <= x1.ours <= x1.interval[1]
-    assert (x2.verdict, x2.ours) == ("holds", 3.0) and "ℓ* = 3 in 5 of 5 repeats" in x2.detail
-    assert x3.verdict == "holds" and x3.ours == 1.0 and x3.interval[0] > 0
+    assert (x2.verdict, x2.ours) == ("holds", 3.0) and "ℓ* = 3 in 50 of 50 repeats" in x2.detail
+    assert x3.verdict == "holds" and x3.interval[0] > 0
+    assert x3.interval[0] <= x3.ours <= x3.interval[1]
+    assert "N = 1,000, R = 50, S = 1" in x1.detail and "holds on 1 of 1 sample" in x1.detail
     edge = claims.ClaimInputs(n_layers=N_LAYERS, mean_repeats=fake_repeats(+1.0, l_star=6),
                               first_repeats=fake_repeats(l_star=6))  # fmt: skip
     x1, x2, x3 = claims.layer_claims(edge)
@@ -59,6 +67,62 @@ def test_layer_claims_verdicts_from_repeats():
     assert claims.layer_claims(claims.ClaimInputs(n_layers=6), ["X1"])[0].verdict == (
         "not measured yet"
     )
+
+
+def sample(label, mean, first=None):
+    return claims.SampleInputs(label, 1000, 3, mean, first)
+
+
+def test_samples_that_disagree_are_unstable_never_the_first_samples_verdict():
+    agree = claims.ClaimInputs(
+        n_layers=N_LAYERS, sample_mode="disjoint",
+        # (the fakes draw the full-sample table like a repeat, so about 1 in 10 lands in its own
+        # bootstrap tail and gets no interval; these seeds do not)
+        samples=[sample(f"s{i}", fake_repeats(seed=i), fake_repeats(bumpy=True, seed=3 + i))
+                 for i in range(3)],
+    )  # fmt: skip
+    x1, x2, x3 = claims.layer_claims(agree)
+    assert x1.verdict == x2.verdict == x3.verdict == "holds"
+    assert "holds on 3 of 3 samples" in x1.detail and "S = 3 (disjoint samples)" in x1.detail
+    assert claims.claims_table([x1])["n"][0] == "N = 1,000, R = 50, S = 3 (disjoint)"
+    assert len(x1.values["samples"]) == 3
+    split = claims.ClaimInputs(
+        n_layers=N_LAYERS, sample_mode="overlapping",
+        samples=[sample("a", fake_repeats()), sample("b", fake_repeats(+1.0, l_star=6)),
+                 sample("c", fake_repeats())],
+    )  # fmt: skip
+    x1, x2 = claims.layer_claims(split, ["X1", "X2"])
+    assert x1.verdict == "unstable" and x2.verdict == "unstable"
+    assert "holds on 2 of 3 samples" in x1.detail and "overlapping" in x1.detail
+
+
+def test_holds_and_holds_weakly_together_hold_weakly():
+    per = [claims.ClaimResult("X1", v, ours=-0.9, interval=(-0.95, -0.6), repeats=50)
+           for v in ("holds", "holds weakly")]  # fmt: skip
+    out = claims.combine_samples("X1", per, [sample("a", None), sample("b", None)], "disjoint")
+    assert out.verdict == "holds weakly"
+
+
+def test_layer_samples_are_disjoint_when_the_data_allow():
+    cfg = config(n=100, samples=3, sample_seed=4)
+    mode, draws = claims.layer_samples(cfg, 300)
+    assert mode == "disjoint" and [b for _, b in draws] == [range(0, 100), range(100, 200),
+                                                             range(200, 300)]  # fmt: skip
+    assert {s for s, _ in draws} == {4}
+    mode, draws = claims.layer_samples(cfg, 299)
+    assert mode == "overlapping" and [s for s, _ in draws] == [4, 5, 6]
+    assert claims.layer_samples(config(n=100, samples=1), 50)[0] == "one sample"
+    with pytest.raises(ValueError, match="at least 1 sample"):
+        config(samples=0)
+
+
+def test_x3_judges_the_interval_of_the_difference_not_a_share():
+    """The old rule compared a share of repeats with 1 − 0.8 (= 0.19999…) as floats; now the
+    verdict rests on the interval of ζ(first) − ζ(mean) around its full-sample value."""
+    smoother_first = claims.layer_claims(
+        claims.ClaimInputs(n_layers=N_LAYERS, mean_repeats=fake_repeats(bumpy=True),
+                           first_repeats=fake_repeats()), ["X3"])[0]  # fmt: skip
+    assert smoother_first.verdict == "does not hold" and smoother_first.interval[1] < 0
 
 
 SELECTIONS = {
@@ -222,8 +286,23 @@ def test_a_selector_that_picks_the_pagerank_heads_is_said_so():
     planned = claims.plan_runs(cfg, inputs)
     runs = fabricated(planned, lambda arm, seed: noisy(0.8)(seed))
     result = claims.evaluate(cfg, inputs, planned, runs)[0]
-    assert "top-k correlation heads: chose the same heads as PageRank" in result.detail
-    assert claims.ours_text(result) == "+0.0000"
+    assert "top-k correlation heads: same heads chosen: not tested" in result.detail
+    assert len(result.comparisons) == 1  # only PageRank vs top-k I_h is a comparison
+    assert result.comparisons[0].name_b == "top-k I_h heads"
+    both = {**same, "richness": same["pagerank"]}
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=both)
+    result = claims.evaluate(cfg, inputs, planned, runs)[0]
+    assert result.verdict == "inconclusive" and result.detail.startswith("same heads chosen")
+
+
+def test_random_heads_are_drawn_anew_for_every_training_seed():
+    draws = {s: HeadSelection({1: [s], 2: [s + 1]}, settings={"selector": "random", "seed": s})
+             for s in (0, 1, 2)}  # fmt: skip
+    inputs = claims.ClaimInputs(n_layers=N_LAYERS, selections=SELECTIONS, random_selections=draws)
+    planned = claims.plan_runs(config(only=("H1",)), inputs)
+    random_arm = {p.config.seed: p.config.options.heads for p in planned
+                  if p.arm == "random heads"}  # fmt: skip
+    assert random_arm == draws  # one draw per seed, not one draw for all
 
 
 def test_run_claims_need_three_seeds_for_a_verdict():
@@ -271,7 +350,8 @@ def test_heads_comparisons_never_pair_other_learning_rates():
     assert (c.n_seeds_a, c.n_seeds_b) == (3, 3)  # a seed trained twice counts once
 
 
-def test_x3_counts_only_the_repeats_where_zeta_is_defined():
-    result = claims.ClaimResult("X3", "inconclusive", ours=0.75, repeats=5,
-                                values={"n_finite": 4})  # fmt: skip
-    assert claims.ours_text(result) == "3/4 repeats"
+def test_ours_text_gives_l_star_with_its_count():
+    x2 = claims.ClaimResult("X2", "holds", ours=4.0, repeats=50,
+                            values={"l_star_counts": {"4": 41, "3": 9}})  # fmt: skip
+    assert claims.ours_text(x2) == "ℓ* = 4 (41 of 50 repeats)"
+    assert claims.ours_text(claims.ClaimResult("X3", "holds", ours=0.75)) == "+0.75"

@@ -33,10 +33,11 @@ def test_mean_and_standard_error_known_answer():
         # diff 0.10, se = √2 · 0.02/√3 = 0.0163: 0.10 > 0.033
         ([0.80, 0.82, 0.84], [0.70, 0.72, 0.74], "A better"),
         ([0.70, 0.72, 0.74], [0.80, 0.82, 0.84], "B better"),
-        # diff 0.01 < 2 se
+        # diff 0.01 < t · se
         ([0.80, 0.82, 0.84], [0.79, 0.81, 0.83], "no difference shown (n seeds = 3, 3)"),
-        # diff 0.04 vs 2 se = 0.0327 … just decided; with one more noisy seed it is not
-        ([0.80, 0.82, 0.84], [0.76, 0.78, 0.80], "A better"),
+        # diff 0.04: above 2 se = 0.0327 but below t · se = 2.776 · 0.0163 = 0.0453 (Welch df 4)
+        ([0.80, 0.82, 0.84], [0.76, 0.78, 0.80], "no difference shown (n seeds = 3, 3)"),
+        ([0.80, 0.82, 0.84], [0.75, 0.77, 0.79], "A better"),  # 0.05 > 0.0453
         ([0.80, 0.82, 0.84, 0.74], [0.76, 0.78, 0.80], "no difference shown (n seeds = 4, 3)"),
         # one seed: no standard error, no verdict whatever the gap
         ([0.95], [0.50, 0.52, 0.54], "no difference shown (n seeds = 1, 3)"),
@@ -63,7 +64,7 @@ def test_names_appear_in_the_verdict_and_the_json():
     one = compare([0.9], [0.8]).to_dict()
     assert one["se"] is None and one["verdict"].startswith("no difference shown")
     frame = comparisons_frame([result])
-    assert frame.loc[0, "lo"] == pytest.approx(result.diff - 2 * result.se)
+    assert frame.loc[0, "lo"] == pytest.approx(result.diff - result.margin)
 
 
 def test_predictions_round_trip_compactly():
@@ -128,3 +129,17 @@ def test_arms_from_results_pair_only_on_one_test_part():
     assert compare(a, other_part).paired_p is None
     legacy = Arm.from_results("B", [{"score": 0.6, "metric": "accuracy"}, result(bad)])
     assert legacy.n_seeds == 2 and compare(a, legacy).paired_p is None
+
+
+def test_welch_margin_known_answer():
+    """Equal spreads, 3 seeds a side: df = 4, t = 2.776 (scipy), margin = t · se; unequal
+    spreads give the Welch–Satterthwaite df."""
+    c = compare([0.80, 0.82, 0.84], [0.70, 0.72, 0.74])
+    assert c.df == pytest.approx(4.0)
+    assert c.margin == pytest.approx(2.7764451 * c.se, rel=1e-6)
+    lo, hi = c.interval()
+    assert hi - lo == pytest.approx(2 * c.margin)
+    u = compare([0.80, 0.82, 0.84], [0.70, 0.80, 0.90])
+    se_a, se_b = 0.02 / math.sqrt(3), 0.1 / math.sqrt(3)
+    assert u.df == pytest.approx((se_a**2 + se_b**2) ** 2 / (se_a**4 / 2 + se_b**4 / 2))
+    assert c.to_dict()["df"] == pytest.approx(4.0)

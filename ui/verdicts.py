@@ -1,6 +1,6 @@
 """How every page shows a comparison of two settings (`analysis.compare`): a forest plot of the
-differences with their ± 2 s.e. intervals, a table with the verdicts, the rule in words and a
-download."""
+differences with their ± t·s.e. intervals (t at 97.5 %, Welch df), a table with the verdicts, the
+rule in words and a download."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from ui.figures.compare import forest
 RULE = (
     "**How a verdict is reached.** For two settings A and B, diff is the difference of their "
     "mean test scores over seeds and se its standard error; A (or B) is called better only when "
-    "the difference is more than twice its standard error, otherwise the verdict is *no "
+    "the difference is more than t · se, t the 97.5 % quantile of Student's t at the Welch "
+    "degrees of freedom (about 2.8–4.3 with 3 seeds a side, not 2), otherwise the verdict is *no "
     "difference shown* with the number of seeds each side had. Only runs identical in every "
     "setting but the seed are averaged. *paired p*: a paired bootstrap over the test examples "
     "(both sides scored on the same test part), the chance that resampling the test set alone "

@@ -22,9 +22,16 @@ st.markdown(
 with st.expander("How verdicts are reached"):
     st.markdown(
         "**holds** / **does not hold** when the interval supports it, **holds weakly** where the "
-        "rule says so (X1), **inconclusive** when the interval covers both, **not measured "
-        "yet** while runs are missing. Layer claims: ρ and ζ are computed on each bootstrap "
-        "resample; intervals are their 5th–95th percentiles."
+        "rule says so (X1), **inconclusive** when the interval covers both, **unstable** when "
+        "independent samples disagree, **not measured yet** while runs are missing. Layer "
+        "claims: each is judged on S samples of N examples (disjoint where the data allow); on "
+        "each, the number shown is the full-sample value and its interval a 90 % BCa bootstrap "
+        "interval around it from R repeats (R ≥ 50). Per repeat ν is recomputed on the "
+        "resample; the probe's 5-fold cross-validated predictions are resampled, not refit (the "
+        "refit's own variation is left out, so ρ(ν, s)'s interval is slightly narrow on that "
+        "side). When the bootstrap cannot centre an interval on the estimate (every repeat on "
+        "one side of it), none is shown and that sample is inconclusive. ℓ\\* counts: k of R "
+        "≥ ⌈0.8 R⌉. Run claims: |diff| > t·s.e., t at 97.5 % with Welch degrees of freedom."
     )
     explain()
 

@@ -44,9 +44,12 @@ if summ["l_star"] is not None:  # the Fine-tune page's default ℓ*, for exactly
 with tab_metrics:
     st.caption(describe(cfg))
     n_repeats = st.number_input(
-        "Bootstrap repeats R (1 = the single table, no intervals)", 1, 50, DEFAULT_REPEATS,
-        key="layers_repeats", help="Bootstrap resamples of the N extracted examples (the extraction "
-        "is not repeated); each costs about a third of the table of metrics.",
+        "Bootstrap repeats R (1 = the single table; intervals from R ≥ 50)", 1, 200,
+        DEFAULT_REPEATS, key="layers_repeats",
+        help="Bootstrap resamples of the N extracted examples (the extraction is not repeated). "
+        "ν, CCA and ϱ are recomputed on each; the probe's out-of-fold predictions are resampled, "
+        "not refit (so its interval leaves out the refit's own variation). 90 % BCa intervals "
+        "around the full-sample values need R ≥ 50; fewer give bootstrap s.e. only.",
     )  # fmt: skip
     rep = reps = se = None
     if n_repeats > 1:
@@ -63,12 +66,15 @@ with tab_metrics:
     st.plotly_chart(figures.metrics_figure(df, summ["l_star"], states.metric, se), width="stretch")
     rho = summ["rho"]
     c1, c2, c3, c4 = st.columns(4)
-    share = None if reps is None else reps.l_star_share.get(summ["l_star"], 0.0)
+    count = None if reps is None else reps.l_star_counts.get(summ["l_star"], 0)
     c1.metric(
         "ℓ*", summ["l_star"], delta_color="off",
-        delta=None if share is None else f"{round(share * reps.repeats)}/{reps.repeats} repeats",
+        delta=None if count is None else f"in {count} of {reps.repeats} repeats",
     )  # fmt: skip
-    c2.metric("ζ (smoothness of ν)", "-" if result["zeta"] is None else f"{summ['zeta']:.3g}")
+    if reps is None:
+        c2.metric("ζ (smoothness of ν)", "-" if result["zeta"] is None else f"{summ['zeta']:.3g}")
+    else:
+        c2.metric("ζ (smoothness of ν)", reps.zeta.text(2, signed=False).split(" (")[0])
     if reps is None:
         c3.metric("ρ(ν, s)", "-" if result["rho"]["nu"] is None else f"{rho['nu']:+.3f}")
         c4.metric(
@@ -77,20 +83,38 @@ with tab_metrics:
         )  # fmt: skip
     else:
         for col, m, name in ((c3, "nu", "ρ(ν, s)"), (c4, "cca", "ρ(CCA, s)")):
-            lo, hi = reps.rho_interval[m]
-            col.metric(f"{name}, mean [5–95 %]", f"{reps.rho_mean[m]:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+            est = reps.rho[m]
+            label = f"{name} [90 % BCa]" if est.interval is not None else f"{name} ± s.e."
+            col.metric(label, est.text(2).split(" (")[0])
+        st.caption(
+            "Values are the full-sample estimates; brackets: 90 % bootstrap intervals (BCa) "
+            f"around them from R = {reps.repeats} repeats, shown only with R ≥ 50 and when the "
+            "bootstrap can centre one on the estimate. " + " ".join(
+                f"{name}: {reps.rho[m].note}." for m, name in (("nu", "ρ(ν, s)"), ("cca", "ρ(CCA, s)"))
+                if reps.rho[m].note
+            )
+        )  # fmt: skip
         st.plotly_chart(
-            figures.l_star_shares(reps.l_star_share, states.n_layers, reps.repeats), width="stretch"
+            figures.l_star_shares(reps.l_star_counts, states.n_layers, reps.repeats),
+            width="stretch",
         )
     source = "served from the cache" if hit else f"computed in {df.attrs.get('seconds', 0):.1f} s"
     st.caption(
         f"{cfg.model.name}: {states.n_layers} layers, d_model {states.d_model}; N = {states.n} examples "
         f"of {data_label(cfg.data.name)} ({cfg.sample.part} part, seed {cfg.sample.seed}), {cfg.pooling} pooling; "
-        f"probe metric {states.metric}; metrics {source}. One seeded 80/10/10 split serves CCA and probes"
+        f"probe metric {states.metric}; metrics {source}. One seeded 80/10/10 split serves CCA; the probe is scored by 5-fold cross-validated predictions over all N"
         + (f"; ± : bootstrap standard errors over {n_repeats} resamples." if reps else ".")
         + (f" {df.attrs['route_note']}" if df.attrs.get("route_note") else "")
     )
-    shown = df if se is None else df.merge(se, on="layer")
+    shown = (
+        df
+        if se is None
+        else (
+            df.drop(columns=["probe_se"]).merge(se, on="layer").merge(rep.intervals(), on="layer")
+        )
+    )
+    shown = shown.copy()
+    shown.attrs = {}  # the probe predictions kept there are no part of the table
     st.dataframe(shown, hide_index=True, width="stretch")
     d1, d2 = st.columns(2)
     d1.download_button("Table (CSV)", shown.to_csv(index=False), "layers.csv", "text/csv")

@@ -37,7 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-every", type=int, default=50, help="dev score every k steps")
     parser.add_argument("--n", type=int, default=1000, help="examples of the layer claims")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed of the layer claims")
-    parser.add_argument("--repeats", type=int, default=5, help="bootstrap repeats (X1–X3)")
+    parser.add_argument(
+        "--repeats", type=int, default=50, help="bootstrap repeats per sample (X1–X3; ≥ 50 for "
+        "90 %% intervals)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--samples", type=int, default=3,
+        help="samples of N examples each layer claim is judged on (disjoint when the data allow)",
+    )  # fmt: skip
     parser.add_argument("--k", type=int, default=3, help="heads per layer (H1, H2)")
     parser.add_argument("--heads-n", type=int, default=300, help="examples of the head statistics")
     parser.add_argument("--json", default=None, help="write the claims as JSON here ('-': stdout)")
@@ -71,6 +78,7 @@ def config_from_args(args: argparse.Namespace):
     return ClaimsConfig(
         model=model_spec_from_args(args), data=data_spec_from_args(args),
         only=parse_only(args.only), n=args.n, sample_seed=args.seed, repeats=args.repeats,
+        samples=args.samples,
         max_length=args.max_length, seeds=seeds_of(args.seeds), steps=args.steps,
         batch_size=args.batch_size, n_train=args.n_train, n_eval=args.n_eval,
         eval_every=args.eval_every, k=args.k, heads_n=args.heads_n,
@@ -88,6 +96,13 @@ def run(args: argparse.Namespace) -> int:
     executor = executor_from_args(args)
     check_executor(executor)
     loaded = load_model(cfg.model)
+    if cfg.layer_claims:
+        seconds = claims.layer_claims_estimate(cfg, loaded.d_model, loaded.n_layers)
+        print(
+            f"layer claims {', '.join(cfg.layer_claims)}: {cfg.samples} samples × N = {cfg.n:,}, "
+            f"R = {cfg.repeats} repeats each: about {seconds:.0f} s before anything is cached",
+            file=sys.stderr,
+        )
     bar = TqdmProgress("layer repeats and head statistics")
     try:
         inputs = claims.prepare(cfg, loaded, progress=bar)

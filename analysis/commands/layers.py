@@ -23,9 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeats",
         type=int,
         default=1,
-        help="R stratified bootstrap resamples of the N states, each with its own split: adds "
-        "standard errors per layer, ρ's 5th–95th percentile interval and ℓ*'s share of repeats "
-        "(1: the single table only)",
+        help="R stratified bootstrap resamples of the N states: adds bootstrap s.e. per layer, "
+        "and with R ≥ 50 90 %% BCa intervals around every value, ρ, |ρ| and ζ; ℓ* as counts of "
+        "repeats (1: the single table only)",
     )
     parser.add_argument("--json", default=None, help="write the results as JSON ('-': stdout)")
 
@@ -96,21 +96,28 @@ def run(args: argparse.Namespace) -> int:
         if result["label_note"]:
             print(result["label_note"])
         print(table(result))
-        rho = ", ".join(
-            f"{k} {'-' if v is None else f'{v:+.3f}'}" for k, v in result["rho"].items()
-        )
-        zeta = "-" if result["zeta"] is None else f"{result['zeta']:.3g}"
-        print(f"ℓ* = {result['l_star']} (lowest ν over layers 1..{result['n_layers']}); ζ = {zeta}")
-        print(f"ρ(metric, probe) across layers: {rho}")
-        if summ is not None:
-            intervals = ", ".join(
-                f"{m} {summ.rho_mean[m]:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-                for m, (lo, hi) in summ.rho_interval.items()
+        if summ is None:
+            rho = ", ".join(
+                f"{k} {'-' if v is None else f'{v:+.3f}'}" for k, v in result["rho"].items()
             )
+            zeta = "-" if result["zeta"] is None else f"{result['zeta']:.3g}"
             print(
-                f"over {args.repeats} bootstrap repeats (± = bootstrap s.e.): ρ mean "
-                f"[5th, 95th percentile]: {intervals}; {summ.l_star_sentence()}"
-                f"{' (stable)' if summ.stable else ' (not stable: no layer in ≥ 80 %)'}"
+                f"ℓ* = {result['l_star']} (lowest ν over layers 1..{result['n_layers']}); ζ = {zeta}"
+            )
+            print(f"ρ(metric, probe) across layers: {rho}")
+        else:
+            # no bare ζ, ρ or ℓ* once repeats ran: each with its interval (or s.e.), ℓ* as counts
+            print(
+                f"ℓ* = {summ.l_star} (lowest ν over layers 1..{result['n_layers']}; "
+                f"{summ.l_star_sentence()}{'' if summ.stable else ', not stable'}); "
+                f"ζ = {summ.zeta.text(3, signed=False)}"
+            )
+            print("ρ(metric, probe) across layers: " + "; ".join(
+                f"{m} {e.text(3)}" for m, e in summ.rho.items()
+            ))  # fmt: skip
+            print(
+                f"(full-sample values with 90 % bootstrap intervals from R = {args.repeats} "
+                "repeats; ± in the table = bootstrap s.e.; intervals need R ≥ 50)"
             )
         if args.json:
             print(f"JSON written to {args.json}")

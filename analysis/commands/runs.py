@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "compare",
         help="compare two settings: diff of mean test scores ± s.e., a verdict, paired bootstrap",
         description="A and B: a run id (standing for its whole run group) or a group key from "
-        "`runs groups`. Verdict 'A better' / 'B better' when |diff| > 2 se, else 'no difference "
+        "`runs groups`. Verdict 'A better' / 'B better' when |diff| > t·se (t at 97.5 %%, Welch df), else 'no difference "
         "shown (n seeds = …)'; paired_p from a bootstrap over the test examples when both were "
         "scored on the same test part.",
     )
@@ -201,7 +201,7 @@ def _compare(db, args: argparse.Namespace) -> int:
     lo, hi = result.interval()
     paired = "-" if result.paired_p is None else f"{result.paired_p:.3f}"
     print(
-        f"diff (A − B) {result.diff:+.4f} ± {result.se:.4f} (2 se: [{lo:+.4f}, {hi:+.4f}]); "
+        f"diff (A − B) {result.diff:+.4f} ± {result.se:.4f} (± t·se, Welch: [{lo:+.4f}, {hi:+.4f}]); "
         f"verdict: {result.verdict}; paired bootstrap p = {paired}"
     )
     payload = {

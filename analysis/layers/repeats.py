@@ -1,33 +1,39 @@
-"""Repeats of the layer metrics: how much ν, CCA, ϱ, the probe, ρ and ℓ* move when the sample does
-(SPEC.md, "Numbers a researcher can quote": Repeats).
+"""Repeats of the layer metrics: how much ν, CCA, ϱ, the probe, ρ, ζ and ℓ* move when the sample
+does, and intervals that belong to the values printed beside them (SPEC.md, "Numbers a researcher
+can quote": Repeats).
 
-The extraction runs once; each repeat r = 1..R draws a **stratified bootstrap resample** of the N
-cached states (within each class y, N_y draws with replacement, so class counts stay fixed) and
-recomputes every layer's metrics on it with a split of its own. Everything is seeded by
-(seed, r): the same seed gives the same repeats, and repeat r does not depend on R.
+The extraction and the full-sample table (`analysis.layers.table.layer_metrics`) run once; each
+repeat r = 1..R draws a **stratified bootstrap resample** of the N cached states (within each class
+y, N_y draws with replacement, so class counts stay fixed) and recomputes every layer's metrics on
+it. Everything is seeded by (seed, r): the same seed gives the same repeats, and repeat r does not
+depend on R.
 
-**How copies are split.** A bootstrap resample holds about 63 % of the distinct examples, many
-of them several times. If one copy of an example fell in the train part and another in the test
-part, CCA and the probe would be scored partly on examples they were fit on. So the split is
-drawn over the *distinct* examples (stratified 80/10/10, as in the single table) and every copy
-goes with its example; the probe's cross-validation folds split the distinct examples too
-(`analysis.layers.probe.fit_probe`'s ``groups``). ν and ϱ use the whole resample, copies
-included: that is the bootstrap.
+**What is refit per resample, and what is not.** ν and ϱ are recomputed on the resample's rows,
+copies included (that is the bootstrap). CCA is refit on a split of its own drawn over the
+resample's *distinct* examples (stratified 80/10/10; every copy goes with its example, so nothing
+is scored on a copy of an example it was fit on). The probe is **not** refit: its full-sample score
+is the metric over N out-of-fold predictions (`analysis.layers.probe.cv_predictions`), and a
+repeat's probe score is the metric over the resampled (prediction, label) pairs, the fitted probes
+held fixed. Why: refitting the nested-CV probe on every resample would cost 5 × 3 × 7 fits per layer
+per repeat (the whole table's time, R times over); the resampled out-of-fold predictions capture
+the variation from which examples are scored, the larger part of a CV score's sampling error at
+these N, and leave out the refit's own variation (a resample of the same examples moves the C the
+inner CV chooses by one grid step at most on most layers). So the probe's interval is slightly
+narrow rather than wide, and ρ(ν, s)'s interval slightly narrow on that side; that cost decision is
+stated in the UI beside the intervals.
 
-**The probe's C in a repeat** is chosen again by cross-validation, among the full-sample table's
-choice C* for that layer and its neighbours in the grid (C*/10, C*, 10 C*), not the whole grid:
-the choice still moves with the sample, and the repeats cost about a third of a table each
-instead of the whole table (the large-C fits of the full grid are 85 % of a table's time on
-MiniLM, N = 2,000). Without the table's C* (``probe_c=None``) the whole grid is searched.
-
-Per layer we report the full-sample value (the single table) with the **bootstrap standard
-error**: the standard deviation (ddof = 1) of the R replicates. The centre is the full-sample value,
-not the replicates' mean that SPEC.md's "mean ± s.e." could be read as: a resample holds copies of
-its examples, which shrink the within-class scatter, so the replicates' mean of ν (and of ϱ, a
-ratio of second moments) is biased; the full-sample value is the estimate, the replicates give its
-spread. ρ(metric, s) is computed on each
-repeat and quoted as the mean over repeats with the 5th–95th percentile interval; ℓ* as the share
-of repeats that pick each layer, "stable" when one layer gets at least 80 %.
+**The value shown is always the full-sample estimate**, and its interval is a bootstrap interval
+around it (`bca_interval`): BCa at level 90 %, the bias correction z₀ from the share of repeats
+below the estimate and the acceleration a from a delete-a-group jackknife (G = 20 stratified
+groups of examples, each left out once: `jackknife_groups`). When the acceleration cannot be
+estimated a = 0 (the bias-corrected percentile interval). When every repeat lies on one side of the
+estimate (z₀ infinite), or the corrected interval still misses it, **no interval is shown**: the
+bootstrap then says the estimate is strongly biased by resampling (as ζ can be: a resample's copies
+make the ν curve rougher), and a verdict resting on it is inconclusive. Intervals need R ≥ 50
+repeats (`INTERVAL_REPEATS`; a 5–95 % interval from R = 5 is the range of five values); with fewer,
+only bootstrap standard errors (sd of the replicates, ddof = 1) are given, labelled as such. This
+holds for the per-layer metrics, ρ(metric, s) and |ρ| for ν, CCA and ϱ, and ζ. ℓ* is given as
+counts of repeats per layer ("ℓ* = 4 in 41 of 50 repeats").
 """
 
 from __future__ import annotations
@@ -53,30 +59,44 @@ from analysis.layers.metrics import (
     as_float64,
     as_labels,
     bin_scores,
+    cca_score,
     encode_classes,
+    nu,
+    rank_metric,
+    rho,
     split_indices,
+    zeta,
 )
-from analysis.layers.probe import PROBE_GRID
 from analysis.layers.streamed import stream_limit_mb, use_streamed
 from analysis.layers.table import (
-    COLUMNS,
     blas_threads,
     cached_layer_metrics,
     finite,
-    layer_row,
+    layer_metrics,
     metrics_recipe,
-    summary,
 )
 from analysis.progress import Progress
+from analysis.scores import task_score
 
 if TYPE_CHECKING:
     from analysis.extract import LayerStates
 
-DEFAULT_REPEATS = 5  # the Layers page's default; the CLI's is 1 (no repeats)
-STABLE_SHARE = 0.8  # ℓ* is "stable" when one layer wins at least this share of repeats
-INTERVAL = (5.0, 95.0)  # percentiles of ρ over repeats
+DEFAULT_REPEATS = 50  # the Layers page's and the claims' default; the CLI's is 1 (no repeats)
+INTERVAL_REPEATS = 50  # intervals need at least this many repeats; fewer give s.e. only
+LEVEL = 0.9  # the intervals' level
+JACKKNIFE_GROUPS = 20  # delete-a-group jackknife for the BCa acceleration
+STABLE_SHARE = (4, 5)  # ℓ* is "stable" when one layer wins at least ⌈4/5 · R⌉ repeats
 RHO_METRICS = ("nu", "cca", "rank")
-REPEATS_VERSION = "2"  # 2: the probe's C among the table's choice and its neighbours  # bump when a change here changes the numbers (part of the cache key)
+# bump when a change here changes the numbers (part of the cache key). 3: the probe's
+# out-of-fold predictions resampled, not refit; the jackknife for BCa
+REPEATS_VERSION = "3"
+
+
+def at_least_share(count: int, total: int, share: tuple[int, int] = STABLE_SHARE) -> bool:
+    """count ≥ ⌈share · total⌉ in integers (share = numerator, denominator): "k of R ≥ ⌈0.8 R⌉"
+    with no float rounding (0.8 · 10 = 8.000000000000002 would otherwise need 9)."""
+    num, den = share
+    return count * den >= num * total
 
 
 def bootstrap_indices(classes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -109,30 +129,43 @@ def split_by_example(
     return split, groups
 
 
+def jackknife_groups(classes: np.ndarray, seed: int, groups: int = JACKKNIFE_GROUPS) -> np.ndarray:
+    """(N,) group 0..G−1 of each example for the delete-a-group jackknife: within each class a
+    seeded permutation dealt round-robin, so every group keeps the class shares (G = min(groups,
+    smallest class count); at least 2)."""
+    counts = np.bincount(classes)
+    g = max(2, min(groups, int(counts[counts > 0].min())))
+    rng = np.random.default_rng([seed, 7919])
+    out = np.empty(len(classes), dtype=np.int64)
+    offset = 0
+    for y in range(len(counts)):
+        members = rng.permutation(np.flatnonzero(classes == y))
+        out[members] = (np.arange(len(members)) + offset) % g
+        offset += len(members)
+    return out
+
+
 @dataclass(frozen=True)
 class LayerRepeats:
-    """The metrics of every layer on each of R bootstrap resamples.
+    """The metrics of every layer on the full sample, on each of R bootstrap resamples and on each
+    of G jackknife subsamples.
 
-    values: (R, L+1, 5), columns `analysis.layers.table.COLUMNS` (nu, cca, rank, probe,
-    probe_c); attrs: task_type, metric, n, seed, repeats, seconds.
+    full: (L+1, 4), values: (R, L+1, 4), jackknife: (G, L+1, 4), columns `METRICS` (nu, cca, rank,
+    probe); attrs: task_type, metric, n, seed, repeats, seconds.
     """
 
     values: np.ndarray
     attrs: dict[str, Any]
+    full: np.ndarray | None = None
+    jackknife: np.ndarray | None = None
 
     @property
     def n_repeats(self) -> int:
         return int(self.values.shape[0])
 
     def frame(self, repeat: int) -> pd.DataFrame:
-        """Repeat ``repeat``'s table, like `analysis.layers.table.layer_metrics`'s."""
-        df = pd.DataFrame(self.values[repeat], columns=list(COLUMNS))
-        df.insert(0, "layer", np.arange(len(df)))
-        return df
-
-    def summaries(self) -> list[dict[str, Any]]:
-        """ℓ*, ζ and ρ of each repeat (`analysis.layers.table.summary`)."""
-        return [summary(self.frame(r)) for r in range(self.n_repeats)]
+        """Repeat ``repeat``'s table (columns layer, nu, cca, rank, probe)."""
+        return _frame(self.values[repeat])
 
     def standard_errors(self) -> pd.DataFrame:
         """Per layer: the bootstrap standard error (sd over repeats, ddof = 1) of nu, cca, rank
@@ -145,6 +178,33 @@ class LayerRepeats:
         df.insert(0, "layer", np.arange(len(df)))
         return df
 
+    def intervals(self, level: float = LEVEL) -> pd.DataFrame:
+        """Per layer and metric the `bca_interval` around the full-sample value: columns layer,
+        nu_lo, nu_hi, cca_lo, … (NaN where no interval: fewer than `INTERVAL_REPEATS` repeats, a
+        metric left out, or the estimate outside what the bootstrap can correct)."""
+        n_layers = self.values.shape[1]
+        out = {"layer": np.arange(n_layers)}
+        for j, m in enumerate(METRICS):
+            lo, hi = np.full(n_layers, np.nan), np.full(n_layers, np.nan)
+            for layer in range(n_layers):
+                est = self.estimate(self.full[layer, j], self.values[:, layer, j],
+                                    None if self.jackknife is None else self.jackknife[:, layer, j],
+                                    level)  # fmt: skip
+                lo[layer], hi[layer] = est.lo, est.hi
+            out[f"{m}_lo"], out[f"{m}_hi"] = lo, hi
+        return pd.DataFrame(out)
+
+    def estimate(
+        self, value: float, replicates: np.ndarray, jack: np.ndarray | None, level: float = LEVEL
+    ) -> Estimate:
+        return estimate_of(value, replicates, jack, level)
+
+
+def _frame(values: np.ndarray) -> pd.DataFrame:
+    df = pd.DataFrame(values, columns=list(METRICS))
+    df.insert(0, "layer", np.arange(len(df)))
+    return df
+
 
 @contextmanager
 def _quiet() -> Iterator[None]:
@@ -152,6 +212,36 @@ def _quiet() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         yield
+
+
+def resampled_row(
+    h: np.ndarray,
+    rows: np.ndarray,
+    classes: np.ndarray,
+    raw: np.ndarray,
+    predictions: np.ndarray | None,
+    metric: str,
+    which: Sequence[str],
+    split_seed: int,
+) -> list[float]:
+    """nu, cca, rank, probe of one layer on the rows ``rows`` (a resample, copies allowed, or a
+    jackknife subsample); h: (N, d) the layer's states, classes / raw (N,), predictions (N,) the
+    probe's out-of-fold predictions (None: no probe). CCA's split is drawn over the distinct
+    examples (`split_by_example`)."""
+    x = as_float64(h[rows])
+    y = classes[rows]
+    out = [np.nan] * 4
+    if "nu" in which:
+        out[0] = nu(x, y)
+    if "cca" in which:
+        split, _ = split_by_example(rows, classes, split_seed)
+        if len(split.dev) >= 2 and len(split.test) >= 2:
+            out[1] = cca_score(x, y, split=split)
+    if "rank" in which:
+        out[2] = rank_metric(x, y)
+    if "probe" in which and predictions is not None and np.isfinite(predictions).all():
+        out[3] = task_score(metric, raw[rows], predictions[rows].astype(raw.dtype, copy=False))
+    return out
 
 
 def layer_repeats(
@@ -163,15 +253,18 @@ def layer_repeats(
     which: Sequence[str] = METRICS,
     n_bins: int = DEFAULT_BINS,
     progress: Progress | None = None,
-    probe_c: Sequence[float] | None = None,
+    table: pd.DataFrame | None = None,
+    jackknife: int = JACKKNIFE_GROUPS,
 ) -> LayerRepeats:
-    """Every metric of every layer on ``repeats`` bootstrap resamples (module docstring).
+    """Every metric of every layer on ``repeats`` bootstrap resamples and ``jackknife`` delete-a-
+    group subsamples (module docstring).
 
     states: (L+1, N, d) (numpy or torch, float32 kept as is); labels: (N,); metric: the task's
     score (``spearman``: regression, ν / CCA / ϱ on `bin_scores`). Repeat r uses the generator
-    seeded with (seed, r) for its resample, its split and its probes' folds. ``progress`` is told
-    the repeat and the layer. probe_c: (L+1,) the full-sample table's C per layer: each repeat's
-    probe chooses among it and its grid neighbours (`neighbour_grid`).
+    seeded with (seed, r) for its resample and CCA's split. table: the full-sample
+    `analysis.layers.table.layer_metrics` frame of these states with ``seed`` (its values are the
+    estimates and its ``probe_predictions`` are resampled); computed when None. ``progress`` is
+    told the repeat and the layer.
     """
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"Repeats must be a whole number ≥ 1 (got {repeats!r}).")
@@ -179,57 +272,64 @@ def layer_repeats(
     regression = metric == "spearman"
     classes = bin_scores(raw, n_bins) if regression else encode_classes(raw)[0]
     report = progress or (lambda f, m="": None)
-    n_layers = len(states)
-    values = np.full((repeats, n_layers, len(COLUMNS)), np.nan)
     start = time.perf_counter()
+    if table is None:
+        table = layer_metrics(states, raw, metric, seed, which, n_bins)
+    full = table[list(METRICS)].to_numpy(dtype=np.float64, copy=True)
+    full[:, [m not in which for m in METRICS]] = np.nan
+    predictions = table.attrs.get("probe_predictions")
+    n_layers = len(states)
+    groups = jackknife_groups(classes, seed, jackknife) if jackknife else None
+    draws = []
+    for r in range(repeats):
+        rng = np.random.default_rng([seed, r])
+        rows = bootstrap_indices(classes, rng)
+        draws.append((rows, int(rng.integers(2**31 - 1))))
+    if groups is not None:
+        for g in range(int(groups.max()) + 1):
+            draws.append((np.flatnonzero(groups != g), int(seed) + g))
+    out = np.full((len(draws), n_layers, len(METRICS)), np.nan)
     with blas_threads():
-        for r in range(repeats):
-            rng = np.random.default_rng([seed, r])
-            rows = bootstrap_indices(classes, rng)
-            split_seed = int(rng.integers(2**31 - 1))
-            split, groups = split_by_example(rows, classes, split_seed)
-            picked = torch.as_tensor(rows) if isinstance(states, torch.Tensor) else rows
-            for layer in range(n_layers):
-                report(
-                    (r + layer / n_layers) / repeats,
-                    f"repeat {r + 1} of {repeats}: layer {layer} of {n_layers - 1}",
-                )
-                h = as_float64(states[layer][picked])
-                grid = neighbour_grid(None if probe_c is None else probe_c[layer])
-                row = layer_row(layer, h, classes[rows], raw[rows], split, metric, which,
-                                split_seed, groups, grid)  # fmt: skip
-                values[r, layer] = [row[c] for c in COLUMNS]
+        for layer in range(n_layers):
+            report(layer / n_layers, f"{repeats} repeats: layer {layer} of {n_layers - 1}")
+            h = states[layer]
+            h = h.numpy() if isinstance(h, torch.Tensor) else np.asarray(h)
+            pred = None if predictions is None else np.asarray(predictions[layer])
+            for i, (rows, split_seed) in enumerate(draws):
+                out[i, layer] = resampled_row(h, rows, classes, raw, pred, metric, which,
+                                              split_seed)  # fmt: skip
     report(1.0, f"{repeats} repeats done")
     return LayerRepeats(
-        values=values,
+        values=out[:repeats],
         attrs={
             "task_type": "regression" if regression else "classification",
             "metric": metric,
             "n": len(raw),
             "seed": seed,
             "repeats": repeats,
+            "jackknife_groups": len(draws) - repeats,
+            "which": list(which),
             "seconds": time.perf_counter() - start,
         },
+        full=full,
+        jackknife=out[repeats:] if groups is not None else None,
     )
 
 
-def neighbour_grid(c: float | None) -> tuple[float, ...]:
-    """C and its neighbours in the probe's grid (the whole grid when C is unknown or off it)."""
-    if c is None or not math.isfinite(c) or c not in PROBE_GRID:
-        return PROBE_GRID
-    i = PROBE_GRID.index(c)
-    return PROBE_GRID[max(0, i - 1) : i + 2]
-
-
 def repeats_recipe(
-    layer_states: LayerStates, seed: int, repeats: int, n_bins: int = DEFAULT_BINS
+    layer_states: LayerStates,
+    seed: int,
+    repeats: int,
+    n_bins: int = DEFAULT_BINS,
+    which: Sequence[str] = METRICS,
 ) -> dict[str, Any]:
     """What decides the repeats: the single table's recipe, R and how resamples are drawn."""
     return {
         **metrics_recipe(layer_states, seed, n_bins),
         "repeats": repeats,
-        "resample": "stratified bootstrap; split and CV folds by distinct example",
-        "probe_grid": "the table's C and its grid neighbours",
+        "which": list(which),
+        "resample": "stratified bootstrap; CCA split by distinct example; probe predictions kept",
+        "jackknife_groups": JACKKNIFE_GROUPS,
         "repeats_version": REPEATS_VERSION,
     }
 
@@ -241,17 +341,19 @@ def cached_layer_repeats(
     n_bins: int = DEFAULT_BINS,
     cache: DiskCache | None = None,
     progress: Progress | None = None,
+    which: Sequence[str] = METRICS,
 ) -> tuple[LayerRepeats, bool]:
     """`layer_repeats` of one extraction (analysis.extract.LayerStates), served from the disk
     cache when already computed (keyed by `repeats_recipe`). Returns (repeats, hit). The
-    single table (for the probe's C per layer) comes from its own cache entry, computed if
-    missing.
+    single table (the estimates and the probe's out-of-fold predictions) comes from its own
+    cache entry, computed if missing — unless ``which`` leaves out the probe (then only the
+    cheap metrics asked are computed, in memory).
 
     Repeats are computed in memory only: on states large enough for the streamed table
     (`analysis.layers.streamed.use_streamed`) a clear ValueError says so. Why not stream them: a
-    bootstrap resample must keep every copy of an example on one side of the train / held-out
-    split, and the streamed route splits over positions; and the streamed probe fits a capped
-    subsample, so its bands would not be around the same estimator.
+    bootstrap resample must keep every copy of an example on one side of CCA's split, and the
+    streamed route splits over positions; and the streamed probe predicts a capped subsample,
+    so its bands would not be around the same estimator.
     """
     cache = cache or DiskCache()
     if use_streamed(layer_states.n, layer_states.d_model):
@@ -266,105 +368,308 @@ def cached_layer_repeats(
         )
 
     def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        table, _ = cached_layer_metrics(layer_states, seed, n_bins, cache)
+        if "probe" in which:
+            table, _ = cached_layer_metrics(layer_states, seed, n_bins, cache)
+        else:
+            table = None
         rep = layer_repeats(
             layer_states.states, layer_states.labels, layer_states.metric, seed, repeats,
-            METRICS, n_bins, progress, probe_c=table["probe_c"].tolist(),
+            which, n_bins, progress, table=table,
         )  # fmt: skip
-        return {"values": torch.tensor(rep.values)}, rep.attrs
+        tensors = {"values": torch.tensor(rep.values), "full": torch.tensor(rep.full)}
+        if rep.jackknife is not None:
+            tensors["jackknife"] = torch.tensor(rep.jackknife)
+        return tensors, rep.attrs
 
-    recipe = repeats_recipe(layer_states, seed, repeats, n_bins)
+    recipe = repeats_recipe(layer_states, seed, repeats, n_bins, which)
     tensors, meta, hit = cache.get_or_compute("layer_repeats", recipe, compute)
-    return LayerRepeats(values=tensors["values"].numpy(), attrs=dict(meta)), hit
+    return LayerRepeats(
+        values=tensors["values"].numpy(), attrs=dict(meta), full=tensors["full"].numpy(),
+        jackknife=tensors["jackknife"].numpy() if "jackknife" in tensors else None,
+    ), hit  # fmt: skip
+
+
+# -- intervals around the estimate ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A full-sample value with its bootstrap s.e. and (when R ≥ `INTERVAL_REPEATS` and the
+    bootstrap can centre one on it) its interval [lo, hi] at ``level``; ``method`` "BCa" or
+    "BC" (acceleration 0), "" without an interval, and ``note`` why not."""
+
+    value: float
+    se: float
+    lo: float = math.nan
+    hi: float = math.nan
+    method: str = ""
+    note: str = ""
+    repeats: int = 0
+    level: float = LEVEL
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        if math.isfinite(self.lo) and math.isfinite(self.hi):
+            return self.lo, self.hi
+        return None
+
+    def text(self, digits: int = 2, signed: bool = True) -> str:
+        """ "−0.72 [−0.85, −0.51] (90 % BCa, R = 50)", "−0.72 ± 0.10 s.e. (R = 5)", or the
+        value alone without repeats."""
+        f = f"{{:{'+' if signed else ''}.{digits}f}}"
+        if not math.isfinite(self.value):
+            return "undefined"
+        head = f.format(self.value)
+        if self.interval is not None:
+            lo, hi = self.interval
+            return (f"{head} [{f.format(lo)}, {f.format(hi)}] ({self.level:.0%} {self.method}, "
+                    f"R = {self.repeats})")  # fmt: skip
+        if math.isfinite(self.se):
+            why = f"; no interval: {self.note}" if self.note else ""
+            return f"{head} ± {self.se:.{digits}f} s.e. (R = {self.repeats}{why})"
+        return head
+
+    def to_dict(self) -> dict[str, Any]:
+        """{"estimate", "se", "interval": [lo, hi] | null, "method", "level", "repeats", "note"}."""
+        return {
+            "estimate": finite(float(self.value)),
+            "se": finite(float(self.se)),
+            "interval": None if self.interval is None else [self.lo, self.hi],
+            "method": self.method or None,
+            "level": self.level,
+            "repeats": self.repeats,
+            "note": self.note,
+        }
+
+
+def estimate_of(
+    value: float,
+    replicates: np.ndarray,
+    jackknife: np.ndarray | None = None,
+    level: float = LEVEL,
+    min_repeats: int = INTERVAL_REPEATS,
+) -> Estimate:
+    """The `Estimate` of ``value`` from its bootstrap ``replicates`` (R,) and, for BCa's
+    acceleration, its delete-a-group ``jackknife`` values (G,)."""
+    reps = np.asarray(replicates, dtype=np.float64)
+    ok = reps[np.isfinite(reps)]
+    se = float(np.std(ok, ddof=1)) if ok.size >= 2 else math.nan
+    base = {"value": float(value), "se": se, "repeats": int(reps.size), "level": level}
+    if not math.isfinite(value):
+        return Estimate(**base)
+    if reps.size < min_repeats:
+        return Estimate(**base, note=f"intervals need R ≥ {min_repeats}")
+    lo, hi, method, note = bca_interval(value, ok, jackknife, level)
+    return Estimate(**base, lo=lo, hi=hi, method=method, note=note)
+
+
+def bca_interval(
+    value: float, replicates: np.ndarray, jackknife: np.ndarray | None = None,
+    level: float = LEVEL,
+) -> tuple[float, float, str, str]:  # fmt: skip
+    """The BCa interval (Efron 1987) of ``value`` at ``level`` from bootstrap ``replicates`` (R,).
+
+    z₀ = Φ⁻¹(share of replicates below the value, ties counted half); the acceleration
+    a = Σ(θ̄ − θ_(g))³ / (6 (Σ(θ̄ − θ_(g))²)^{3/2}) from the jackknife values θ_(g) (a = 0 without
+    them: "BC"); the ends are the replicates' quantiles at Φ(z₀ + (z₀ + z_α)/(1 − a (z₀ + z_α)))
+    for z_α = ±Φ⁻¹((1 + level)/2). Returns (lo, hi, method, note); (NaN, NaN, "", why) when z₀
+    is infinite (every replicate on one side of the value) or the interval does not contain the
+    value: the bootstrap cannot put an interval around it.
+    """
+    from scipy.special import ndtr, ndtri
+
+    reps = np.asarray(replicates, dtype=np.float64)
+    reps = reps[np.isfinite(reps)]
+    if reps.size < 2:
+        return math.nan, math.nan, "", "too few finite repeats"
+    below = float(np.sum(reps < value)) + 0.5 * float(np.sum(reps == value))
+    share = below / reps.size
+    if share <= 0.0 or share >= 1.0:
+        side = "above" if share <= 0.0 else "below"
+        return (math.nan, math.nan, "",
+                f"every repeat lies {side} the estimate (biased by resampling)")  # fmt: skip
+    z0 = float(ndtri(share))
+    accel, method = 0.0, "BC"
+    if jackknife is not None:
+        jack = np.asarray(jackknife, dtype=np.float64)
+        jack = jack[np.isfinite(jack)]
+        if jack.size >= 3:
+            dev = jack.mean() - jack
+            denom = 6.0 * float(np.sum(dev**2)) ** 1.5
+            if denom > 0:
+                accel, method = float(np.sum(dev**3)) / denom, "BCa"
+    z = float(ndtri((1.0 + level) / 2.0))
+    ends = []
+    for za in (-z, z):
+        shifted = z0 + za
+        ends.append(float(ndtr(z0 + shifted / (1.0 - accel * shifted))))
+    lo, hi = (float(np.quantile(reps, q)) for q in ends)
+    if not lo <= value <= hi:
+        return (math.nan, math.nan, "",
+                f"the estimate lies in its bootstrap distribution's tail (z₀ = {z0:+.2f})")  # fmt: skip
+    return lo, hi, method, ""
 
 
 # -- what the repeats say ------------------------------------------------------------------------
 
 
+def curve_summary(values: np.ndarray) -> dict[str, Any]:
+    """ℓ* (argmin ν over ℓ = 1..L; None when undefined), ζ of the ν curve and ρ(metric, probe) for
+    nu, cca, rank of one (L+1, 4) table in `METRICS` order."""
+    body = values[1:]
+    nu_curve = body[:, 0]
+    finite_nu = np.isfinite(nu_curve)
+    l_star = (
+        int(np.flatnonzero(finite_nu)[np.argmin(nu_curve[finite_nu])]) + 1
+        if finite_nu.any()
+        else None
+    )
+    return {
+        "l_star": l_star,
+        "zeta": zeta(nu_curve),
+        "rho": {m: rho(body[:, j], body[:, 3]) for j, m in enumerate(RHO_METRICS)},
+    }
+
+
 @dataclass(frozen=True)
 class RepeatSummary:
-    """ρ, ℓ* and ζ over the repeats.
+    """ρ, |ρ|, ζ and ℓ* of the full sample, with their bootstrap s.e. and intervals.
 
-    rho: metric → (R,) ρ(metric, s) per repeat; rho_mean / rho_interval: the mean and the 5th–95th
-    percentiles (NaN when no repeat has a finite ρ); l_star: (R,) ℓ* per repeat (0 = undefined);
-    l_star_share: layer → share of repeats, by layer; zeta: (R,) ζ of each repeat's ν curve.
+    rho / abs_rho: metric → `Estimate`; zeta: `Estimate`; rho_replicates: metric → (R,);
+    zeta_replicates (R,); l_star: the full-sample ℓ*; l_star_replicates (R,) (0 = undefined);
+    l_star_counts: layer → number of repeats choosing it; n: examples.
     """
 
     repeats: int
-    rho: dict[str, np.ndarray]
-    rho_mean: dict[str, float]
-    rho_interval: dict[str, tuple[float, float]]
-    l_star: np.ndarray
-    l_star_share: dict[int, float]
-    zeta: np.ndarray
+    rho: dict[str, Estimate]
+    abs_rho: dict[str, Estimate]
+    zeta: Estimate
+    rho_replicates: dict[str, np.ndarray]
+    zeta_replicates: np.ndarray
+    l_star: int | None
+    l_star_replicates: np.ndarray
+    l_star_counts: dict[int, int]
+    n: int = 0
 
     @property
     def modal_l_star(self) -> int | None:
         """The layer most repeats pick (the lower on ties), None when no repeat has an ℓ*."""
-        if not self.l_star_share:
+        if not self.l_star_counts:
             return None
-        return max(sorted(self.l_star_share), key=self.l_star_share.get)
+        return max(sorted(self.l_star_counts), key=self.l_star_counts.get)
 
     @property
     def stable(self) -> bool:
-        """One layer is ℓ* in at least 80 % of the repeats."""
-        return bool(self.l_star_share) and max(self.l_star_share.values()) >= STABLE_SHARE
+        """One layer is ℓ* in at least ⌈0.8 R⌉ of the repeats."""
+        return bool(self.l_star_counts) and at_least_share(
+            max(self.l_star_counts.values()), self.repeats
+        )
 
     def l_star_sentence(self) -> str:
-        """ "ℓ* = 4 in 5 of 5 repeats" (the modal layer), plus the runners-up."""
+        """ "ℓ* = 4 in 41 of 50 repeats (3 in 6, 5 in 3)": the modal layer, then the others."""
         if self.modal_l_star is None:
             return "ℓ* is undefined in every repeat"
-        count = round(self.l_star_share[self.modal_l_star] * self.repeats)
         others = [
-            f"{layer} in {round(share * self.repeats)}"
-            for layer, share in sorted(self.l_star_share.items())
+            f"{layer} in {count}"
+            for layer, count in sorted(self.l_star_counts.items())
             if layer != self.modal_l_star
         ]
         tail = f" ({', '.join(others)})" if others else ""
+        count = self.l_star_counts[self.modal_l_star]
         return f"ℓ* = {self.modal_l_star} in {count} of {self.repeats} repeats{tail}"
 
 
-def summarise_repeats(rep: LayerRepeats) -> RepeatSummary:
-    """ρ per repeat with its mean and 5th–95th percentile interval, ℓ* shares, ζ per repeat."""
-    per = rep.summaries()
-    rho = {m: np.array([s["rho"][m] for s in per], dtype=float) for m in RHO_METRICS}
-    rho_mean, rho_interval = {}, {}
-    for m, values in rho.items():
-        ok = values[np.isfinite(values)]
-        rho_mean[m] = float(ok.mean()) if ok.size else math.nan
-        rho_interval[m] = (
-            tuple(float(x) for x in np.percentile(ok, INTERVAL)) if ok.size else (math.nan,) * 2
-        )
+def summarise_repeats(rep: LayerRepeats, level: float = LEVEL) -> RepeatSummary:
+    """ρ, |ρ| and ζ of the full sample with their intervals (`estimate_of`), ℓ* counts."""
+    full = rep.full if rep.full is not None else np.full(rep.values.shape[1:], np.nan)
+    est = curve_summary(full)
+    per = [curve_summary(rep.values[r]) for r in range(rep.n_repeats)]
+    jack = (
+        [curve_summary(rep.jackknife[g]) for g in range(len(rep.jackknife))]
+        if rep.jackknife is not None
+        else None
+    )
+    rho_reps = {m: np.array([s["rho"][m] for s in per], dtype=float) for m in RHO_METRICS}
+    rho_est, abs_est = {}, {}
+    for m in RHO_METRICS:
+        j = None if jack is None else np.array([s["rho"][m] for s in jack], dtype=float)
+        rho_est[m] = estimate_of(est["rho"][m], rho_reps[m], j, level)
+        abs_est[m] = estimate_of(abs(est["rho"][m]), np.abs(rho_reps[m]),
+                                 None if j is None else np.abs(j), level)  # fmt: skip
+    zeta_reps = np.array([s["zeta"] for s in per], dtype=float)
+    zeta_jack = None if jack is None else np.array([s["zeta"] for s in jack], dtype=float)
     l_star = np.array([s["l_star"] or 0 for s in per], dtype=int)
-    picked = l_star[l_star > 0]
-    layers, counts = np.unique(picked, return_counts=True)
-    shares = {int(layer): float(c) / len(l_star) for layer, c in zip(layers, counts, strict=True)}
-    zeta = np.array([s["zeta"] for s in per], dtype=float)
-    return RepeatSummary(rep.n_repeats, rho, rho_mean, rho_interval, l_star, shares, zeta)
+    layers, counts = np.unique(l_star[l_star > 0], return_counts=True)
+    return RepeatSummary(
+        repeats=rep.n_repeats,
+        rho=rho_est,
+        abs_rho=abs_est,
+        zeta=estimate_of(est["zeta"], zeta_reps, zeta_jack, level),
+        rho_replicates=rho_reps,
+        zeta_replicates=zeta_reps,
+        l_star=est["l_star"],
+        l_star_replicates=l_star,
+        l_star_counts={int(a): int(c) for a, c in zip(layers, counts, strict=True)},
+        n=int(rep.attrs.get("n", 0)),
+    )
+
+
+def difference_estimate(
+    a: LayerRepeats, b: LayerRepeats, stat: str = "zeta", level: float = LEVEL
+) -> Estimate:
+    """stat(a) − stat(b) (stat "zeta") on the same resamples of the same examples (two poolings
+    of one sample: the repeats and jackknife groups are drawn from the same seed and labels),
+    with its interval (`estimate_of`)."""
+
+    def values(rep: LayerRepeats) -> tuple[float, np.ndarray, np.ndarray | None]:
+        full = curve_summary(rep.full)[stat]
+        reps = np.array([curve_summary(v)[stat] for v in rep.values], dtype=float)
+        jack = (
+            None
+            if rep.jackknife is None
+            else np.array([curve_summary(v)[stat] for v in rep.jackknife], dtype=float)
+        )
+        return full, reps, jack
+
+    fa, ra, ja = values(a)
+    fb, rb, jb = values(b)
+    if ra.shape != rb.shape:
+        raise ValueError("The two repeats differ in R: they are not the same resamples.")
+    jack = None if ja is None or jb is None or ja.shape != jb.shape else ja - jb
+    return estimate_of(fa - fb, ra - rb, jack, level)
 
 
 def add_repeats(result: dict[str, Any], rep: LayerRepeats) -> dict[str, Any]:
-    """The layers JSON (`analysis.layers.table.report`) with the repeats added: per layer
-    nu_se, cca_se, rank_se, probe_se; top level repeats, rho_mean, rho_interval {nu, cca, rank:
-    [lo, hi]}, l_star_share {"4": 0.8, …}, l_star_stable, zeta_repeats. One repeat adds nothing:
-    the JSON stays the single table's."""
+    """The layers JSON (`analysis.layers.table.report`) with the repeats added. Per layer:
+    nu_se, cca_se, rank_se, probe_se and, with R ≥ 50, nu_lo, nu_hi, … (the 90 % interval around
+    the value). Top level: ``rho``, ``abs_rho`` (metric → `Estimate.to_dict`), ``zeta`` (one
+    `Estimate.to_dict`) and ``l_star`` {"estimate": ℓ*, "counts": {"4": 41, …}, "repeats": R,
+    "stable": …} replace the bare numbers; repeats, repeats_seconds. One repeat adds nothing: the
+    JSON stays the single table's."""
     if rep.n_repeats < 2:
         return result
     summ = summarise_repeats(rep)
     se = rep.standard_errors().set_index("layer")
+    bounds = rep.intervals().set_index("layer")
     layers = [
-        {**row, **{c: finite(float(se.loc[row["layer"], c])) for c in se.columns}}
+        {**row, **{c: finite(float(se.loc[row["layer"], c])) for c in se.columns},
+         **{c: finite(float(bounds.loc[row["layer"], c])) for c in bounds.columns}}
         for row in result["layers"]
-    ]
+    ]  # fmt: skip
     return {
         **result,
         "layers": layers,
         "repeats": rep.n_repeats,
-        "rho_mean": {m: finite(v) for m, v in summ.rho_mean.items()},
-        "rho_interval": {m: [finite(lo), finite(hi)] for m, (lo, hi) in summ.rho_interval.items()},
-        "l_star_share": {str(layer): share for layer, share in summ.l_star_share.items()},
-        "l_star_stable": summ.stable,
-        "zeta_repeats": [finite(float(z)) for z in summ.zeta],
+        "rho": {m: e.to_dict() for m, e in summ.rho.items()},
+        "abs_rho": {m: e.to_dict() for m, e in summ.abs_rho.items()},
+        "zeta": summ.zeta.to_dict(),
+        "l_star": {
+            "estimate": summ.l_star,
+            "counts": {str(layer): c for layer, c in summ.l_star_counts.items()},
+            "repeats": summ.repeats,
+            "stable": summ.stable,
+            "sentence": summ.l_star_sentence(),
+        },
         "repeats_seconds": rep.attrs.get("seconds"),
     }
 
@@ -375,24 +680,36 @@ RHO_STRONG = -0.85  # the paper's figure (000, Table 1)
 RHO_WEAK = -0.5
 
 
-def rho_verdict(mean: float, interval: tuple[float, float]) -> str:
-    """Does ν track the probe? (SPEC.md, claim X1) "holds" when the 95th percentile of ρ(ν, s) is
-    ≤ −0.5 and its mean ≤ −0.85; "holds weakly" with only the first; "does not hold" when even the
-    5th percentile is above −0.5; else "inconclusive" (the interval covers both)."""
-    lo, hi = interval
-    if not (math.isfinite(lo) and math.isfinite(hi)):
+def rho_verdict(estimate: Estimate) -> str:
+    """Does ν track the probe? (SPEC.md, claim X1, one sample) "holds" when the interval's upper
+    end is ≤ −0.5 and the full-sample ρ(ν, s) ≤ −0.85; "holds weakly" with only the first; "does
+    not hold" when the interval lies above −0.5; else (or without an interval) "inconclusive"."""
+    if estimate.interval is None:
         return "inconclusive"
+    lo, hi = estimate.interval
     if hi <= RHO_WEAK:
-        return "holds" if mean <= RHO_STRONG else "holds weakly"
+        return "holds" if estimate.value <= RHO_STRONG else "holds weakly"
     if lo > RHO_WEAK:
         return "does not hold"
     return "inconclusive"
 
 
-def mid_network_verdict(shares: dict[int, float], n_layers: int) -> str:
-    """Is ℓ* mid-network? (claim X2) "holds" when a layer 1 < ℓ < L gets ≥ 80 % of the repeats;
-    "does not hold" when the edge layers (1 and L) get ≥ 80 % together; else "inconclusive"."""
-    if any(1 < layer < n_layers and share >= STABLE_SHARE for layer, share in shares.items()):
+def mid_network_verdict(counts: dict[int, int], repeats: int, n_layers: int) -> str:
+    """Is ℓ* mid-network? (claim X2, one sample) "holds" when the repeats choosing some
+    1 < ℓ < L number ≥ ⌈0.8 R⌉; "does not hold" when those choosing 1 or L do; else
+    "inconclusive". Counts, not shares."""
+    middle = sum(c for layer, c in counts.items() if 1 < layer < n_layers)
+    edges = sum(c for layer, c in counts.items() if layer in (1, n_layers))
+    if at_least_share(middle, repeats):
         return "holds"
-    edges = sum(share for layer, share in shares.items() if layer in (1, n_layers))
-    return "does not hold" if edges >= STABLE_SHARE else "inconclusive"
+    return "does not hold" if at_least_share(edges, repeats) else "inconclusive"
+
+
+def smoothness_verdict(difference: Estimate) -> str:
+    """Are first-token curves less smooth? (claim X3, one sample) "holds" when the interval of
+    ζ(first) − ζ(mean) lies above 0, "does not hold" below 0, else (or without an interval)
+    "inconclusive"."""
+    if difference.interval is None:
+        return "inconclusive"
+    lo, hi = difference.interval
+    return "holds" if lo > 0 else "does not hold" if hi < 0 else "inconclusive"

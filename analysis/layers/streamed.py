@@ -9,9 +9,9 @@ depend on N. Per layer, in one pass over its rows (float32 read, float64 arithme
   (h − c), c a per-layer shift (the first chunk's mean), accumulated chunk by chunk (`CellMoments`).
   The shift keeps the second moments well conditioned: a covariance taken as Gram/n − m mᵀ loses
   about log10(‖m‖² / variance) digits, and c brings ‖m‖ down to the spread of the class means;
-- the probe's rows: the train part and the held-out (dev ∪ test) part, each capped at
-  ``probe_cap`` examples by a seeded stratified subsample (`RowGather`). The default cap,
-  `probe_rows`, is 20,000 examples and at most 7.68 M numbers (examples × d): 7,500 at d = 1,024.
+- the probe's rows: all N examples, capped at ``probe_cap`` by a seeded stratified subsample
+  (`RowGather`). The default cap, `probe_rows`, is 10,000 examples and at most 3.84 M numbers
+  (examples × d): 3,750 at d = 1,024.
 
 From those, with no second pass:
 
@@ -24,8 +24,9 @@ From those, with no second pass:
   Cholesky factorisation per λ rather than one eigendecomposition: `cca_from_moments`); the dev and
   test correlations of each canonical pair come from the dev / test cells' moments
   (corr(Xa, Yb) = aᵀ C_xy b / √(aᵀ C_xx a · bᵀ C_yy b)), so no row is read twice.
-- probe: `analysis.layers.probe.fit_probe` (C chosen by its stratified 3-fold CV) on the gathered
-  train rows, scored on the gathered held-out rows with the task's metric.
+- probe: the in-memory route's estimator on the gathered rows: cross-validated predictions
+  (`analysis.layers.probe.cv_predictions`: stratified 5-fold, C by an inner 3-fold CV per fold),
+  the outer folds drawn over the gathered rows with the seed, scored with the task's metric.
 
 **Agreement with the in-memory route** (tests/layers/test_streamed.py, on data that fits): ν to
 1e-8 relative (both routes are float64 and differ only in summation order and in taking the
@@ -34,12 +35,13 @@ within-class variance from second moments, whose relative rounding is ≈ ε · 
 ≈ ε ‖Σ_xx‖ and the smallest regularisation, 10⁻⁴ of the mean eigenvalue, amplifies that by at most
 ‖Σ_xx‖ / λ); ϱ to 1e-8 relative (an eigenvalue of G_y moves by ≈ d ε λ_max, so √λ_i moves by
 ≈ d ε λ_max / (2 √λ_i), negligible unless a class's states are nearly rank-deficient); the probe
-exactly as long as neither part exceeds the cap (the same rows, in the same order, the same fit).
+exactly as long as the sample does not exceed the cap (the same rows, in the same order, the same
+folds and fits).
 
 **Cost** per layer: N d² multiply-adds for the Gram matrices (numpy's ``xᵀ @ x`` is a BLAS syrk)
-plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe on at most 2 ×
-``probe_cap`` rows. Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), two
-chunks and the gathered rows (2 · probe_cap · d · 4 bytes) — none of it grows with N.
+plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe's 5
+fits on 0.8 × ``probe_cap`` rows each. Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), two
+chunks and the gathered rows (probe_cap · d · 4 bytes) — none of it grows with N.
 
 **Repeats and subsets.** ``index`` (M,) lists the positions of the sample's examples among the N
 stored rows, repeats allowed: the result equals `layer_metrics(states[:, index], labels[index])`
@@ -76,17 +78,16 @@ from analysis.layers.metrics import (
     encode_classes,
     split_indices,
 )
-from analysis.layers.probe import fit_probe
+from analysis.layers.probe import cv_predictions, outer_folds
 from analysis.progress import Progress, no_progress
-from analysis.scores import task_score
 
 if TYPE_CHECKING:
     from analysis.extract import LayerStates
 
-PROBE_CAP = 20_000  # examples the probe fits on (train) and is scored on (held-out), at most
-PROBE_BUDGET = 20_000 * 384  # … and at most this many numbers (examples × d_model): see probe_rows
+PROBE_CAP = 10_000  # examples the cross-validated probe predicts, at most
+PROBE_BUDGET = 10_000 * 384  # … and at most this many numbers (examples × d_model): see probe_rows
 CHUNK_ROWS = 4096  # rows read and accumulated at a time
-COLUMNS = ("nu", "cca", "rank", "probe", "probe_c")
+COLUMNS = ("nu", "cca", "rank", "probe", "probe_c", "probe_se")
 
 States = StoredTensor | ArrayLike  # (L+1, N, d): on disk, or an array / tensor
 # The table takes the streamed route when one layer's states, as float64, exceed this (MB).
@@ -122,15 +123,15 @@ def route_recipe(layer_states: LayerStates) -> dict[str, Any]:
 
 
 def probe_rows(d_model: int, cap: int = PROBE_CAP, budget: int = PROBE_BUDGET) -> int:
-    """Examples the streamed probe fits on (and is scored on): ``min(cap, budget // d_model)``.
+    """Examples the streamed probe predicts by CV: ``min(cap, budget // d_model)``.
 
-    20,000 up to d = 384 (MiniLM), 10,000 at d = 768 (BERT-base), 7,500 at d = 1,024
+    10,000 up to d = 384 (MiniLM), 5,000 at d = 768 (BERT-base), 3,750 at d = 1,024
     (BERT-large). Why the budget: an L-BFGS iteration of the probe reads the examples × d matrix
     twice, and the 3-fold CV over 7 C values takes several hundred iterations on a hard layer; on
-    this project's 2-core machine a 20,000 × 1,024 probe took 40-60 s per layer (25 layers: a
-    quarter of an hour), a 20,000 × 384 one about a quarter of that. The budget keeps each layer's
-    probe at the cost of MiniLM's, and the held-out score of 7,500 examples still has a standard
-    error under 0.6 points.
+    this project's 2-core machine a 20,000 × 1,024 probe took 40-60 s per layer. The CV probe fits
+    5 times on 80 % of its rows (5 × 8,000 rows at the default cap, about twice the single fit on
+    20,000 train rows it replaced), and every row is scored once: a score over 3,750 examples
+    still has a standard error under 0.8 points.
     """
     return max(2, min(cap, budget // max(d_model, 1)))
 
@@ -414,9 +415,9 @@ def streamed_layer_metrics(
     states: (L+1, N, d) — an `analysis.cache.StoredTensor` (read in chunks, never loaded whole) or
     an array / tensor; labels: (N,); index: (M,) positions of the sample's examples among the N
     (repeats allowed; default all N once). Returns `layer_metrics`'s frame (columns layer, nu, cca,
-    rank, probe, probe_c) with attrs as there plus route = "streamed", probe_cap (default
-    `probe_rows` of d: 20,000 examples up to d = 384, fewer above), probe_n (train
-    rows the probe was fit on), probe_test_n (held-out rows it was scored on).
+    rank, probe, probe_c, probe_se) with attrs as there plus route = "streamed", probe_cap (default
+    `probe_rows` of d: 10,000 examples up to d = 384, fewer above), probe_n (rows the
+    cross-validated probe predicted).
     """
     from analysis.layers.metrics import CCA_GRID
 
@@ -448,10 +449,9 @@ def streamed_layer_metrics(
     lay = _Layout(n_classes, weights)
 
     cca_ok = "cca" in which and len(split.dev) >= 2 and len(split.test) >= 2
-    held_out = np.sort(np.concatenate([split.dev, split.test]))
-    probe_ok = "probe" in which and len(held_out) >= 1 and len(np.unique(raw[split.train])) >= 2
-    probe_train = stratified_subset(split.train, classes[split.train], probe_cap, seed)
-    probe_test = stratified_subset(held_out, classes[held_out], probe_cap, seed + 1)
+    probe_rows_ = stratified_subset(np.arange(len(raw)), classes, probe_cap, seed)
+    folds = outer_folds(classes[probe_rows_], seed) if len(np.unique(raw)) >= 2 else None
+    probe_ok = "probe" in which and folds is not None
 
     report = progress or no_progress
     rows = []
@@ -460,11 +460,7 @@ def streamed_layer_metrics(
         clock = time.perf_counter()
         report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
         moments = CellMoments(weights)
-        gathers = (
-            [RowGather(positions[probe_train], d), RowGather(positions[probe_test], d)]
-            if probe_ok
-            else []
-        )
+        gathers = [RowGather(positions[probe_rows_], d)] if probe_ok else []
         for start, chunk in layer_chunks(states, layer, chunk_rows):
             moments.add(start, chunk)
             for gather in gathers:
@@ -482,13 +478,13 @@ def streamed_layer_metrics(
             else np.nan,
             "probe": np.nan,
             "probe_c": np.nan,
+            "probe_se": np.nan,
         }
         timing["nu_cca_rank"] += time.perf_counter() - clock
         clock = time.perf_counter()
         if probe_ok:
-            fit = fit_probe(gathers[0].values, raw[probe_train], metric, seed=seed)
-            row["probe"] = task_score(metric, raw[probe_test], fit.predict(gathers[1].values))
-            row["probe_c"] = fit.c
+            probe = cv_predictions(gathers[0].values, raw[probe_rows_], metric, folds, seed=seed)
+            row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
         timing["probe"] += time.perf_counter() - clock
         rows.append(row)
         del moments, gathers
@@ -510,13 +506,11 @@ def streamed_layer_metrics(
         route="streamed",
         timing={k: round(v, 3) for k, v in timing.items()},
         probe_cap=probe_cap,
-        probe_n=len(probe_train) if probe_ok else 0,
-        probe_test_n=len(probe_test) if probe_ok else 0,
+        probe_n=len(probe_rows_) if probe_ok else 0,
         route_note=(
             f"Streamed statistics (N = {len(raw):,}): ν, CCA and ϱ use every example; the probe "
-            f"is fit on {len(probe_train):,} of the {len(split.train):,} train examples and scored "
-            f"on {len(probe_test):,} of the {len(held_out):,} held-out ones (stratified subsamples "
-            f"of at most {probe_cap:,} examples at d_model = {d:,})."
+            f"is scored by 5-fold cross-validated predictions on {len(probe_rows_):,} of them (a "
+            f"stratified subsample of at most {probe_cap:,} examples at d_model = {d:,})."
         ),
     )
     return df

@@ -34,15 +34,21 @@ from analysis.layers.metrics import (
     split_indices,
     zeta,
 )
-from analysis.layers.probe import CV_FOLDS, PROBE_GRID, fit_probe
+from analysis.layers.probe import (
+    CV_FOLDS,
+    OUTER_FOLDS,
+    PROBE_GRID,
+    ProbeCV,
+    cv_predictions,
+    outer_folds,
+)
 from analysis.layers.streamed import route_recipe, streamed_metrics_of
 from analysis.progress import Progress
-from analysis.scores import task_score
 
 if TYPE_CHECKING:
     from analysis.extract import LayerStates
 
-COLUMNS = (*METRICS, "probe_c")  # a metrics frame's columns after ``layer``
+COLUMNS = (*METRICS, "probe_c", "probe_se")  # a metrics frame's columns after ``layer``
 
 
 def blas_threads() -> threadpool_limits:
@@ -73,14 +79,14 @@ def layer_row(
     metric: str,
     which: Sequence[str],
     seed: int,
-    groups: np.ndarray | None = None,
-    probe_grid: Sequence[float] = PROBE_GRID,
-) -> dict[str, float]:
-    """One layer's metrics; h: (N, d) float64. Metrics not in ``which`` are NaN, and so are CCA
-    and the probe when the sample is too small for their held-out parts (a few examples).
-    ``probe_c``: the C the probe's cross-validation chose (NaN without a probe). groups: (N,)
-    which example each row copies, for a bootstrap resample (`analysis.layers.repeats`);
-    probe_grid: the candidate C of the probe's cross-validation."""
+    folds: np.ndarray | None = None,
+) -> tuple[dict[str, float], ProbeCV | None]:
+    """One layer's metrics and its cross-validated probe; h: (N, d) float64. Metrics not in
+    ``which`` are NaN, and so are CCA (too few examples for its dev / test parts) and the probe
+    (``folds`` None: some class too small for stratified folds) when the sample is tiny.
+    folds: (N,) the probe's outer fold per example (`analysis.layers.probe.outer_folds`, shared
+    by every layer). probe_c: the median over the folds of the C the inner CV chose; probe_se:
+    the probe score's bootstrap s.e. (`analysis.layers.probe.score_se`)."""
     cca_ok = len(split.dev) >= 2 and len(split.test) >= 2
     row = {
         "layer": layer,
@@ -89,19 +95,13 @@ def layer_row(
         "rank": rank_metric(h, classes) if "rank" in which else np.nan,
         "probe": np.nan,
         "probe_c": np.nan,
+        "probe_se": np.nan,
     }
-    # The probe chooses its C by CV inside the train part and selects nothing on dev, so both
-    # held-out parts score it (twice the examples halve the score's noise variance).
-    held_out = np.concatenate([split.dev, split.test])
-    if "probe" in which and len(held_out) >= 1 and len(np.unique(raw[split.train])) >= 2:
-        train_groups = None if groups is None else groups[split.train]
-        fit = fit_probe(
-            h[split.train], raw[split.train], metric, seed=seed, grid=tuple(probe_grid),
-            groups=train_groups,
-        )  # fmt: skip
-        row["probe"] = task_score(metric, raw[held_out], fit.predict(h[held_out]))
-        row["probe_c"] = fit.c
-    return row
+    probe = None
+    if "probe" in which and folds is not None:
+        probe = cv_predictions(h, raw, metric, folds, seed=seed)
+        row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
+    return row, probe
 
 
 def layer_metrics(
@@ -114,16 +114,21 @@ def layer_metrics(
     progress: Progress | None = None,
 ) -> pd.DataFrame:
     """Every metric for every layer: a DataFrame with columns layer, nu, cca, rank, probe,
-    probe_c (the probe's CV-chosen C).
+    probe_c (the median of the C its inner CV chose per outer fold), probe_se (the probe score's
+    bootstrap s.e.).
 
     states: (L+1, N, d), layer 0 = embeddings; labels: (N,); metric: the task's score
     (``spearman`` marks a regression task). One seeded stratified 80/10/10 split of the N examples
-    serves CCA (fit on train, λ chosen on dev, scored on test) and the probes (C chosen by 3-fold
-    CV within train, refit on train, scored on dev ∪ test: the probe selects nothing on dev, so
-    both parts are held out, and twice the examples halve the score's noise variance).
+    serves CCA (fit on train, λ chosen on dev, scored on test). The probe is scored by
+    cross-validated predictions over all N examples (`analysis.layers.probe.cv_predictions`:
+    stratified 5-fold, C chosen by an inner 3-fold CV in each outer fold), the outer folds fixed
+    by ``seed`` and shared by every layer, so that layer differences are not fold noise.
     Regression: the probe is ridge regression scored by Spearman on the raw scores, while ν, CCA
     and ϱ use `bin_scores(labels, n_bins)`; ``df.attrs["label_note"]`` says so.
-    Metrics left out of ``which`` are NaN. ``df.attrs`` also holds task_type, metric, n, seed.
+    Metrics left out of ``which`` are NaN. ``df.attrs`` also holds task_type, metric, n, seed,
+    probe_folds (k), probe_c_folds (per layer, the C of each outer fold) and probe_predictions
+    ((L+1, N) each example's out-of-fold prediction, NaN rows without a probe; the repeats
+    resample them).
     """
     unknown = set(which) - set(METRICS)
     if unknown:
@@ -134,13 +139,21 @@ def layer_metrics(
     regression = metric == "spearman"
     classes = bin_scores(raw, n_bins) if regression else encode_classes(raw)[0]
     split = split_indices(classes, seed)
+    folds = outer_folds(classes, seed) if len(np.unique(raw)) >= 2 else None
     report = progress or (lambda f, m="": None)
     n_layers = len(states)
+    predictions = np.full((n_layers, len(raw)), np.nan)
+    c_folds: list[list[float]] = []
+    rows = []
     with blas_threads():
-        rows = [
-            layer_row(layer, as_float64(states[layer]), classes, raw, split, metric, which, seed)
-            for layer in _reporting(range(n_layers), report)
-        ]
+        for layer in _reporting(range(n_layers), report):
+            row, probe = layer_row(
+                layer, as_float64(states[layer]), classes, raw, split, metric, which, seed, folds
+            )
+            rows.append(row)
+            if probe is not None:
+                predictions[layer] = probe.predictions
+            c_folds.append([] if probe is None else list(probe.c_folds))
     df = pd.DataFrame(rows, columns=["layer", *COLUMNS])
     df["layer"] = df["layer"].astype(int)
     df.attrs.update(
@@ -149,6 +162,9 @@ def layer_metrics(
         n=len(raw),
         seed=seed,
         n_classes=int(classes.max()) + 1,
+        probe_folds=0 if folds is None else int(folds.max()) + 1,
+        probe_c_folds=c_folds,
+        probe_predictions=predictions,
         label_note=(
             f"Regression task: ν, CCA and ϱ use the scores cut into {int(classes.max()) + 1} "
             "quantile bins; the probe is ridge regression scored by Spearman."
@@ -189,7 +205,7 @@ def strategies(l_star: int, n_layers: int) -> dict[str, list[tuple[int, int, int
 # --- cached, and as JSON -------------------------------------------------------------------------
 
 # Bump when a change to this module changes the numbers; it is part of every metrics cache key.
-METRICS_VERSION = "3"  # 3: the probe's C chosen by CV
+METRICS_VERSION = "4"  # 3: the probe's C chosen by CV; 4: scored by 5-fold CV predictions
 
 
 def states_key(layer_states: LayerStates) -> str:
@@ -211,6 +227,7 @@ def metrics_recipe(
         "cca_grid": list(CCA_GRID),
         "probe_grid": list(PROBE_GRID),
         "probe_folds": CV_FOLDS,
+        "probe_outer_folds": OUTER_FOLDS,
         "version": METRICS_VERSION,
         **route_recipe(layer_states),  # {} unless the states are large enough to stream
     }
@@ -241,14 +258,20 @@ def cached_layer_metrics(
                 layer_states.states, layer_states.labels, layer_states.metric, seed, METRICS,
                 n_bins, progress,
             )  # fmt: skip
-        values = torch.tensor(df[list(COLUMNS)].to_numpy(dtype=np.float64))  # (L+1, 5)
-        return {"values": values}, {**df.attrs, "seconds": time.perf_counter() - start}
+        values = torch.tensor(df[list(COLUMNS)].to_numpy(dtype=np.float64))  # (L+1, 6)
+        meta = {k: v for k, v in df.attrs.items() if k != "probe_predictions"}
+        tensors = {"values": values}
+        if "probe_predictions" in df.attrs:
+            tensors["probe_predictions"] = torch.tensor(df.attrs["probe_predictions"])
+        return tensors, {**meta, "seconds": time.perf_counter() - start}
 
     tensors, meta, hit = cache.get_or_compute("layer_metrics", recipe, compute)
     values = tensors["values"].numpy()
     df = pd.DataFrame(values, columns=list(COLUMNS))
     df.insert(0, "layer", np.arange(len(df)))
     df.attrs.update(meta)
+    if "probe_predictions" in tensors:
+        df.attrs["probe_predictions"] = tensors["probe_predictions"].numpy()
     return df, hit
 
 

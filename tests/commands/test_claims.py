@@ -32,10 +32,14 @@ def test_claims_cli_measures_queues_waits_and_reports(tiny_bert_dir, tmp_path, c
     assert list(by_id) == ["X1", "X2", "H1", "S2"]
     for claim in by_id.values():
         assert claim["verdict"] in (
-            "holds", "holds weakly", "does not hold", "inconclusive"
+            "holds", "holds weakly", "does not hold", "inconclusive", "unstable"
         ), claim  # fmt: skip
         assert claim["paper"] and claim["claim"]
-    assert by_id["X1"]["repeats"] == 2 and len(by_id["X1"]["interval"]) == 2
+    # R = 2 < 50: standard errors, no interval, so X1 cannot hold on any sample
+    assert by_id["X1"]["repeats"] == 2 and by_id["X1"]["interval"] is None
+    assert by_id["X1"]["verdict"] == "inconclusive"
+    assert len(by_id["X1"]["values"]["samples"]) == 3  # S = 3 by default
+    assert "N = 40, R = 2, S = 3" in by_id["X1"]["detail"]
     assert by_id["H1"]["n_seeds"] == 2 and len(by_id["H1"]["runs"]) == 4
     assert by_id["S2"]["n_seeds"] == 2 and len(by_id["S2"]["runs"]) == 5  # + the trajectory run
     runs = RunsDB().list_runs()

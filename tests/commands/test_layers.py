@@ -6,7 +6,6 @@ import json
 import math
 
 import pandas as pd
-import pytest
 
 from analysis.cli import main
 
@@ -27,7 +26,7 @@ def test_cli_writes_the_documented_schema(tiny_bert_dir, tmp_path, capsys):
     layers = payload["layers"]
     assert [row["layer"] for row in layers] == [0, 1, 2]  # tiny model: L = 2, plus embeddings
     for row in layers:
-        assert set(row) == {"layer", "nu", "cca", "rank", "probe", "probe_c"}
+        assert set(row) == {"layer", "nu", "cca", "rank", "probe", "probe_c", "probe_se"}
         assert row["nu"] > 0 and 1 <= row["rank"] <= 20 and 0 <= row["probe"] <= 1
         assert -1 <= row["cca"] <= 1
     nus = {row["layer"]: row["nu"] for row in layers}
@@ -94,13 +93,14 @@ def test_cli_repeats_add_intervals_and_one_repeat_changes_nothing(tiny_bert_dir,
         assert {"nu_se", "cca_se", "rank_se", "probe_se", "probe_c"} <= set(row)
         assert row["nu_se"] is None or row["nu_se"] >= 0
     assert payload["layers"][1]["nu"] == single["layers"][1]["nu"]  # the full-sample value
-    assert set(payload["rho_interval"]) == {"nu", "cca", "rank"}
-    for lo, hi in payload["rho_interval"].values():
-        assert lo is None or lo <= hi
-    shares = payload["l_star_share"]
-    assert set(shares) <= {"1", "2"} and sum(shares.values()) == pytest.approx(1.0)
+    assert set(payload["rho"]) == {"nu", "cca", "rank"}  # no bare ρ once repeats ran
+    for est in payload["rho"].values():
+        assert est["interval"] is None and est["note"] == "intervals need R ≥ 50"  # R = 3
+    assert isinstance(payload["zeta"], dict) and "se" in payload["zeta"]
+    counts = payload["l_star"]["counts"]
+    assert set(counts) <= {"1", "2"} and sum(counts.values()) == 3
     out = capsys.readouterr().out
-    assert "over 3 bootstrap repeats" in out and " ± " in out
+    assert "R = 3" in out and " ± " in out and "in 3 repeats" not in out
     _, cached = run_layers(tiny_bert_dir, tmp_path, "--repeats", "3")
-    assert cached["rho_interval"] == payload["rho_interval"]  # repeats are cached / deterministic
+    assert cached["rho"] == payload["rho"]  # repeats are cached / deterministic
     assert main(["layers", "--model", str(tiny_bert_dir), "--n", "40", "--repeats", "0"]) == 2

@@ -232,7 +232,7 @@ def layered_states(n_layers: int = 4, n: int = 400, d: int = 12, seed: int = 0):
 def test_layer_metrics_frame_and_summary():
     states, y = layered_states()
     df = table.layer_metrics(torch.from_numpy(states), torch.from_numpy(y), "accuracy", seed=0)
-    assert list(df.columns) == ["layer", "nu", "cca", "rank", "probe", "probe_c"]
+    assert list(df.columns) == ["layer", "nu", "cca", "rank", "probe", "probe_c", "probe_se"]
     assert df.loc[1:, "probe_c"].isin(PROBE_GRID).all()
     assert df["layer"].tolist() == [0, 1, 2, 3, 4]
     assert df["nu"].iloc[0] > df["nu"].iloc[2]
@@ -312,4 +312,7 @@ def test_tiny_samples_give_nan_where_a_held_out_part_is_missing():
     states = rng.standard_normal((3, 4, 5))
     df = table.layer_metrics(states, np.array([0, 0, 1, 1]), "accuracy")
     assert df["nu"].notna().all() and df["rank"].notna().all()
-    assert df["cca"].isna().all() and df["probe"].isna().all()
+    assert df["cca"].isna().all()  # no dev / test part of ≥ 2
+    assert df["probe"].notna().all() and df.attrs["probe_folds"] == 2  # 2-fold CV predictions
+    one = table.layer_metrics(states[:, :3], np.array([0, 0, 1]), "accuracy")
+    assert one["probe"].isna().all()  # a class of one: no stratified folds

@@ -68,3 +68,26 @@ def test_regression_probe_chooses_its_ridge_strength_by_cv():
     assert probe_score(x[:200], y[:200], x[200:], y[200:], "spearman") > 0.8
     with pytest.raises(ValueError, match="no class probabilities"):
         fit.probabilities(x)
+
+
+def test_cv_predictions_predict_each_example_by_the_probe_fit_without_its_fold():
+    """SPEC.md's probe score: 5 stratified outer folds fixed by the seed; example n is predicted
+    by `fit_probe` (inner 3-fold CV for C) on the other folds; the score is over all N."""
+    from analysis.layers.probe import cv_predictions, outer_folds
+
+    (x, y), (x_te, y_te) = gaussian_task(0, n=500, d=50, signal=0.15)
+    folds = outer_folds(y, seed=4)
+    assert sorted(np.unique(folds)) == [0, 1, 2, 3, 4]
+    for k in range(5):  # stratified: every fold keeps the class shares within one example
+        assert abs(np.mean(y[folds == k]) - np.mean(y)) < 0.02
+    np.testing.assert_array_equal(folds, outer_folds(y, seed=4))  # fixed by the seed
+    cv = cv_predictions(x, y, "accuracy", folds, seed=4)
+    for k in (0, 3):
+        held = folds == k
+        fit = fit_probe(x[~held], y[~held], "accuracy", seed=4)
+        np.testing.assert_array_equal(cv.predictions[held], fit.predict(x[held]))
+        assert cv.c_folds[k] == fit.c
+    assert cv.score == pytest.approx(np.mean(cv.predictions == y))
+    truth = np.mean(fit_probe(x, y, "accuracy").predict(x_te) == y_te)  # ≈ the probe's accuracy
+    assert abs(cv.score - truth) < 3 * cv.se + 0.02 and 0 < cv.se < 0.05
+    assert outer_folds(np.array([0, 0, 1])) is None  # a class of one: no stratified folds

@@ -53,8 +53,7 @@ def test_streamed_equals_in_memory(n_classes):
     memory = table.layer_metrics(states, labels, "accuracy", seed=1)
     stream = streamed.streamed_layer_metrics(states, labels, "accuracy", seed=1, chunk_rows=128)
     assert_same(memory, stream)
-    n_train = len(table.split_indices(labels, 1).train)
-    assert stream.attrs["route"] == "streamed" and stream.attrs["probe_n"] == n_train
+    assert stream.attrs["route"] == "streamed" and stream.attrs["probe_n"] == len(labels)
     assert {k: stream.attrs[k] for k in ("n", "seed", "n_classes", "task_type")} == {
         k: memory.attrs[k] for k in ("n", "seed", "n_classes", "task_type")
     }
@@ -107,20 +106,23 @@ def test_probe_cap_is_a_stratified_subsample():
     states, labels = bert_like(n=1000, n_layers=1)
     labels = np.where(np.arange(1000) < 200, 1, 0)  # 20% positives
     stream = streamed.streamed_layer_metrics(states, labels, which=("probe",), probe_cap=100)
-    assert stream.attrs["probe_n"] == 100 and stream.attrs["probe_test_n"] == 100
-    assert "fit on 100 of the 800 train examples" in stream.attrs["route_note"]
+    assert stream.attrs["probe_n"] == 100
+    assert "cross-validated predictions on 100 of them" in stream.attrs["route_note"]
     assert stream["probe"].between(0, 1).all() and stream["nu"].isna().all()
-    split = table.split_indices(labels, 0)
-    chosen = streamed.stratified_subset(split.train, labels[split.train], 100, 0)
-    assert len(chosen) == 100 and np.isin(chosen, split.train).all()
+    assert (stream["probe_se"] > 0).all()
+    chosen = streamed.stratified_subset(np.arange(1000), labels, 100, 0)
+    assert len(chosen) == 100 and labels[chosen].sum() == 20  # the class shares kept
+    # the streamed probe is the in-memory estimator on the subsample: same folds, same fits
+    memory = table.layer_metrics(states[:, chosen], labels[chosen], which=("probe",))
+    np.testing.assert_array_equal(memory["probe"], stream["probe"])
     assert labels[chosen].sum() == 20  # the class shares of the train part
     rare = np.r_[np.zeros(999, int), 1]  # one example of class 1: still in the subsample
     assert np.sum(rare[streamed.stratified_subset(np.arange(1000), rare, 10, 0)]) == 1
 
 
 def test_probe_cap_follows_the_width():
-    assert streamed.probe_rows(384) == 20_000 and streamed.probe_rows(64) == 20_000
-    assert streamed.probe_rows(768) == 10_000 and streamed.probe_rows(1024) == 7_500
+    assert streamed.probe_rows(384) == 10_000 and streamed.probe_rows(64) == 10_000
+    assert streamed.probe_rows(768) == 5_000 and streamed.probe_rows(1024) == 3_750
 
 
 def test_cell_moments_weights_are_repeats():
@@ -175,7 +177,7 @@ def test_layer_table_routes_large_states_and_says_so(monkeypatch, tmp_path):
     assert not hit  # another cache entry than the in-memory route's
     assert_same(memory, stream)
     report = table.report(ExtractConfig(), stream)
-    assert report["route"] == "streamed" and report["probe_n"] == 240
+    assert report["route"] == "streamed" and report["probe_n"] == 300
     assert "route" not in table.report(ExtractConfig(), memory)
 
 

@@ -14,7 +14,7 @@ from ui.figures import finetune, layers
 from ui.figures.compare import VERDICT_COLOURS, forest
 
 
-def test_forest_colours_winners_and_draws_two_standard_errors():
+def test_forest_colours_winners_and_draws_the_welch_margin():
     found = [
         compare([0.9, 0.91, 0.92], [0.8, 0.81, 0.82], "A1", "B1"),
         compare([0.8, 0.81, 0.82], [0.9, 0.91, 0.92], "A2", "B2"),
@@ -24,20 +24,29 @@ def test_forest_colours_winners_and_draws_two_standard_errors():
     trace = fig.data[0]
     assert list(trace.y) == ["A1 − B1", "A2 − B2", "A3 − B3"]
     assert list(trace.marker.color) == [VERDICT_COLOURS[w] for w in ("A", "B", None)]
-    assert trace.error_x.array[0] == pytest.approx(2 * found[0].se)
+    assert trace.error_x.array[0] == pytest.approx(found[0].margin)  # t · se, t(0.975, df 4)
+    assert found[0].margin == pytest.approx(2.7764451 * found[0].se, rel=1e-6)
     assert "accuracy" in fig.layout.xaxis.title.text
 
 
 def test_claim_figures_dispatch_on_the_claim():
-    x1 = ClaimResult("X1", "holds", ours=-0.9, interval=(-0.95, -0.85), repeats=3,
-                     values={"rho": [-0.95, -0.9, -0.85]})  # fmt: skip
+    samples = [
+        {"label": "seed 0", "verdict": "holds", "ours": -0.9, "interval": [-0.95, -0.8]},
+        {"label": "seed 1", "verdict": "holds weakly", "ours": -0.7, "interval": None},
+    ]
+    x1 = ClaimResult("X1", "holds weakly", ours=-0.9, interval=(-0.95, -0.8), repeats=50,
+                     values={"samples": samples})  # fmt: skip
     fig = claim_figures.claim_figure(x1)
-    assert list(fig.data[0].x) == [-0.95, -0.9, -0.85] and fig.data[1].x[0] == -0.9
+    assert [t.x[0] for t in fig.data] == [-0.9, -0.7]
+    assert fig.data[0].error_x.array[0] == pytest.approx(0.1) and fig.data[1].error_x.array is None
+    assert fig.data[0].marker.color == claim_figures.VERDICT_COLOURS["holds"]
     x2 = ClaimResult("X2", "holds", ours=3.0, repeats=5,
-                     values={"l_star_share": {"3": 0.8, "4": 0.2}, "n_layers": 6})  # fmt: skip
+                     values={"l_star_counts": {"3": 4, "4": 1}, "n_layers": 6})  # fmt: skip
     bars = claim_figures.claim_figure(x2).data[0]
     assert list(bars.y) == [0, 0, 0.8, 0.2, 0, 0] and list(bars.text)[2] == "4/5"
-    x3 = ClaimResult("X3", "holds", values={"zeta_mean": [0.1, 0.2], "zeta_first": [1.0, 0.1]})
+    x3 = ClaimResult("X3", "unstable", values={"samples": [
+        {"label": "a", "verdict": "holds", "ours": 1.0, "interval": [0.2, 2.0]},
+        {"label": "b", "verdict": "inconclusive", "ours": 0.1, "interval": [-0.5, 0.9]}]})  # fmt: skip
     assert len(claim_figures.claim_figure(x3).data) == 2
     run = ClaimResult("H1", "holds", comparisons=[compare([0.9, 0.92], [0.7, 0.71])])
     assert claim_figures.claim_figure(run).data[0].y[0] == "A − B"
@@ -69,5 +78,5 @@ def test_metric_bands_and_shares():
     assert len(bands) == 4
     assert list(bands[0].y) == pytest.approx([2.1, 1.1, 1.6, 1.4, 0.9, 1.9])  # hi, then lo back
     assert len([t for t in layers.metrics_figure(df, 1).data if t.fill == "toself"]) == 0
-    shares = layers.l_star_shares({2: 0.8, 3: 0.2}, 3, 5).data[0]
+    shares = layers.l_star_shares({2: 4, 3: 1}, 3, 5).data[0]
     assert list(shares.marker.color) == ["#1f77b4", "#ff7f0e", "#1f77b4"]  # stable in orange

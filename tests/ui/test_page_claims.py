@@ -24,6 +24,7 @@ def claims_page(tiny_bert_dir, monkeypatch, only=("X1", "X2", "H1"), seeds=2):
     at.session_state["claims_seeds"] = seeds
     at.session_state["claims_steps"] = 2
     at.session_state["claims_repeats"] = 2
+    at.session_state["claims_samples"] = 2
     at.session_state["claims_only"] = list(only)
     return open_page(at, PAGE)
 
@@ -37,7 +38,9 @@ def test_paper_check_page_measures_layer_claims_and_queues_runs(tiny_bert_dir, m
     assert not errors(at), errors(at)
     table = table_of(at).set_index("id")
     assert list(table.index) == ["X1", "X2", "H1"]
-    assert table.loc["X1", "verdict"] != "not measured yet" and table.loc["X1", "n"] == "2 repeats"
+    assert table.loc["X1", "verdict"] != "not measured yet" and table.loc["X1", "n"].startswith(
+        "N = 40, R = 2, S = 2"
+    )
     assert table.loc["H1", "verdict"] == "not measured yet"
     assert any("4 run(s) missing" in m.value for m in at.markdown)
     assert at.get("page_link")[-1].proto.label.startswith("Next: **Runs**")  # to follow them

@@ -26,14 +26,25 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
     assert not errors(at)
     table = at.dataframe[0].value
     metrics = ["nu", "cca", "rank", "probe"]
-    assert list(table.columns) == ["layer", *metrics, "probe_c", *(f"{m}_se" for m in metrics)]
+    bounds = [f"{m}_{end}" for m in metrics for end in ("lo", "hi")]
+    assert list(table.columns) == [
+        "layer",
+        *metrics,
+        "probe_c",
+        *(f"{m}_se" for m in metrics),
+        *bounds,
+    ]  # R = 50 by default: 90 % intervals around each value
+    for m in metrics:  # every shown interval contains its estimate
+        ok = table[f"{m}_lo"].notna()
+        assert (table.loc[ok, f"{m}_lo"] <= table.loc[ok, m]).all()
+        assert (table.loc[ok, m] <= table.loc[ok, f"{m}_hi"]).all()
     assert table["layer"].tolist() == [0, 1, 2]
     l_star = next(iter(at.session_state["suggested_l_star"].values()))
     assert l_star == int(table.loc[table["layer"] >= 1].set_index("layer")["nu"].idxmin())
     star = next(m for m in at.metric if m.label == "ℓ*")
-    assert star.value == str(l_star) and star.delta.endswith("/5 repeats")  # 5 repeats default
+    assert star.value == str(l_star) and star.delta.endswith("of 50 repeats")  # R = 50 default
     box = next(i.value for i in at.info if f"ℓ\\* = {l_star}" in i.value)  # the suggestion box
-    assert "of 5 repeats" in box and "ρ(ν, s) = " in box
+    assert "of 50 repeats" in box and "ρ(ν, s) = " in box
     assert len(at.latex) >= 7  # ν, ℓ*, CCA, ϱ, ρ, ζ, repeats
     charts = at.get("plotly_chart")
     assert len(charts) == 4  # metrics with bands, ℓ* shares, layer picture, teaching scatter
@@ -48,7 +59,15 @@ def test_one_repeat_shows_the_single_table(tiny_bert_dir, monkeypatch):
     at = layers_page(tiny_bert_dir, monkeypatch)
     at.number_input(key="layers_repeats").set_value(1).run()
     assert not errors(at)
-    assert list(at.dataframe[0].value.columns) == ["layer", "nu", "cca", "rank", "probe", "probe_c"]
+    assert list(at.dataframe[0].value.columns) == [
+        "layer",
+        "nu",
+        "cca",
+        "rank",
+        "probe",
+        "probe_c",
+        "probe_se",
+    ]
     assert len(at.get("plotly_chart")) == 3
     box = next(i.value for i in at.info if "ℓ\\* = " in i.value)
     assert "of 1 repeats" not in box and "Stable" not in box  # no shares from one sample

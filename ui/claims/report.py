@@ -44,10 +44,12 @@ def write_report(
     lines = [
         f"# The papers' claims on {cfg.model.name} × {cfg.data.name}",
         "",
-        f"Layer claims: N = {cfg.n} examples, {cfg.repeats} bootstrap repeats. Run claims: "
+        f"Layer claims: N = {cfg.n} examples, R = {cfg.repeats} bootstrap repeats on each of "
+        f"S = {cfg.samples} samples (90 % BCa intervals around the full-sample values; samples "
+        "that disagree: unstable). Run claims: "
         f"{len(cfg.seeds)} seeds ({', '.join(map(str, cfg.seeds))}) × {cfg.steps} steps, batch "
         f"{cfg.batch_size}, test part ≤ {cfg.n_eval} examples; heads: k = {cfg.k} per layer. "
-        "Verdict rule of every comparison: A better when |diff| > 2 s.e. of the difference of "
+        "Verdict rule of every comparison: A better when |diff| > t·s.e. (t at 97.5 %, Welch df) of the difference of "
         "mean test scores over seeds, else no difference shown.",
         "",
         "| id | claim | paper | ours | interval | verdict | n |",

@@ -13,8 +13,8 @@ from ui.loaders import get_model
 from ui.memo import ProgressMemo
 
 _INPUTS: ProgressMemo[ClaimInputs] = ProgressMemo(max_entries=6)
-DEFAULTS = {"claims_seeds": 3, "claims_steps": 200, "claims_repeats": 5, "claims_k": 3,
-            "claims_only": list(CLAIMS)}  # fmt: skip
+DEFAULTS = {"claims_seeds": 3, "claims_steps": 200, "claims_repeats": 50, "claims_samples": 3,
+            "claims_k": 3, "claims_only": list(CLAIMS)}  # fmt: skip
 KEEP = "session"  # the form keeps its values across page switches
 
 
@@ -25,7 +25,7 @@ def settings_form(base: ExtractConfig) -> ClaimsConfig:
     for key, value in DEFAULTS.items():
         state.setdefault(key, value)
     with st.form("claims_form"):
-        c1, c2, c3, c4 = st.columns(4)
+        c1, c2, c3, c5, c4 = st.columns(5)
         c1.number_input("seeds per run claim", 1, 10, key="claims_seeds", persist_state=KEEP,
                         help="A run claim gives a verdict only from ≥ 3 seeds per arm; with fewer "
                         "its numbers are shown, its verdict is inconclusive.")  # fmt: skip
@@ -33,15 +33,23 @@ def settings_form(base: ExtractConfig) -> ClaimsConfig:
             "steps per run", 1, 100_000, step=50, key="claims_steps", persist_state=KEEP
         )
         c3.number_input(
-            "bootstrap repeats (X1–X3)", 2, 50, key="claims_repeats", persist_state=KEEP
-        )
+            "bootstrap repeats R (X1–X3)", 2, 500, key="claims_repeats", persist_state=KEEP,
+            help="Per sample. 90 % BCa intervals around the full-sample values need R ≥ 50; with "
+            "fewer the layer claims show s.e. only and stay inconclusive.",
+        )  # fmt: skip
+        c5.number_input(
+            "samples S (X1–X3)", 1, 10, key="claims_samples", persist_state=KEEP,
+            help="Each layer claim is judged on S samples of N examples (disjoint where the data "
+            "hold S·N, else overlapping); samples that disagree make the verdict unstable.",
+        )  # fmt: skip
         c4.number_input("heads per layer k (H1, H2)", 1, 64, key="claims_k", persist_state=KEEP)
         st.multiselect("claims", list(CLAIMS), key="claims_only", persist_state=KEEP)
         st.form_submit_button("Apply", type="primary")
     return ClaimsConfig(
         model=base.model, data=base.data, only=tuple(state["claims_only"]) or tuple(CLAIMS),
         n=base.sample.n, sample_seed=base.sample.seed, max_length=base.max_length,
-        repeats=int(state["claims_repeats"]), seeds=tuple(range(int(state["claims_seeds"]))),
+        repeats=int(state["claims_repeats"]), samples=int(state["claims_samples"]),
+        seeds=tuple(range(int(state["claims_seeds"]))),
         steps=int(state["claims_steps"]), k=int(state["claims_k"]),
     )  # fmt: skip
 

@@ -19,6 +19,7 @@ VERDICT_COLOURS = {
     "holds weakly": "#98df8a",
     "does not hold": "#d62728",
     "inconclusive": "#7f7f7f",
+    "unstable": "#ff7f0e",
     "not measured yet": "#c7c7c7",
 }
 
@@ -71,16 +72,54 @@ def zeta_pairs(zeta_mean: Sequence[float], zeta_first: Sequence[float]) -> go.Fi
     return fig
 
 
+def sample_intervals(result: ClaimResult) -> go.Figure | None:
+    """X1 / X3: each sample's full-sample value (dot) with its 90 % bootstrap interval (bar),
+    coloured by that sample's verdict; a sample without an interval is drawn as a hollow dot.
+    Dashed: the rule's thresholds (X1: −0.85 and −0.5; X3: 0)."""
+    samples = result.values.get("samples") or []
+    if not samples:
+        return None
+    fig = go.Figure()
+    for i, smp in enumerate(samples):
+        x = smp.get("ours")
+        if x is None or not np.isfinite(x):
+            continue
+        interval = smp.get("interval")
+        err = (
+            dict(
+                type="data", symmetric=False, array=[interval[1] - x], arrayminus=[x - interval[0]]
+            )
+            if interval
+            else None
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[x], y=[smp["label"]], mode="markers", error_x=err,
+                marker=dict(size=12, color=VERDICT_COLOURS.get(smp["verdict"], "#7f7f7f"),
+                            symbol="circle" if interval else "circle-open"),
+                name=f"sample {i + 1}: {smp['verdict']}",
+                hovertemplate=f"{smp['label']}: %{{x:+.3f}} ({smp['verdict']})<extra></extra>",
+            )
+        )  # fmt: skip
+    lines = (
+        ((RHO_STRONG, "paper: ≤ −0.85"), (RHO_WEAK, "−0.5")) if result.id == "X1" else ((0.0, "0"),)
+    )
+    for x, text in lines:
+        fig.add_vline(x=x, line_dash="dash", annotation_text=text, annotation_position="bottom")
+    title = "ρ(ν, s) across layers" if result.id == "X1" else "ζ(first) − ζ(mean)"
+    fig.update_layout(xaxis_title=f"{title}: full-sample value, 90 % BCa interval", showlegend=False,
+                      height=120 + 50 * len(samples), margin=dict(t=30, b=40))  # fmt: skip
+    return fig
+
+
 def claim_figure(result: ClaimResult, metric: str = "score") -> go.Figure | None:
     """The figure behind one claim's verdict, or None when there is nothing to draw yet."""
     values = result.values
-    if result.id == "X1" and "rho" in values and result.interval is not None:
-        return rho_repeats(values["rho"], result.ours, result.interval)
-    if result.id == "X2" and "l_star_share" in values:
-        shares = {int(k): v for k, v in values["l_star_share"].items()}
-        return l_star_shares(shares, values["n_layers"], result.repeats or 1)
-    if result.id == "X3" and "zeta_mean" in values:
-        return zeta_pairs(values["zeta_mean"], values["zeta_first"])
+    if result.id in ("X1", "X3") and values.get("samples"):
+        return sample_intervals(result)
+    if result.id == "X2" and "l_star_counts" in values:
+        counts = {int(k): int(v) for k, v in values["l_star_counts"].items()}
+        return l_star_shares(counts, values["n_layers"], result.repeats or 1)
     if result.comparisons:
         return forest(comparisons_frame(result.comparisons), metric)
     return None

@@ -11,8 +11,8 @@ VERDICT_COLOURS = {"A": "#2ca02c", "B": "#d62728", None: "#7f7f7f"}
 
 def forest(frame: pd.DataFrame, metric: str = "score") -> go.Figure:
     """One row per comparison (frame: `analysis.compare.comparisons_frame`): the difference of
-    mean test scores A − B as a dot with its ± 2 s.e. interval; green when A is better, red when B
-    is, grey when no difference is shown. The dashed line is "no difference"."""
+    mean test scores A − B as a dot with its ± t·s.e. interval (t at 97.5 %, Welch df); green when
+    A is better, red when B is, grey when no difference is shown. The dashed line is "no difference"."""
     fig = go.Figure()
     names = [f"{a} − {b}" for a, b in zip(frame["a"], frame["b"], strict=True)]
     winners = [
@@ -36,7 +36,7 @@ def forest(frame: pd.DataFrame, metric: str = "score") -> go.Figure:
     )
     fig.add_vline(x=0, line_dash="dash", line_color="black")
     fig.update_layout(
-        xaxis_title=f"difference of mean test {metric} (A − B, ± 2 s.e.)",
+        xaxis_title=f"difference of mean test {metric} (A − B, ± t·s.e., Welch)",
         height=120 + 40 * len(frame),
         margin=dict(t=20, b=40, l=10, r=10),
         showlegend=False,

@@ -330,22 +330,27 @@ def teaching_scatter(x: np.ndarray, y: np.ndarray) -> go.Figure:
     return fig
 
 
-def l_star_shares(shares: dict[int, float], n_layers: int, repeats: int) -> go.Figure:
-    """The share of bootstrap repeats that pick each layer as ℓ*, layers 1..L; the 80 % line
-    marks "stable"."""
+def l_star_shares(counts: dict[int, int], n_layers: int, repeats: int) -> go.Figure:
+    """How many of the R bootstrap repeats pick each layer as ℓ*, layers 1..L (bars: the share,
+    labels: "k/R"); the dashed line at ⌈0.8 R⌉ / R marks "stable"."""
+    from analysis.layers.repeats import at_least_share
+
     layers = list(range(1, n_layers + 1))
-    values = [shares.get(layer, 0.0) for layer in layers]
+    ks = [int(counts.get(layer, 0)) for layer in layers]
+    values = [k / max(repeats, 1) for k in ks]
     fig = go.Figure(
         go.Bar(
             x=layers,
             y=values,
-            marker_color=["#ff7f0e" if v >= 0.8 else "#1f77b4" for v in values],
-            text=[f"{round(v * repeats)}/{repeats}" for v in values],
+            marker_color=["#ff7f0e" if at_least_share(k, repeats) else "#1f77b4" for k in ks],
+            text=[f"{k}/{repeats}" for k in ks],
             textposition="outside",
             hovertemplate="ℓ* = layer %{x} in %{text} repeats<extra></extra>",
         )
     )
-    fig.add_hline(y=0.8, line_dash="dash", annotation_text="stable (80 %)")
+    need = -(-4 * repeats // 5)
+    fig.add_hline(y=need / max(repeats, 1), line_dash="dash",
+                  annotation_text=f"stable ({need} of {repeats})")  # fmt: skip
     fig.update_layout(
         xaxis_title="layer", yaxis_title="share of repeats", yaxis_range=[0, 1.15], height=260,
         margin={"t": 20, "b": 40},

@@ -113,7 +113,7 @@ def _stability(repeats: RepeatSummary, l_star: int) -> str:
     if repeats.stable and repeats.modal_l_star == l_star:
         return f"Stable: {sentence} (bootstrap resamples of the N examples)."
     return (
-        f"⚠ Not stable: {sentence}; no layer wins ≥ 80 % of the bootstrap resamples, so treat "
+        f"⚠ Not stable: {sentence}; no layer wins ⌈0.8 R⌉ of the bootstrap resamples, so treat "
         "ℓ\\* as a hint (more examples N usually settle it)."
     )
 
@@ -125,12 +125,11 @@ def _agreement(rho: float | None, repeats: RepeatSummary | None) -> str:
             return "ρ(ν, s) is undefined here."
         return (
             f"ρ(ν, s) = {rho:+.2f} on this one sample (the paper saw ≤ −0.85); with one sample "
-            "there is no interval: set repeats ≥ 2 to see whether it holds."
+            "there is no interval: set repeats R ≥ 50 to see whether it holds."
         )
-    mean = repeats.rho_mean["nu"]
-    lo, hi = repeats.rho_interval["nu"]
-    quoted = f"ρ(ν, s) = {mean:+.2f} [{lo:+.2f}, {hi:+.2f}] over {repeats.repeats} repeats"
-    verdict = rho_verdict(mean, (lo, hi))
+    est = repeats.rho["nu"]
+    quoted = f"ρ(ν, s) = {est.text(2)}"
+    verdict = rho_verdict(est)
     if verdict == "holds":
         return f"ν tracks the probe here: {quoted} (the paper: ≤ −0.85)."
     if verdict == "holds weakly":
@@ -139,6 +138,11 @@ def _agreement(rho: float | None, repeats: RepeatSummary | None) -> str:
         return (
             f"⚠ ν and the probe disagree here: {quoted}. Lower ν did not mean a better probe on "
             "this data: treat ℓ\\* as a hint, try more examples (N) or the what-ifs."
+        )
+    if est.interval is None:
+        return (
+            f"{quoted}: no interval around it, so the repeats cannot tell whether ν tracks the "
+            "probe here (intervals need R ≥ 50 and an estimate inside its bootstrap spread)."
         )
     return (
         f"{quoted}: the interval covers both agreement and disagreement, so the repeats cannot "
