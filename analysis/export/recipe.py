@@ -221,7 +221,7 @@ def lora_config(recipe: dict[str, Any]):
     )
 
 
-def readme_text(recipe: dict[str, Any]) -> str:
+def readme_text(recipe: dict[str, Any], folder: str = "THIS_FOLDER") -> str:
     model = recipe["model"]
     source = model.get("path") or model["name"]
     lora = recipe["train"]["lora"] is not None
@@ -237,14 +237,14 @@ def readme_text(recipe: dict[str, Any]) -> str:
         "",
         "```python",
         "from tunescope_recipe import load_recipe, TunescopeClassifier, make_optimizer",
-        'recipe = load_recipe("THIS_FOLDER")',
+        f'recipe = load_recipe("{folder}")',
     ]
     if lora:
         lines += [
             "from peft import LoraConfig, get_peft_model",
             f'model = get_peft_model(AutoModelForSequenceClassification.from_pretrained("{source}",'
             f" num_labels={recipe['classifier']['n_outputs']}), "
-            'LoraConfig.from_pretrained("THIS_FOLDER"))',
+            f'LoraConfig.from_pretrained("{folder}"))',
         ]
     else:
         lines.append("model = TunescopeClassifier.from_pretrained(recipe)  # or your own HF model")
@@ -263,8 +263,11 @@ def readme_text(recipe: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_recipe(recipe: dict[str, Any], folder: Path | str) -> list[Path]:
-    """Write the recipe folder (each file atomically); returns the files written."""
+def write_recipe(
+    recipe: dict[str, Any], folder: Path | str, shown_as: str | None = None
+) -> list[Path]:
+    """Write the recipe folder (each file atomically); returns the files written. ``shown_as``:
+    the folder's name in its README (default: its path)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out {folder} is a file; give a folder.")
@@ -278,10 +281,71 @@ def write_recipe(recipe: dict[str, Any], folder: Path | str) -> list[Path]:
         written.append(atomic_write_bytes(folder / "adapter_config.json", data))
     module = importlib.resources.files("analysis.export") / MODULE_FILE
     written.append(atomic_write_text(folder / MODULE_FILE, module.read_text(encoding="utf-8")))
-    written.append(atomic_write_text(folder / "README.md", readme_text(recipe)))
+    written.append(
+        atomic_write_text(folder / "README.md", readme_text(recipe, shown_as or str(folder)))
+    )
     written.append(atomic_write_json(folder / "recipe.json", recipe, indent=1))
     return written
 
 
 def recipe_json(recipe: dict[str, Any]) -> str:
     return json.dumps(recipe, indent=1, sort_keys=False)
+
+
+def n_outputs_of(cfg: FinetuneConfig) -> int:
+    """C of the config's task (1 for regression), from its data."""
+    from analysis.data import load_data
+
+    data = load_data(cfg.data)
+    return 1 if data.task_type == "regression" else data.n_classes
+
+
+def make_recipe(
+    cfg: FinetuneConfig,
+    provenance: dict[str, Any] | None = None,
+    loaded: LoadedModel | None = None,
+    n_outputs: int | None = None,
+) -> dict[str, Any]:
+    """`build_recipe` with the model and the task's class count loaded when not given."""
+    from analysis.models import load_model
+
+    loaded = loaded if loaded is not None else load_model(cfg.model, device="cpu")
+    n_outputs = n_outputs if n_outputs is not None else n_outputs_of(cfg)
+    return build_recipe(cfg, loaded, n_outputs, provenance)
+
+
+def run_source(run_id: str, db=None) -> tuple[FinetuneConfig, dict[str, Any]]:
+    """(config, provenance) of a stored run (the one place the export reads the runs database);
+    an unknown id is a ValueError naming it."""
+    from analysis.runs.db import RunsDB
+
+    db = db if db is not None else RunsDB()
+    run = db.get_run(run_id)
+    config = {k: v for k, v in run["config"].items() if k != "origin"}
+    cfg = FinetuneConfig.from_dict(config)
+    result = run.get("result") or {}
+    provenance = {
+        "source": "run",
+        "run_id": run["id"],
+        "run_status": run["status"],
+        "strategy": run.get("strategy"),
+        "score": result.get("score"),
+        "metric": result.get("metric"),
+        "n_trainable_run": result.get("n_trainable"),
+        "selection": config.get("heads_settings"),
+    }
+    return cfg, provenance
+
+
+def recipe_zip(recipe: dict[str, Any]) -> bytes:
+    """The recipe folder as a zip archive (the pages' download button)."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        files = write_recipe(recipe, Path(tmp) / "recipe", shown_as="recipe")
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for file in files:
+                archive.write(file, f"recipe/{file.name}")
+    return buffer.getvalue()
