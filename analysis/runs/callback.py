@@ -473,12 +473,15 @@ def import_trainer_folder(
     metric: str = DEFAULT_METRIC,
     recipe: dict[str, Any] | str | Path | None = None,
     data_fingerprint: str | None = None,
+    seed: int = 0,
     cache: str | Path | None = None,
     db: RunsDB | None = None,
 ) -> str:
     """Record the Trainer output ``folder`` (its ``trainer_state.json``; ``test_results.json``
     when there is one) as a done run and return its id. Loss, learning-rate and eval curves
-    come from ``log_history``; the test score from ``test_<metric>`` where the folder has it."""
+    come from ``log_history``; the test score from ``test_<metric>`` where the folder has it
+    (``test_results.json`` / ``all_results.json``). The seed is the caller's: the Trainer's state
+    file does not hold it."""
     folder = Path(folder).expanduser()
     state_file = folder / "trainer_state.json"
     if not state_file.is_file():
@@ -506,7 +509,7 @@ def import_trainer_folder(
         config["method"] = "custom"
     config["model"] = {**(config.get("model") or {}), "name": model_name}
     config["data"] = {**(config.get("data") or {}), "name": data_name}
-    config.update(steps=steps, device=None)
+    config.update(steps=steps, seed=int(seed), device=None)
     if state.get("train_batch_size"):
         config["batch_size"] = int(state["train_batch_size"])
     config["origin"] = {
