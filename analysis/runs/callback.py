@@ -371,6 +371,8 @@ class TunescopeCallback(TrainerCallback):
         if self.test_dataset is not None and model is not None:
             score, predictions = self._score_test(model, kwargs)
         n_params = sum(p.numel() for p in model.parameters()) if model is not None else 0
+        if self.recipe is not None:  # the uncut model, as tunescope counts it
+            n_params = int(self.recipe["train"]["n_params"])
         n_trainable = count_trainable(model, self.recipe) if model is not None else 0
         n_layers = len(encoder_layers(_encoder(model))) if model is not None else 0
         layers = trained_layers(model) if model is not None else ()

@@ -157,7 +157,7 @@ def test_a_read_only_folder_is_one_clear_message(tiny, tmp_path):
         path.chmod(0o555 if path.is_dir() else 0o444)
     with pytest.raises(CallbackError, match=r"read-only|cannot be written"):
         callback = TunescopeCallback(str(folder), "toy", cache=cache)
-        callback.db.set_note("x", "y")
+        callback._db(callback.db.enqueue, {"method": "full", "seed": 0}, running_pid=1)
 
 
 def test_the_method_is_inferred_from_what_trains(tiny):
