@@ -33,6 +33,7 @@ import json
 import math
 import os
 import sqlite3
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -197,6 +198,7 @@ class TunescopeCallback(TrainerCallback):
         self._step_times: list[float] = []
         self._best_dev: float | None = None
         self._device = "cpu"
+        self._crash: BaseException | None = None
 
     # -- database writes, each with one clear message on failure --------------------------------
     def _db(self, call, *args, **kwargs):
@@ -223,11 +225,33 @@ class TunescopeCallback(TrainerCallback):
         message = exc if isinstance(exc, str) else describe_error(exc, self._device)
         self._close_trajectory()
         self._stop_memory()
-        self._db(self.db.fail, self.run_id, message)
         self.status = "failed"
+        self._stop_watching()
+        self._db(self.db.fail, self.run_id, message)
 
     def _at_exit(self) -> None:
-        self.fail("the training process ended before the run finished")
+        why = "the training process ended before the run finished"
+        if self._crash is not None:
+            from analysis.runs.execute import describe_error
+
+            why += f" ({describe_error(self._crash, self._device)})"
+        self.fail(why)
+
+    def _watch_crash(self) -> None:
+        """Remember an uncaught exception (the process is ending) for the exit hook's message."""
+        previous = sys.excepthook
+
+        def hook(kind, value, tb):
+            self._crash = value
+            previous(kind, value, tb)
+
+        self._previous_hook = previous
+        sys.excepthook = hook
+
+    def _stop_watching(self) -> None:
+        atexit.unregister(self._at_exit)
+        if getattr(self, "_previous_hook", None) is not None:
+            sys.excepthook, self._previous_hook = self._previous_hook, None
 
     # -- Trainer events ---------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -244,6 +268,7 @@ class TunescopeCallback(TrainerCallback):
             self._db(self.db.set_note, self.run_id, self.note)
         self._recorder = RunRecorder(self.db, self.run_id)
         atexit.register(self._at_exit)
+        self._watch_crash()
         self._start = time.perf_counter()
         self._memory = PeakMemory(torch.device(self._device))
         if self.trajectory_every and model is not None:
@@ -296,8 +321,8 @@ class TunescopeCallback(TrainerCallback):
         except Exception as exc:
             self.fail(exc)
             raise
+        self._stop_watching()
         self.status = self._db(self._recorder.done, result)
-        atexit.unregister(self._at_exit)
 
     # -- pieces -------------------------------------------------------------------------------------
     def _config(self, args, state, model) -> dict[str, Any]:

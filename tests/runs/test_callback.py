@@ -213,3 +213,52 @@ def test_imported_and_tunescope_runs_never_share_a_group():
 
     config = FinetuneConfig().to_dict()
     assert group_key(config) != group_key({**config, "origin": {"kind": "trainer"}})
+
+
+CRASHING_SCRIPT = """
+import sys
+import transformers as tf
+sys.path.insert(0, {root!r})
+from analysis.runs.callback import TunescopeCallback
+
+class Broken(tf.TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            raise RuntimeError("the user's own callback broke")
+
+folder = {folder!r}
+tokenizer = tf.AutoTokenizer.from_pretrained(folder)
+model = tf.AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2)
+rows = [dict(tokenizer("good fun movie"), labels=1), dict(tokenizer("bad dull plot"), labels=0)]
+callback = TunescopeCallback(folder, "toy")
+print(callback.db.path)
+tf.Trainer(
+    model=model, train_dataset=rows * 4, data_collator=tf.DataCollatorWithPadding(tokenizer),
+    args=tf.TrainingArguments(output_dir={out!r}, max_steps=4, per_device_train_batch_size=2,
+                              logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
+                              disable_tqdm=True),
+    callbacks=[callback, Broken()],
+).train()
+"""
+
+
+def test_a_process_that_dies_of_an_exception_leaves_its_run_failed(tiny, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder, _ = tiny
+    root = str(Path(__file__).resolve().parents[2])
+    script = CRASHING_SCRIPT.format(root=root, folder=str(folder), out=str(tmp_path / "out"))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"},
+    )  # fmt: skip
+    assert done.returncode != 0 and "own callback broke" in done.stderr
+    db = RunsDB()
+    (run_id,) = db.list_runs()["id"]
+    run = db.get_run(run_id)
+    assert run["status"] == "failed" and "ended before the run finished" in run["error"]
+    assert "own callback broke" in run["error"]
+    losses = db.steps(run_id, kind="train")
+    assert sorted(losses[losses.key == "loss"].step) == [1]
