@@ -6,6 +6,8 @@ into the runs database (where `runs compare` pairs it with the tunescope run).""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -131,3 +133,7 @@ def test_heads_recipe_in_a_plain_trainer_gives_the_same_score(tmp_path):
     ours_loss = ours_loss[ours_loss.key == "loss"].value.to_numpy()
     theirs_loss = losses[losses.key == "loss"].value.to_numpy()
     np.testing.assert_allclose(theirs_loss, ours_loss, rtol=1e-4)
+    # `runs compare` pairs the two runs example by example (the same test fingerprint).
+    out = tmp_path / "compare.json"
+    assert main(["runs", "compare", run_id, recorder.run_id, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["paired_p"] is not None

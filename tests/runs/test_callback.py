@@ -96,6 +96,8 @@ def test_a_trainer_run_is_recorded(tiny, tmp_path):
     assert trajectory.t == 2 and trajectory.layers == [1, 2, 3]  # θ_0 + snapshots at 2 and 4
     table = results_table(db.list_runs())
     assert callback.run_id in set(table["id"])
+    # The Subspaces code reads its trajectory like any run's.
+    assert main(["subspace", "--run", callback.run_id, "--json", str(tmp_path / "s.json")]) == 0
 
 
 def test_a_crash_leaves_a_failed_run_with_its_steps(tiny, tmp_path):
