@@ -42,7 +42,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import transformers as tf
 
 from analysis.config import DataSpec, ModelSpec
-from analysis.export.recipe import make_recipe, write_recipe
+from analysis.export.build import make_recipe, write_recipe
 from analysis.finetune.config import FinetuneConfig
 from analysis.runs.callback import TunescopeCallback
 

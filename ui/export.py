@@ -1,5 +1,5 @@
 """The "take it home" download button every page shares: a recommendation or a run as a recipe
-folder (zip) for the user's own training (`analysis.export.recipe`).
+folder (zip) for the user's own training (`analysis.export.build`).
 
 `recipe_button(settings, provenance, key, **flat)` offers the recipe of a config made from the
 sidebar's settings and a method's flat keys (``method="layers", layers=(1, 3, 3)``);
@@ -27,7 +27,7 @@ HELP = (
 
 @st.cache_data(max_entries=32, show_spinner="Writing the recipe…")
 def _recipe_zip(config_json: str, provenance_json: str) -> bytes:
-    from analysis.export.recipe import build_recipe, recipe_zip
+    from analysis.export.build import build_recipe, recipe_zip
     from analysis.finetune.config import FinetuneConfig
     from ui.loaders import get_data, get_model
 
@@ -76,7 +76,7 @@ def recipe_button(
 
 def run_recipe_button(db, run_id: str, key: str, label: str = "This run as a recipe (zip)") -> None:
     """The recipe of stored run ``run_id``: what it trained, for the user's own training."""
-    from analysis.export.recipe import run_source
+    from analysis.export.build import run_source
 
     try:
         cfg, provenance = run_source(run_id, db)

@@ -1,5 +1,5 @@
 """``export``: a recommendation or a stored run as a recipe folder for the user's own training
-(`analysis.export.recipe`): recipe.json, tunescope_recipe.py, README.md and, for LoRA, PEFT's
+(`analysis.export.build`): recipe.json, tunescope_recipe.py, README.md and, for LoRA, PEFT's
 adapter_config.json."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.export.recipe import make_recipe, run_source, write_recipe
+    from analysis.export.build import make_recipe, run_source, write_recipe
 
     apply_cache(args)
     if args.run:

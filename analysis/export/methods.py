@@ -1,4 +1,4 @@
-"""What each fine-tuning method adds to a recipe, beside what `analysis.export.recipe` reads off
+"""What each fine-tuning method adds to a recipe, beside what `analysis.export.build` reads off
 the prepared model (which tensors have ``requires_grad``, which rows the gradient masks keep).
 
 ``FRAGMENTS[method](cfg, model) -> dict`` returns the method's part of ``recipe["train"]``:

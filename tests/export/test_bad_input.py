@@ -9,11 +9,11 @@ import transformers as tf
 from exported import import_recipe_module
 from tiny import make_tiny_model_dir
 
+import analysis.export.build as build_module
 import analysis.export.methods as methods
-import analysis.export.recipe as recipe_module
 from analysis.cli import main
 from analysis.config import ModelSpec
-from analysis.export.recipe import build_recipe, write_recipe
+from analysis.export.build import build_recipe, write_recipe
 from analysis.finetune.config import flat_config
 from analysis.models import load_model
 
@@ -61,7 +61,7 @@ def test_zeroed_weights_are_refused(bert, tmp_path):
 def test_a_family_without_a_mapping(bert, monkeypatch):
     folder, loaded = bert
     monkeypatch.delitem(methods.HF_HEADS, "bert")
-    monkeypatch.delitem(recipe_module.HF_HEADS, "bert", raising=False)
+    monkeypatch.delitem(build_module.HF_HEADS, "bert", raising=False)
     with pytest.raises(ValueError, match="bert family has no export mapping"):
         build_recipe(flat_config(model={"name": str(folder)}), loaded, 2)
 
@@ -70,7 +70,7 @@ def test_a_peft_without_a_field(bert, monkeypatch, tmp_path):
     folder, loaded = bert
     cfg = flat_config(model={"name": str(folder)}, method="lora")
     recipe = build_recipe(cfg, loaded, 2)
-    monkeypatch.setattr(recipe_module, "LORA_FIELDS", (*recipe_module.LORA_FIELDS, "layer_spans"))
+    monkeypatch.setattr(build_module, "LORA_FIELDS", (*build_module.LORA_FIELDS, "layer_spans"))
     with pytest.raises(ValueError, match=r"has no LoraConfig field layer_spans: .* upgrade peft"):
         write_recipe(recipe, tmp_path / "r")
     assert not (tmp_path / "r" / "recipe.json").exists()
