@@ -288,7 +288,7 @@ def apply_recipe(
 ) -> list[dict[str, Any]]:
     """Truncate, add adapters, freeze, unfreeze and mask as the recipe says (module docstring);
     returns AdamW parameter groups (body / classifier × decay / no decay) for
-    ``torch.optim.AdamW(groups)`` or ``Trainer(optimizer_cls_and_kwargs=…)``."""
+    ``torch.optim.AdamW(groups)`` in your own loop, or `make_optimizer` for ``Trainer(optimizers=…)``."""
     check_model(model, recipe)
     train = recipe["train"]
     opt = recipe["optimizer"]

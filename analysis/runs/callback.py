@@ -335,8 +335,11 @@ class TunescopeCallback(TrainerCallback):
             config = FinetuneConfig().to_dict()
             config["method"] = method
             if method == "layers":
+                from analysis.models import encoder_layers
+
                 layers = trained_layers(model)
-                config["layers"] = [min(layers), max(layers), max(layers)]
+                kept = len(encoder_layers(_encoder(model)))  # the classifier reads the top one
+                config["layers"] = [min(layers), max(layers), kept]
         config["model"] = {**(config.get("model") or {}), "name": self.model_name}
         config["data"] = {**(config.get("data") or {}), "name": self.data_name}
         config.update(
