@@ -1,6 +1,6 @@
 """The worked example (docs/examples/trainer_example.py) at toy size: export a recipe on the
 embedded default, run the plain Trainer script in its own process, and find the run in the runs
-database and on the Runs page."""
+database, on the Runs page and in the Fine-tune page's results."""
 
 from __future__ import annotations
 
@@ -42,3 +42,9 @@ def test_the_worked_example_trains_and_shows_up(tmp_path, tiny_bert_dir, monkeyp
     at.switch_page("views/runs.py").run()
     assert not errors(at)
     assert run_id in set(at.dataframe[0].value["id"])
+
+    # …and in the Fine-tune page's results for its model and data, like any run.
+    at = make_app("minilm", monkeypatch)
+    at.switch_page("views/finetune.py").run()
+    assert not errors(at)
+    assert any("1 finished run(s) in 1 run group(s)" in c.value for c in at.caption)
