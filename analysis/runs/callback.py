@@ -22,7 +22,9 @@ the first write.
 
 Runs recorded here carry ``origin`` in their config (``trainer`` or ``trainer-import``) and the
 tag ``imported``: `analysis.runs.results.run_setting` keeps such configs as stored, so they join a
-run group only with runs of the very same settings (and origin). All database writes go through
+run group only with runs of the very same settings (and origin). ``join_groups=True`` leaves
+``origin`` out of the config (still in the result and the tag): the run then joins tunescope's own
+group of the same setting, and so the Paper check's claims. All database writes go through
 `RunsDB`'s public methods and `analysis.runs.execute.RunRecorder`.
 """
 
@@ -150,7 +152,11 @@ class TunescopeCallback(TrainerCallback):
     tunescope's runs use, so `runs compare` pairs them example by example; metric: the task
     score (``accuracy``, ``f1``, ``mcc``, ``spearman``…) of the test set and of ``eval_<metric>``;
     trajectory_every: snapshot every encoder layer every k optimizer steps; cache: the cache
-    folder holding the database (default: tunescope's); tags / note: set on the run.
+    folder holding the database (default: tunescope's); tags / note: set on the run;
+    join_groups: leave ``origin`` out of the config, so the run joins the run group (and the
+    Paper check's claims) of tunescope runs of the very same setting — for a run that reproduces
+    tunescope's loop (`TunescopeClassifier`, the recipe's optimizer, batches and seed); it is still
+    tagged ``imported`` and its result says ``origin``.
     """
 
     def __init__(
@@ -169,6 +175,7 @@ class TunescopeCallback(TrainerCallback):
         tags: Sequence[str] = (),
         note: str = "",
         lock_timeout_s: float = 5.0,
+        join_groups: bool = False,
     ) -> None:
         if trajectory_every is not None and (
             not isinstance(trajectory_every, int) or trajectory_every < 1
@@ -187,6 +194,7 @@ class TunescopeCallback(TrainerCallback):
         self.metric = metric
         self.trajectory_every, self.trajectory_dtype = trajectory_every, trajectory_dtype
         self.tags, self.note = tuple(tags), note
+        self.join_groups = bool(join_groups)
         self.db = open_db(cache, lock_timeout_s)
         self.run_id: str | None = None
         self.status: str | None = None
@@ -346,17 +354,18 @@ class TunescopeCallback(TrainerCallback):
             steps=int(state.max_steps or args.max_steps or 0),
             batch_size=int(args.per_device_train_batch_size * args.gradient_accumulation_steps),
             seed=int(args.seed),
-            weight_decay=float(args.weight_decay),
             trajectory_every=self.trajectory_every,
             device=None,
         )
-        if self.recipe is None:
-            config.update(lr=float(args.learning_rate), head_lr=float(args.learning_rate))
-        config["origin"] = {
-            "kind": "trainer",
-            "data_fingerprint": self.data_fingerprint,
-            "recipe": bool(self.recipe),
-        }
+        if self.recipe is None:  # else the optimizer's settings are the recipe's (make_optimizer)
+            lr = float(args.learning_rate)
+            config.update(lr=lr, head_lr=lr, weight_decay=float(args.weight_decay))
+        if not self.join_groups:
+            config["origin"] = {
+                "kind": "trainer",
+                "data_fingerprint": self.data_fingerprint,
+                "recipe": bool(self.recipe),
+            }
         return config
 
     def _start_trajectory(self, model: nn.Module) -> None:

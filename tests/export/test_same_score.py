@@ -2,11 +2,9 @@
 same seed and steps, gives the same test score — on the embedded default (MiniLM, movie
 snippets) at toy size: 8 steps of 8 examples. The user side uses only the exported
 tunescope_recipe.py, transformers and the `TunescopeCallback`, which records the Trainer run
-into the runs database (where `runs compare` pairs it with the tunescope run)."""
+into the runs database, where it joins the tunescope run's group (`join_groups=True`)."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -25,6 +23,7 @@ from analysis.heads.selection_file import HeadSelection
 from analysis.runs.callback import TunescopeCallback
 from analysis.runs.db import RunsDB
 from analysis.runs.execute import execute_run
+from analysis.runs.results import group_key
 
 STEPS, BATCH, N_TRAIN, N_EVAL = 8, 8, 64, 64
 
@@ -97,7 +96,7 @@ def test_heads_recipe_in_a_plain_trainer_gives_the_same_score(tmp_path):
     test = rows_of(parts.test, parts.test.labels.tolist())
     recorder = TunescopeCallback(
         "minilm", "movie-snippets", recipe=recipe, test_dataset=test,
-        test_texts=texts_of(test_rows)[0],
+        test_texts=texts_of(test_rows)[0], join_groups=True,
     )  # fmt: skip
     args = tf.TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=BATCH,
@@ -133,7 +132,5 @@ def test_heads_recipe_in_a_plain_trainer_gives_the_same_score(tmp_path):
     ours_loss = ours_loss[ours_loss.key == "loss"].value.to_numpy()
     theirs_loss = losses[losses.key == "loss"].value.to_numpy()
     np.testing.assert_allclose(theirs_loss, ours_loss, rtol=1e-4)
-    # `runs compare` pairs the two runs example by example (the same test fingerprint).
-    out = tmp_path / "compare.json"
-    assert main(["runs", "compare", run_id, recorder.run_id, "--json", str(out)]) == 0
-    assert json.loads(out.read_text())["paired_p"] is not None
+    # It reproduces the tunescope run's setting, so it joins that run's group (join_groups=True).
+    assert group_key(theirs["config"]) == group_key(db.get_run(run_id)["config"])

@@ -264,3 +264,22 @@ def test_a_process_that_dies_of_an_exception_leaves_its_run_failed(tiny, tmp_pat
     assert "own callback broke" in run["error"]
     losses = db.steps(run_id, kind="train")
     assert sorted(losses[losses.key == "loss"].step) == [1]
+
+
+def test_runs_compare_reads_callback_runs(tiny, tmp_path, capsys):
+    import json
+
+    folder, tokenizer = tiny
+    test = examples(tokenizer, 8)
+    ids = []
+    for lr in (1e-3, 1e-4):
+        callback = TunescopeCallback(str(folder), "toy", test_dataset=test)
+        trainer = make_trainer(folder, tokenizer, tmp_path / str(lr), [callback])
+        trainer.args.learning_rate = lr
+        trainer.train()
+        ids.append(callback.run_id)
+    out = tmp_path / "compare.json"
+    assert main(["runs", "compare", *ids, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["runs_a"] == [ids[0]] and result["runs_b"] == [ids[1]]
+    assert result["paired_p"] is not None  # the same test examples: paired example by example
