@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from analysis.export.methods import HF_HEADS, method_fragment
+from analysis.export.methods import HF_HEADS, REFUSED, method_fragment
 from analysis.finetune.config import FinetuneConfig
 from analysis.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from analysis.models import LoadedModel, encoder_layers, resolve_source
@@ -102,8 +102,8 @@ def build_recipe(
             "model is not the checkpoint a user loads."
         )
     cfg.check_model(loaded.n_layers, loaded.n_heads)
-    if cfg.method in ("subspace", "subspace-random"):
-        method_fragment(cfg, None)  # raises with the reason
+    if cfg.method in REFUSED:
+        method_fragment(cfg, None)  # raises with the reason, before any model is built
     built = build_model(cfg, loaded, n_outputs, device="cpu")
     model = built.model
     fragment = method_fragment(cfg, model)
