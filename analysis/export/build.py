@@ -3,9 +3,10 @@
 `build_recipe(cfg, loaded, n_outputs, provenance)` prepares the very model a tunescope run of
 ``cfg`` trains (`analysis.finetune.engine.build_model`, on the CPU) and reads off it what trains:
 every encoder tensor with ``requires_grad`` (by its transformers name, relative to the base
-model), the rows that the gradient masks of method ``heads`` keep, the adapters / LoRA of the
-method (`analysis.export.methods`), the classifier, the learning rates and the budget. So the
-recipe says what tunescope does, not what a second copy of its rules says.
+model), the rows that the gradient masks of method ``heads`` keep), what the method adds (its
+``MethodSpec.export`` hook, in its own module: the adapters to insert, the PEFT LoRA settings —
+`method_fragment`), the classifier (per family: `analysis.export.families`), the learning rates
+and the budget. So the recipe says what tunescope does, not what a second copy of its rules says.
 
 `write_recipe(recipe, folder)` writes the folder a user takes home:
 
@@ -37,8 +38,10 @@ from typing import Any
 
 import torch
 
-from analysis.export.methods import HF_HEADS, REFUSED, method_fragment
+from analysis.export.families import HF_HEADS
 from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.registry import method_spec
+from analysis.finetune.spec import EXPORT_KEYS
 from analysis.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from analysis.models import LoadedModel, encoder_layers, resolve_source
 
@@ -84,6 +87,30 @@ def _special_ids(tokenizer) -> list[int]:
     return sorted({i for n in names if (i := getattr(tokenizer, n, None)) is not None})
 
 
+def method_fragment(cfg: FinetuneConfig, loaded: LoadedModel) -> dict[str, Any]:
+    """The method's part of the recipe's ``train`` (its spec's export hook: `MethodSpec`), or a
+    ValueError saying why the method cannot be exported. Needs no built model, so a refusal
+    comes before any is built."""
+    spec = method_spec(cfg.method)
+    if spec.export is None:
+        raise ValueError(
+            f"Method {cfg.method!r} cannot be exported: it declares no export (its spec's "
+            "export hook is None)."
+        )
+    try:
+        fragment = spec.export(cfg, loaded)
+    except ValueError as exc:
+        reason = str(exc).rstrip(".")
+        raise ValueError(f"Method {cfg.method!r} cannot be exported: {reason}.") from None
+    unknown = sorted(set(fragment) - set(EXPORT_KEYS))
+    if unknown:
+        raise ValueError(
+            f"Method {cfg.method!r}'s export hook returned {', '.join(unknown)}: a recipe's "
+            f"train part takes only {', '.join(EXPORT_KEYS)}."
+        )
+    return fragment
+
+
 def build_recipe(
     cfg: FinetuneConfig,
     loaded: LoadedModel,
@@ -94,19 +121,17 @@ def build_recipe(
     expressed (subspace methods, a zero-weights run, a family without a mapping)."""
     from analysis.finetune.engine import build_model
 
-    if loaded.family not in HF_HEADS:
-        raise ValueError(f"The {loaded.family} family has no export mapping yet.")
+    if loaded.model_family not in HF_HEADS:
+        raise ValueError(f"The {loaded.model_family} family has no export mapping yet.")
     if cfg.zero_weights:
         raise ValueError(
             "A run on zeroed weights (the disable experiment) cannot be exported: its starting "
             "model is not the checkpoint a user loads."
         )
     cfg.check_model(loaded.n_layers, loaded.n_heads)
-    if cfg.method in REFUSED:
-        method_fragment(cfg, None)  # raises with the reason, before any model is built
+    fragment = method_fragment(cfg, loaded)  # a refusal comes before any model is built
     built = build_model(cfg, loaded, n_outputs, device="cpu")
     model = built.model
-    fragment = method_fragment(cfg, model)
     masks = {id(p): m for p, m in built.prepared.grad_masks.items()}
     params: list[str] = []
     masked: list[dict[str, Any]] = []
@@ -125,7 +150,7 @@ def build_recipe(
     if n_body + n_classifier != built.n_trainable:
         raise RuntimeError("The recipe's trainable count differs from the prepared model's.")
     source, kind = resolve_source(loaded.spec.name)
-    heads = HF_HEADS[loaded.family]
+    heads = HF_HEADS[loaded.model_family]
     dropout = model.classifier.dropout.p
     head_layer = model.n_layers_kept
     return {
@@ -134,7 +159,7 @@ def build_recipe(
         "model": {
             "name": loaded.name,
             "path": source if kind != "hub" else None,
-            "family": loaded.family,
+            "family": loaded.model_family,
             "model_type": loaded.model.config.model_type,
             "n_layers": loaded.n_layers,
             "n_heads": loaded.n_heads,
@@ -171,7 +196,7 @@ def build_recipe(
         "optimizer": {
             "name": "adamw",
             "lr": cfg.lr,
-            "classifier_lr": cfg.head_lr,
+            "classifier_lr": cfg.classifier_lr,
             "weight_decay": cfg.weight_decay,
             "betas": [0.9, 0.999],
             "eps": 1e-8,
@@ -315,24 +340,31 @@ def make_recipe(
 
 
 def run_source(run_id: str, db=None) -> tuple[FinetuneConfig, dict[str, Any]]:
-    """(config, provenance) of a stored run (the one place the export reads the runs database);
-    an unknown id is a ValueError naming it."""
+    """(config, provenance) of a stored run (the one place the export reads the runs database:
+    its `Run` record, the config migrated as every stored config is); an unknown id, or a config
+    that no longer loads, is a ValueError naming the run."""
     from analysis.runs.db import RunsDB
+    from analysis.runs.record import Run, migrate_config
 
     db = db if db is not None else RunsDB()
-    run = db.get_run(run_id)
-    config = {k: v for k, v in run["config"].items() if k != "origin"}
-    cfg = FinetuneConfig.from_dict(config)
-    result = run.get("result") or {}
+    run = Run.from_row(db.get_run(run_id))
+    stored = {k: v for k, v in run.stored.items() if k != "origin"}  # an imported run's
+    try:
+        cfg = FinetuneConfig.from_dict(migrate_config(stored))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"Run {run.id}'s config no longer loads, so it cannot be exported: {exc}"
+        ) from None
+    result = run.result or {}
     provenance = {
         "source": "run",
-        "run_id": run["id"],
-        "run_status": run["status"],
-        "strategy": run.get("strategy"),
+        "run_id": run.id,
+        "run_status": run.status,
+        "strategy": run.strategy,
         "score": result.get("score"),
         "metric": result.get("metric"),
         "n_trainable_run": result.get("n_trainable"),
-        "selection": config.get("heads_settings"),
+        "selection": stored.get("heads_settings"),
     }
     return cfg, provenance
 

@@ -10,7 +10,7 @@ from exported import import_recipe_module
 from tiny import make_tiny_model_dir
 
 import analysis.export.build as build_module
-import analysis.export.methods as methods
+import analysis.export.families as families
 from analysis.cli import main
 from analysis.config import ModelSpec
 from analysis.export.build import build_recipe, write_recipe
@@ -60,7 +60,7 @@ def test_zeroed_weights_are_refused(bert, tmp_path):
 
 def test_a_family_without_a_mapping(bert, monkeypatch):
     folder, loaded = bert
-    monkeypatch.delitem(methods.HF_HEADS, "bert")
+    monkeypatch.delitem(families.HF_HEADS, "bert")
     monkeypatch.delitem(build_module.HF_HEADS, "bert", raising=False)
     with pytest.raises(ValueError, match="bert family has no export mapping"):
         build_recipe(flat_config(model={"name": str(folder)}), loaded, 2)

@@ -17,7 +17,7 @@ from tiny import make_tiny_model_dir
 
 from analysis.config import ModelSpec
 from analysis.export.build import build_recipe, write_recipe
-from analysis.export.methods import HF_HEADS, LORA_TARGETS
+from analysis.export.families import HF_HEADS, LORA_TARGETS
 from analysis.finetune.config import flat_config
 from analysis.finetune.engine import build_model
 from analysis.models import load_model
