@@ -236,7 +236,7 @@ def _import(args: argparse.Namespace) -> int:
 
     run_id = import_trainer_folder(
         args.folder, model_name=args.model, data_name=args.data, metric=args.metric,
-        recipe=args.recipe, seed=args.seed,
+        recipe=args.recipe, seed=args.seed, cache=args.workspace,
     )  # fmt: skip
     print(f"imported {args.folder} as run {run_id}")
     return 0

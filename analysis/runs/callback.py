@@ -46,7 +46,8 @@ import torch
 from torch import nn
 from transformers import TrainerCallback
 
-from analysis.runs.db import RunsDB, db_path, run_folder
+from analysis.runs.db import RunsDB
+from analysis.workspace import Workspace
 
 IMPORTED_TAG = "imported"
 DEFAULT_METRIC = "accuracy"
@@ -67,9 +68,17 @@ def _database_error(path: Path, exc: BaseException) -> CallbackError:
     return CallbackError(f"The runs database {path} {why}.")
 
 
-def open_db(cache: str | Path | None = None, lock_timeout_s: float = 5.0) -> RunsDB:
-    """The runs database of ``cache`` (default: tunescope's cache), or a `CallbackError`."""
-    path = db_path(cache)
+def workspace_of(cache: str | Path | Workspace | None) -> Workspace:
+    """The workspace of ``cache`` (a cache folder or a `Workspace`); None: the current one
+    (`Workspace.current`: the entry point's, else the environment's)."""
+    if isinstance(cache, Workspace):
+        return cache
+    return Workspace(cache) if cache is not None else Workspace.current()
+
+
+def open_db(cache: str | Path | Workspace | None = None, lock_timeout_s: float = 5.0) -> RunsDB:
+    """The runs database of ``cache`` (`workspace_of`), or a `CallbackError`."""
+    path = workspace_of(cache).runs_db
     try:
         db = RunsDB(path)
         db.pragma(f"busy_timeout = {int(lock_timeout_s * 1000)}")
@@ -152,7 +161,8 @@ class TunescopeCallback(TrainerCallback):
     tunescope's runs use, so `runs compare` pairs them example by example; metric: the task
     score (``accuracy``, ``f1``, ``mcc``, ``spearman``…) of the test set and of ``eval_<metric>``;
     trajectory_every: snapshot every encoder layer every k optimizer steps; cache: the cache
-    folder holding the database (default: tunescope's); tags / note: set on the run;
+    folder (or `Workspace`) holding the database and the run's files (default: the current
+    workspace, `Workspace.current`); tags / note: set on the run;
     join_groups: leave ``origin`` out of the config, so the run joins the run group (and the
     Paper check's claims) of tunescope runs of the very same setting — for a run that reproduces
     tunescope's loop (`TunescopeClassifier`, the recipe's optimizer, batches and seed); it is still
@@ -171,7 +181,7 @@ class TunescopeCallback(TrainerCallback):
         metric: str = DEFAULT_METRIC,
         trajectory_every: int | None = None,
         trajectory_dtype: str = "float32",
-        cache: str | Path | None = None,
+        cache: str | Path | Workspace | None = None,
         tags: Sequence[str] = (),
         note: str = "",
         lock_timeout_s: float = 5.0,
@@ -195,7 +205,8 @@ class TunescopeCallback(TrainerCallback):
         self.trajectory_every, self.trajectory_dtype = trajectory_every, trajectory_dtype
         self.tags, self.note = tuple(tags), note
         self.join_groups = bool(join_groups)
-        self.db = open_db(cache, lock_timeout_s)
+        self.workspace = workspace_of(cache)
+        self.db = open_db(self.workspace, lock_timeout_s)
         self.run_id: str | None = None
         self.status: str | None = None
         self._recorder = None
@@ -336,11 +347,14 @@ class TunescopeCallback(TrainerCallback):
     def _config(self, args, state, model) -> dict[str, Any]:
         from analysis.finetune.config import FinetuneConfig
 
-        if self.recipe is not None:
+        if self.recipe is not None:  # the optimizer's settings are the recipe's (make_optimizer)
             config = dict(self.recipe["provenance"]["config"])
-        else:
+        else:  # one AdamW over every parameter: the classifier trains at the body's rate
+            lr = float(args.learning_rate)
+            config = FinetuneConfig(
+                lr=lr, classifier_lr=lr, weight_decay=float(args.weight_decay)
+            ).to_dict()
             method = infer_method(model) if model is not None else "custom"
-            config = FinetuneConfig().to_dict()
             config["method"] = method
             if method == "layers":
                 from analysis.models import encoder_layers
@@ -357,9 +371,6 @@ class TunescopeCallback(TrainerCallback):
             trajectory_every=self.trajectory_every,
             device=None,
         )
-        if self.recipe is None:  # else the optimizer's settings are the recipe's (make_optimizer)
-            lr = float(args.learning_rate)
-            config.update(lr=lr, head_lr=lr, weight_decay=float(args.weight_decay))
         if not self.join_groups:
             config["origin"] = {
                 "kind": "trainer",
@@ -373,7 +384,7 @@ class TunescopeCallback(TrainerCallback):
         from analysis.subspace.trajectory import TrajectoryRecorder
 
         encoder = _encoder(model)
-        folder = run_folder(self.db.path.parent, self.run_id) / "trajectory"
+        folder = self.workspace.run_folder(self.run_id) / "trajectory"
         self._trajectory = TrajectoryRecorder(
             folder,
             list(encoder_layers(encoder)),
@@ -439,7 +450,7 @@ class TunescopeCallback(TrainerCallback):
         }
 
     def _score_test(self, model: nn.Module, kwargs) -> tuple[float | None, dict | None]:
-        from analysis.compare import encode_predictions, fingerprint_of_part
+        from analysis.predictions import encode_predictions, fingerprint_of_part
         from analysis.scores import task_score
 
         collate = _collator(kwargs.get("processing_class") or kwargs.get("tokenizer"))
@@ -513,14 +524,15 @@ def import_trainer_folder(
     recipe: dict[str, Any] | str | Path | None = None,
     data_fingerprint: str | None = None,
     seed: int = 0,
-    cache: str | Path | None = None,
+    cache: str | Path | Workspace | None = None,
     db: RunsDB | None = None,
 ) -> str:
     """Record the Trainer output ``folder`` (its ``trainer_state.json``; ``test_results.json``
     when there is one) as a done run and return its id. Loss, learning-rate and eval curves
     come from ``log_history``; the test score from ``test_<metric>`` where the folder has it
     (``test_results.json`` / ``all_results.json``). The seed is the caller's: the Trainer's state
-    file does not hold it."""
+    file does not hold it. The run goes into ``db``, else the runs database of ``cache``
+    (`workspace_of`: by default the current workspace's)."""
     folder = Path(folder).expanduser()
     state_file = folder / "trainer_state.json"
     if not state_file.is_file():

@@ -13,13 +13,13 @@ import transformers as tf
 from exported import import_recipe_module
 
 from analysis.cli import main
-from analysis.compare import decode_predictions
 from analysis.config import DataSpec, ModelSpec
 from analysis.data import load_data
 from analysis.extract import texts_of
 from analysis.finetune.config import FinetuneConfig, HeadsOptions
 from analysis.finetune.engine import _subset, encode_task
 from analysis.heads.selection_file import HeadSelection
+from analysis.predictions import decode_predictions
 from analysis.runs.callback import TunescopeCallback
 from analysis.runs.db import RunsDB
 from analysis.runs.execute import execute_run

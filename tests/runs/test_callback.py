@@ -283,3 +283,16 @@ def test_runs_compare_reads_callback_runs(tiny, tmp_path, capsys):
     result = json.loads(out.read_text())
     assert result["runs_a"] == [ids[0]] and result["runs_b"] == [ids[1]]
     assert result["paired_p"] is not None  # the same test examples: paired example by example
+
+
+def test_the_callback_writes_into_the_current_workspace(tmp_path):
+    from analysis.workspace import Workspace
+
+    workspace = Workspace(tmp_path / "elsewhere")
+    with workspace.active():
+        callback = TunescopeCallback("m", "d")
+    assert callback.db.path == workspace.runs_db and callback.workspace == workspace
+    assert (
+        TunescopeCallback("m", cache=tmp_path / "third").db.path
+        == tmp_path / "third" / "runs.sqlite"
+    )
