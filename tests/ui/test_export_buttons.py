@@ -69,3 +69,33 @@ def test_the_layers_page_offers_l_star_down(tiny_bert_dir, monkeypatch):
     recipe = json.loads(archive.read("recipe/recipe.json"))
     l_star = recipe["provenance"]["l_star"]
     assert recipe["method"] == "layers" and recipe["keep_layers"] == l_star
+
+
+def test_the_finetune_page_offers_a_finished_run_below_its_results(tiny_bert_dir, monkeypatch):
+    stores = media_stores(monkeypatch)
+    cfg = FinetuneConfig(model=ModelSpec(str(tiny_bert_dir)), method="lora", steps=3)
+    db = RunsDB()
+    run_id = db.enqueue(cfg)
+    db.claim_next(worker_pid=1)
+    db.finish(run_id, {"score": 0.6, "metric": "accuracy", "n_trainable": 1})
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.switch_page("views/finetune.py").run()
+    assert not errors(at), errors(at)
+    picker = next(s for s in at.selectbox if s.label == "Take a finished run home as a recipe")
+    assert picker.value == run_id
+    archive = zipfile.ZipFile(io.BytesIO(download(at, stores, "This run as a recipe")))
+    assert "recipe/adapter_config.json" in archive.namelist()
+    recipe = json.loads(archive.read("recipe/recipe.json"))
+    assert recipe["method"] == "lora" and recipe["provenance"]["run_id"] == run_id
+
+
+def test_the_heads_page_offers_its_selection(tiny_bert_dir, monkeypatch):
+    stores = media_stores(monkeypatch)
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.switch_page("views/heads.py").run()
+    assert not errors(at), errors(at)
+    archive = zipfile.ZipFile(io.BytesIO(download(at, stores, "These heads as a recipe")))
+    recipe = json.loads(archive.read("recipe/recipe.json"))
+    assert recipe["method"] == "heads" and recipe["train"]["masks"]
+    assert recipe["provenance"]["source"] == "page"
+    assert recipe["provenance"]["selection"]["selector"]
