@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analysis.config import setting
-from analysis.finetune.spec import MethodSpec, at_head, is_number, layer_list
+from analysis.finetune.spec import MethodSpec, at_head, export_as_prepared, is_number, layer_list
 
 
 @dataclass(frozen=True)
@@ -49,4 +49,5 @@ SPEC = MethodSpec(
     order=999,
     sweep=99,
     run_label=lambda config: f"dummy ×{config.get('dummy_scale'):g}" + at_head(config),
+    export=export_as_prepared,  # its LayerNorms are read off the prepared model
 )

@@ -92,3 +92,37 @@ def test_a_registered_method_is_on_the_page_form_and_in_the_runs_table(
     assert not errors(at), errors(at)
     table = at.dataframe[0].value
     assert table["label"].tolist() == ["dummy ×0.25"] and table["method"].tolist() == ["dummy"]
+
+
+def test_a_registered_method_exports_as_a_recipe(dummy, tiny_bert_dir, tmp_path):
+    import json
+
+    from analysis.cli import main
+
+    out = tmp_path / "recipe"
+    argv = ["export", "--method", "dummy", "--dummy-layers", "1", "--model", str(tiny_bert_dir)]
+    assert main([*argv, "--out", str(out)]) == 0
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert recipe["method"] == "dummy" and recipe["optimizer"]["lr"] == 3e-3
+    assert recipe["train"]["params"] and all(
+        name.startswith("encoder.layer.0.") and "LayerNorm" in name
+        for name in recipe["train"]["params"]
+    )
+    assert recipe["provenance"]["config"]["dummy_layers"] == [1]
+
+
+def test_a_method_without_an_export_hook_is_refused(tiny_bert_dir):
+    import dataclasses
+
+    from analysis.config import ModelSpec
+    from analysis.export.build import build_recipe
+    from analysis.models import load_model
+
+    register(dataclasses.replace(dummy_method.SPEC, name="dummy-plain", sweep=None, export=None))
+    try:
+        cfg = flat_config(model={"name": str(tiny_bert_dir)}, method="dummy-plain")
+        loaded = load_model(ModelSpec(str(tiny_bert_dir)), device="cpu")
+        with pytest.raises(ValueError, match="'dummy-plain' cannot be exported: it declares no"):
+            build_recipe(cfg, loaded, 2)
+    finally:
+        unregister("dummy-plain")

@@ -3,6 +3,7 @@ with the baselines the papers use."""
 
 import streamlit as st
 
+from ui.export import pick_run_recipe
 from ui.finetune.form import chosen_l_star, launch_form
 from ui.finetune.live import queue_view
 from ui.finetune.results import results_view
@@ -57,4 +58,5 @@ queue_view()
 st.header("Results against baselines")
 results_view(cfg.model.name, cfg.data.name, loaded.n_layers, chosen_l_star(cfg, loaded.n_layers))
 st.caption("Every run, with its config and curves, is on the **Runs** page.")
+pick_run_recipe(db, db.list_runs(model=cfg.model.name, data=cfg.data.name), "finetune_recipe")
 next_step("views/finetune.py")

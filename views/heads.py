@@ -6,6 +6,7 @@ import streamlit as st
 
 from analysis.heads.pagerank import initial_distribution, pagerank
 from analysis.heads.select import analyse_heads, trainable_parameter_count
+from ui.export import recipe_button
 from ui.figures import heads as figures
 from ui.heads import text
 from ui.heads.attention import attention_view
@@ -120,5 +121,9 @@ c3.download_button(
     "heads_layers.json",
     "application/json",
 )
+recipe_button(base, {"selection": selection.settings}, "heads_recipe",
+              "These heads as a recipe (zip)", method="heads",
+              heads={str(k): list(v) for k, v in selection.layers},
+              heads_settings=dict(selection.settings) or None)  # fmt: skip
 
 next_step("views/heads.py")

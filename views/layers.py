@@ -8,6 +8,7 @@ from analysis.layers.metrics import DEFAULT_BINS
 from analysis.layers.repeats import DEFAULT_REPEATS, add_repeats, summarise_repeats
 from analysis.layers.table import report, summary
 from ui.datasets import data_label
+from ui.export import recipe_button
 from ui.figures import layers as figures
 from ui.layers import text
 from ui.layers.state import get_layer_metrics, get_layer_repeats
@@ -61,6 +62,11 @@ with tab_metrics:
             reps, se = summarise_repeats(rep), rep.standard_errors()
             result = add_repeats(result, rep)
     suggestion(summ, df, states.n_layers, reps)
+    if summ["l_star"] is not None:  # ℓ*-down as a recipe for the user's own training
+        l_star = int(summ["l_star"])
+        recipe_button(cfg, {"l_star": l_star, "strategy": [1, l_star, l_star]}, "layers_recipe",
+                      "ℓ*-down (1, ℓ*, ℓ*) as a recipe (zip)", method="layers",
+                      layers=(1, l_star, l_star))  # fmt: skip
     if df.attrs.get("label_note"):
         st.warning(df.attrs["label_note"], icon=":material/info:")
     st.plotly_chart(figures.metrics_figure(df, summ["l_star"], states.metric, se), width="stretch")

@@ -3,6 +3,7 @@ notes and tags, files, details and export."""
 
 import streamlit as st
 
+from ui.export import run_recipe_button
 from ui.finetune.state import get_db
 from ui.nav import next_step
 from ui.runs.view import compare_view, filtered_runs, pick_run, run_view, runs_table
@@ -34,5 +35,7 @@ st.header("Curves side by side")
 compare_view(db, runs)
 
 st.header("One run")
-run_view(db, pick_run(runs))
+run_id = pick_run(runs)
+run_view(db, run_id)
+run_recipe_button(db, run_id, "runs_recipe")
 next_step("views/runs.py")

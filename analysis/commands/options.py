@@ -163,23 +163,11 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     def add(flag: str, cls: type, name: str, **kwargs: Any) -> None:
         parser.add_argument(flag, help=help_of(cls, name), **kwargs)
 
-    def setting_flag(name: str, **kwargs: Any) -> None:
-        flag = "--" + name.replace("_", "-")
-        default = default_of(FinetuneConfig, name)
-        parser.add_argument(flag, help=help_of(FinetuneConfig, name), default=default, **kwargs)
-
     for name in ("steps", "batch_size", "max_length", "n_train", "n_eval", "eval_every"):
-        setting_flag(name, type=int)
-    parser.add_argument(
-        "--lr", type=float, default=None,
-        help=help_of(FinetuneConfig, "lr") + f"; the defaults: {default_lrs_text()}",
-    )  # fmt: skip
-    parser.add_argument(
-        "--classifier-lr", "--head-lr", dest="classifier_lr", type=float,
-        default=DEFAULT_CLASSIFIER_LR, help=help_of(FinetuneConfig, "classifier_lr"),
-    )  # fmt: skip
-    setting_flag("pooling", choices=POOLINGS)
-    setting_flag("device")
+        add_setting_flag(parser, name, type=int)
+    add_learning_rates(parser)
+    add_setting_flag(parser, "pooling", choices=POOLINGS)
+    add_setting_flag(parser, "device")
     parser.add_argument(
         "--no-mixed-precision", action="store_true", help="keep float32 on the GPU too"
     )
@@ -188,6 +176,25 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     add("--zero-weights", FinetuneConfig, "zero_weights", default=None)
     add_method_options(parser)
     add_executor_options(parser)
+
+
+def add_setting_flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
+    """``--<name>`` for a `FinetuneConfig` field, with its default and help text."""
+    flag = "--" + name.replace("_", "-")
+    default = default_of(FinetuneConfig, name)
+    parser.add_argument(flag, help=help_of(FinetuneConfig, name), default=default, **kwargs)
+
+
+def add_learning_rates(parser: argparse.ArgumentParser) -> None:
+    """``--lr`` (default: the method's) and ``--classifier-lr`` (``--head-lr`` accepted)."""
+    parser.add_argument(
+        "--lr", type=float, default=None,
+        help=help_of(FinetuneConfig, "lr") + f"; the defaults: {default_lrs_text()}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--classifier-lr", "--head-lr", dest="classifier_lr", type=float,
+        default=DEFAULT_CLASSIFIER_LR, help=help_of(FinetuneConfig, "classifier_lr"),
+    )  # fmt: skip
 
 
 def add_method_options(parser: argparse.ArgumentParser) -> None:

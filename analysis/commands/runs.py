@@ -1,5 +1,6 @@
-"""``runs``: list, show, export, compare, cancel, annotate (note, tag) and delete the fine-tuning
-runs kept in the runs database.
+"""``runs``: list, show, export, compare, cancel, annotate (note, tag), delete and import the
+fine-tuning runs kept in the runs database (``runs import DIR``: a transformers Trainer output
+folder, `analysis.runs.callback.import_trainer_folder`).
 
 Listings and exports carry each run's group (`analysis.runs.results.group_key`: runs identical in
 every setting but the seed) and a label that tells settings apart; ``runs groups`` lists the
@@ -15,7 +16,9 @@ from analysis.commands.options import data_name, model_name, write_json
 from analysis.io import atomic_write_text, json_ready
 
 NAME = "runs"
-HELP = "list, show, export, compare, cancel, annotate (note, tag) or delete fine-tuning runs"
+HELP = (
+    "list, show, export, compare, cancel, annotate (note, tag), delete or import fine-tuning runs"
+)
 LIST_COLUMNS = [
     "id", "status", "model", "data", "method", "label", "seed", "score", "metric", "group",
 ]  # fmt: skip
@@ -72,12 +75,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     compare.add_argument("a", metavar="RUN_OR_GROUP_A")
     compare.add_argument("b", metavar="RUN_OR_GROUP_B")
     compare.add_argument("--json", default=None, help="write the comparison as JSON here")
+    # issue 18: a finished transformers Trainer output folder as an imported run
+    imported = sub.add_parser("import", help="record a finished Trainer output folder as a run")
+    imported.add_argument("folder", help="the Trainer's output_dir (holds trainer_state.json)")
+    imported.add_argument("--model", default=None, help="model name (default: its config)")
+    imported.add_argument("--data", default="custom", help="data set name")
+    imported.add_argument("--metric", default="accuracy", help="eval_<metric> is the dev curve")
+    imported.add_argument("--recipe", default=None, help="the recipe folder the run applied")
+    imported.add_argument("--seed", type=int, default=0, help="the run's training seed")
 
 
 def run(args: argparse.Namespace) -> int:
     from analysis.runs.db import RunsDB
     from analysis.runs.results import with_groups
 
+    if args.action == "import":  # issue 18
+        return _import(args)
     db = RunsDB()
     db.reap_dead()
     if args.action in ("list", "export"):
@@ -215,4 +228,15 @@ def _compare(db, args: argparse.Namespace) -> int:
         "metric": metrics.pop() if metrics else None,
     }
     write_json(args.json, payload)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from analysis.runs.callback import import_trainer_folder
+
+    run_id = import_trainer_folder(
+        args.folder, model_name=args.model, data_name=args.data, metric=args.metric,
+        recipe=args.recipe, seed=args.seed, cache=args.workspace,
+    )  # fmt: skip
+    print(f"imported {args.folder} as run {run_id}")
     return 0

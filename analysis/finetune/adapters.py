@@ -21,12 +21,13 @@ from torch import nn
 from analysis.models import layer_modules
 
 ADAPTER_SITES = (("attn_out", "adapter_attn"), ("ffn_out", "adapter_ffn"))
+INIT_STD = 1e-2  # the down projection's init; the up projection starts at zero
 
 
 class HoulsbyAdapter(nn.Module):
     """x + up(gelu(down(x))), exact identity at initialisation."""
 
-    def __init__(self, d_model: int, size: int, init_std: float = 1e-2) -> None:
+    def __init__(self, d_model: int, size: int, init_std: float = INIT_STD) -> None:
         super().__init__()
         self.down = nn.Linear(d_model, size)
         self.act = nn.GELU()

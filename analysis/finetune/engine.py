@@ -94,7 +94,7 @@ class FinetuneResult:
     n_dev: int = 0
     n_test: int = 0
     trajectory: dict[str, Any] | None = None  # what the recorder's close() returned
-    # Per-example test predictions and gold labels, compact (`analysis.compare.encode_predictions`):
+    # Per-example test predictions and gold labels, compact (`analysis.predictions.encode_predictions`):
     # what the paired bootstrap of a comparison needs. Absent from results of older runs.
     test_predictions: dict[str, Any] | None = None
 
@@ -531,7 +531,7 @@ class TrainingLoop:
 
     def finish(self) -> tuple[float, dict[str, Any]]:
         """Restore the best dev state (if it is not the last one) and score the test part:
-        (test score, its per-example predictions as `analysis.compare.encode_predictions`)."""
+        (test score, its per-example predictions as `analysis.predictions.encode_predictions`)."""
         if self.best.restore(self.model, self.cfg.steps) and self.prepared.after_step is not None:
             self.prepared.after_step()
         test = self.parts.test

@@ -37,14 +37,21 @@ if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
     from analysis.finetune.model import EncoderClassifier
     from analysis.finetune.prepared import MethodInputs, Prepared
+    from analysis.models import LoadedModel
 
     Preparer = Callable[[EncoderClassifier, FinetuneConfig, MethodInputs], Prepared]
+    # (cfg, loaded) -> the method's part of a recipe's "train" (`MethodSpec`, export)
+    ExportHook = Callable[[FinetuneConfig, LoadedModel], dict[str, Any]]
 
 OPTION_KINDS = ("layers", "int", "float", "text", "heads")
 # The classifier's learning rate, the same for every method (SPEC.md, "Learning rates").
 DEFAULT_CLASSIFIER_LR = 1e-3
 # A learning-rate grid multiplies each method's body rate by these (SPEC.md, "Learning rates").
 LR_GRID = (0.5, 1.0, 2.0)
+# The keys an export hook may return: the parts of a recipe's "train" beyond what the export
+# reads off the prepared model (`analysis.export.build`; `tunescope_recipe.apply_recipe` reads
+# "adapters", PEFT's adapter_config.json is written from "lora").
+EXPORT_KEYS = ("adapters", "lora")
 
 
 @dataclass(frozen=True)
@@ -107,8 +114,16 @@ class MethodSpec:
       learning-rate grid varies the body rate, so a method without one runs once). missing: what
       to ask for when the options cannot take their defaults. check: further checks of the
       options (a ValueError). run_label: the run's short name from its flat config.
-      export: the hook that turns a run of this method into a recipe / PEFT config; None = this
-      method is not exportable (filled in by the export feature, issue 18).
+      export: how a run of this method goes into a recipe for the user's own training
+      (`analysis.export.build`). ``export(cfg, loaded) -> dict`` (``loaded``: the
+      `analysis.models.LoadedModel`, uncut) returns the method's fragment of the recipe's
+      ``train``: ``{}`` when everything that trains is read off the prepared model (which
+      tensors have ``requires_grad``, which rows the gradient masks keep: `export_as_prepared`),
+      else the keys of `EXPORT_KEYS` (``adapters``: the modules to insert; ``lora``: the PEFT
+      LoRA settings). It is called before any model is built; a method that cannot be
+      expressed in a plain transformers / PEFT pipeline raises a ValueError with its reason
+      (`refuse_export`), and the export says "Method 'x' cannot be exported: <reason>." None:
+      the method declares no export, and the export refuses it with a generic message.
     """
 
     name: str
@@ -124,7 +139,7 @@ class MethodSpec:
     missing: str | None = None
     check: Callable[[Any], None] | None = None
     run_label: Callable[[Mapping[str, Any]], str] = default_run_label
-    export: Callable[..., Any] | None = None
+    export: ExportHook | None = None
 
     @property
     def fields(self) -> tuple[OptionField, ...]:
@@ -138,6 +153,21 @@ class MethodSpec:
 
 
 # -- helpers the method modules share ------------------------------------------------------------
+
+
+def export_as_prepared(cfg: FinetuneConfig, loaded: LoadedModel) -> dict[str, Any]:
+    """The export hook of a method whose recipe is all read off the prepared model."""
+    return {}
+
+
+def refuse_export(reason: str) -> ExportHook:
+    """The export hook of a method the export cannot express: it raises a ValueError with
+    ``reason`` (why no transformers / PEFT setting says what the method does)."""
+
+    def refuse(cfg: FinetuneConfig, loaded: LoadedModel) -> dict[str, Any]:
+        raise ValueError(reason)
+
+    return refuse
 
 
 def is_int(value: Any) -> bool:

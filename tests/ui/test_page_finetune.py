@@ -94,7 +94,9 @@ def test_finetune_page_launches_runs_that_outlive_reruns(tiny_bert_dir, monkeypa
     assert not errors(at)
     assert set(at.dataframe[0].value["id"]) == {run_id, long_id}
     assert [m.value for m in at.metric][:1] == ["cancelled"]  # newest first
-    assert len(at.get("download_button")) == 2
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert len([label for label in labels if label.startswith("Download")]) == 2
+    assert "This run as a recipe (zip)" in labels  # ui/export.py
     wait_for(lambda: worker_pid() is None, what="the idle worker to exit")
     with contextlib.suppress(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)

@@ -53,6 +53,25 @@ def prepare(model, cfg, inputs):
     )
 
 
+def export(cfg, loaded):
+    """Houlsby adapters in the recipe: where they go (0-based layers, the hooked projections) and
+    their size (the LayerNorms that train are read off the prepared model)."""
+    from analysis.finetune.adapters import ADAPTER_SITES, INIT_STD
+    from analysis.models import LAYER_PARTS
+
+    options = cfg.options_for(AdapterOptions)
+    parts = LAYER_PARTS[loaded.model_family]
+    return {
+        "adapters": {
+            "kind": "houlsby",
+            "size": options.size,
+            "init_std": INIT_STD,
+            "layers": [layer - 1 for layer in cfg.placement(loaded.n_layers)],
+            "sites": {name: parts[site] for site, name in ADAPTER_SITES},
+        }
+    }
+
+
 def placement_label(method: str, config: Mapping[str, Any]) -> str:
     """``lora 3,4`` for an explicit placement, ``lora 1–3`` for ℓ_bottom..ℓ_top, else the name."""
     explicit, layers = config.get(f"{method}_layers"), config.get("layers")
@@ -74,5 +93,6 @@ SPEC = MethodSpec(
     options=AdapterOptions,
     order=40,
     sweep=4,
+    export=export,
     run_label=lambda config: placement_label("adapter", config),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.finetune.spec import MethodSpec
+from analysis.finetune.spec import MethodSpec, export_as_prepared
 
 
 def prepare(model, cfg, inputs):
@@ -22,4 +22,5 @@ SPEC = MethodSpec(
     order=70,
     sweep=3,
     has_body=False,
+    export=export_as_prepared,
 )

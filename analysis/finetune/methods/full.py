@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.finetune.spec import MethodSpec
+from analysis.finetune.spec import MethodSpec, export_as_prepared
 
 
 def prepare(model, cfg, inputs):
@@ -19,4 +19,5 @@ SPEC = MethodSpec(
     default_lr=5e-5,  # BERT-style, a little above 2e-5 because runs are short
     prepare=prepare,
     order=20,
+    export=export_as_prepared,
 )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.config import setting
-from analysis.finetune.spec import MethodSpec, at_head
+from analysis.finetune.spec import MethodSpec, at_head, export_as_prepared
 from analysis.heads.selection_file import HeadSelection
 
 
@@ -82,4 +82,5 @@ SPEC = MethodSpec(
     sweep=5,
     missing="a head selection (a heads file)",
     run_label=run_label,
+    export=export_as_prepared,  # the head rows are the masks read off the prepared model
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from analysis.finetune.spec import MethodSpec
+from analysis.finetune.spec import MethodSpec, export_as_prepared
 
 
 def prepare(model, cfg, inputs):
@@ -42,4 +42,5 @@ SPEC = MethodSpec(
     order=10,
     needs_layers=True,
     run_label=run_label,
+    export=export_as_prepared,
 )

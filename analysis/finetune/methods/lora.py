@@ -75,6 +75,28 @@ def prepare(model, cfg, inputs):
     )
 
 
+def export(cfg, loaded):
+    """PEFT LoRA in the recipe: query and value (the family's names, `LORA_TARGETS`) of the
+    chosen layers (0-based ``layers_to_transform``), the classifier in ``modules_to_save``."""
+    from analysis.export.families import HF_HEADS, lora_targets
+
+    options = cfg.options_for(LoraOptions)
+    targets = lora_targets(loaded.model_family)
+    return {
+        "lora": {
+            "r": options.r,
+            "lora_alpha": options.alpha,
+            "lora_dropout": 0.0,
+            "bias": "none",
+            "target_modules": list(targets),
+            "layers_to_transform": [layer - 1 for layer in cfg.placement(loaded.n_layers)],
+            "layers_pattern": "layer",
+            "modules_to_save": HF_HEADS[loaded.model_family]["modules_to_save"],
+            "adapter_config": "adapter_config.json",
+        }
+    }
+
+
 SPEC = MethodSpec(
     name="lora",
     label="LoRA on query and value (PEFT), optionally in chosen layers only",
@@ -84,5 +106,6 @@ SPEC = MethodSpec(
     options=LoraOptions,
     order=50,
     sweep=1,
+    export=export,
     run_label=lambda config: placement_label("lora", config),
 )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.config import setting
-from analysis.finetune.spec import MethodSpec, at_head, short_source
+from analysis.finetune.spec import MethodSpec, at_head, refuse_export, short_source
 
 
 @dataclass(frozen=True)
@@ -61,5 +61,10 @@ SPEC = MethodSpec(
     options=SubspaceOptions,
     order=80,
     check=needs_source,
+    export=refuse_export(
+        "subspace training moves each layer inside a basis read from a tunescope trajectory (a "
+        "re-parameterisation with its own forward pass): no transformers or PEFT setting "
+        "expresses it"
+    ),
     run_label=lambda config: source_label("subspace", config),
 )

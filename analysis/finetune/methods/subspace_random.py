@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from analysis.finetune.methods.subspace import SubspaceOptions, source_label
-from analysis.finetune.spec import MethodSpec
+from analysis.finetune.spec import MethodSpec, refuse_export
 
 
 def prepare(model, cfg, inputs):
@@ -21,5 +21,9 @@ SPEC = MethodSpec(
     prepare=prepare,
     options=SubspaceOptions,
     order=90,
+    export=refuse_export(
+        "random-subspace training re-parameterises each layer (a fixed random basis and its own "
+        "forward pass): no transformers or PEFT setting expresses it"
+    ),
     run_label=lambda config: source_label("random subspace", config),
 )

@@ -1,0 +1,383 @@
+"""A recommendation or a run as a recipe for the user's own training (``recipe.json`` and friends).
+
+`build_recipe(cfg, loaded, n_outputs, provenance)` prepares the very model a tunescope run of
+``cfg`` trains (`analysis.finetune.engine.build_model`, on the CPU) and reads off it what trains:
+every encoder tensor with ``requires_grad`` (by its transformers name, relative to the base
+model), the rows that the gradient masks of method ``heads`` keep), what the method adds (its
+``MethodSpec.export`` hook, in its own module: the adapters to insert, the PEFT LoRA settings —
+`method_fragment`), the classifier (per family: `analysis.export.families`), the learning rates
+and the budget. So the recipe says what tunescope does, not what a second copy of its rules says.
+
+`write_recipe(recipe, folder)` writes the folder a user takes home:
+
+- ``recipe.json`` (schema below), ``tunescope_recipe.py`` (torch + transformers only:
+  ``apply_recipe``), a ``README.md`` with the lines to paste;
+- for LoRA, ``adapter_config.json`` from ``peft.LoraConfig(...).save_pretrained``.
+
+Schema (``format`` = ``tunescope-recipe``, ``version`` 1): ``model`` {name, path, family,
+model_type, n_layers, n_heads, d_model, special_token_ids}; ``method``, ``description``;
+``keep_layers`` (ℓ_head: the layers above are deleted) and ``layers_module`` (the blocks'
+ModuleList inside the base model); ``classifier`` {pooling, d_model, n_outputs, dropout, init_std,
+hf_dense, hf_out, hf_modules}; ``train`` {params: whole tensors, masks: [{param, rows: [[start,
+stop], …]}] (output rows of Q/K/V and their bias entries), adapters, lora, n_trainable_body,
+n_trainable_classifier, n_trainable}; ``optimizer`` {lr, classifier_lr, weight_decay, betas,
+eps, max_grad_norm, warmup}; ``training`` {steps, batch_size, max_length, seed, n_train};
+``provenance`` {tunescope_version, source, run_id, l_star, strategy, selection, config}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from analysis.export.families import HF_HEADS
+from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.registry import method_spec
+from analysis.finetune.spec import EXPORT_KEYS
+from analysis.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from analysis.models import LoadedModel, encoder_layers, resolve_source
+
+FORMAT = "tunescope-recipe"
+FORMAT_VERSION = 1
+MODULE_FILE = "tunescope_recipe.py"
+# What PEFT's LoraConfig must offer for the exported adapter_config.json to mean what we say.
+LORA_FIELDS = ("r", "lora_alpha", "lora_dropout", "bias", "target_modules",
+               "layers_to_transform", "layers_pattern", "modules_to_save", "task_type")  # fmt: skip
+
+
+def tunescope_version() -> str:
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
+    return found.group(1) if found else "unknown"
+
+
+def _row_ranges(mask: torch.Tensor) -> list[list[int]]:
+    """[[start, stop), …] of the output rows a (rows, cols) or (rows,) mask keeps; a ValueError
+    when it is not whole rows (nothing else is a head)."""
+    rows = mask.any(dim=1) if mask.ndim == 2 else mask
+    if mask.ndim == 2 and not torch.equal(mask, rows[:, None].expand_as(mask)):
+        raise ValueError("A gradient mask that is not whole rows cannot be exported.")
+    ranges: list[list[int]] = []
+    for index in torch.nonzero(rows).flatten().tolist():
+        if ranges and ranges[-1][1] == index:
+            ranges[-1][1] = index + 1
+        else:
+            ranges.append([index, index + 1])
+    return ranges
+
+
+def _layers_module(encoder: torch.nn.Module) -> str:
+    blocks = encoder_layers(encoder)
+    for name, module in encoder.named_modules():
+        if module is blocks:
+            return name
+    raise ValueError("Cannot find the encoder's layer list.")
+
+
+def _special_ids(tokenizer) -> list[int]:
+    names = ("cls_token_id", "sep_token_id", "pad_token_id", "bos_token_id", "eos_token_id")
+    return sorted({i for n in names if (i := getattr(tokenizer, n, None)) is not None})
+
+
+def method_fragment(cfg: FinetuneConfig, loaded: LoadedModel) -> dict[str, Any]:
+    """The method's part of the recipe's ``train`` (its spec's export hook: `MethodSpec`), or a
+    ValueError saying why the method cannot be exported. Needs no built model, so a refusal
+    comes before any is built."""
+    spec = method_spec(cfg.method)
+    if spec.export is None:
+        raise ValueError(
+            f"Method {cfg.method!r} cannot be exported: it declares no export (its spec's "
+            "export hook is None)."
+        )
+    try:
+        fragment = spec.export(cfg, loaded)
+    except ValueError as exc:
+        reason = str(exc).rstrip(".")
+        raise ValueError(f"Method {cfg.method!r} cannot be exported: {reason}.") from None
+    unknown = sorted(set(fragment) - set(EXPORT_KEYS))
+    if unknown:
+        raise ValueError(
+            f"Method {cfg.method!r}'s export hook returned {', '.join(unknown)}: a recipe's "
+            f"train part takes only {', '.join(EXPORT_KEYS)}."
+        )
+    return fragment
+
+
+def build_recipe(
+    cfg: FinetuneConfig,
+    loaded: LoadedModel,
+    n_outputs: int,
+    provenance: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The recipe of ``cfg`` on ``loaded`` (module docstring); a ValueError for what cannot be
+    expressed (subspace methods, a zero-weights run, a family without a mapping)."""
+    from analysis.finetune.engine import build_model
+
+    if loaded.model_family not in HF_HEADS:
+        raise ValueError(f"The {loaded.model_family} family has no export mapping yet.")
+    if cfg.zero_weights:
+        raise ValueError(
+            "A run on zeroed weights (the disable experiment) cannot be exported: its starting "
+            "model is not the checkpoint a user loads."
+        )
+    cfg.check_model(loaded.n_layers, loaded.n_heads)
+    fragment = method_fragment(cfg, loaded)  # a refusal comes before any model is built
+    built = build_model(cfg, loaded, n_outputs, device="cpu")
+    model = built.model
+    masks = {id(p): m for p, m in built.prepared.grad_masks.items()}
+    params: list[str] = []
+    masked: list[dict[str, Any]] = []
+    n_body = 0
+    for name, param in model.encoder.named_parameters():
+        if not param.requires_grad:
+            continue
+        if id(param) in masks:
+            n_body += int(masks[id(param)].sum())
+            masked.append({"param": name, "rows": _row_ranges(masks[id(param)])})
+            continue
+        n_body += param.numel()
+        if ".lora_" not in name:  # PEFT creates and names those
+            params.append(name)
+    n_classifier = sum(p.numel() for p in model.classifier.parameters() if p.requires_grad)
+    if n_body + n_classifier != built.n_trainable:
+        raise RuntimeError("The recipe's trainable count differs from the prepared model's.")
+    source, kind = resolve_source(loaded.spec.name)
+    heads = HF_HEADS[loaded.model_family]
+    dropout = model.classifier.dropout.p
+    head_layer = model.n_layers_kept
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "model": {
+            "name": loaded.name,
+            "path": source if kind != "hub" else None,
+            "family": loaded.model_family,
+            "model_type": loaded.model.config.model_type,
+            "n_layers": loaded.n_layers,
+            "n_heads": loaded.n_heads,
+            "d_model": loaded.d_model,
+            "special_token_ids": _special_ids(loaded.tokenizer),
+        },
+        "method": cfg.method,
+        "description": built.prepared.description,
+        "keep_layers": head_layer,
+        "layers_module": _layers_module(model.encoder),
+        "classifier": {
+            "kind": "dropout-dense-tanh-dropout-linear",
+            "pooling": cfg.pooling,
+            "layer": head_layer,
+            "d_model": model.d_model,
+            "n_outputs": n_outputs,
+            "dropout": dropout,
+            "init_std": 0.02,
+            "hf_dense": heads["dense"],
+            "hf_out": heads["out"],
+            "hf_modules": heads["modules"],
+        },
+        "train": {
+            "params": params,
+            "masks": masked,
+            "adapters": fragment.get("adapters"),
+            "lora": fragment.get("lora"),
+            "embeddings": any(n.startswith("embeddings.") for n in params),
+            "n_trainable_body": n_body,
+            "n_trainable_classifier": n_classifier,
+            "n_trainable": built.n_trainable,
+            "n_params": built.n_params,
+        },
+        "optimizer": {
+            "name": "adamw",
+            "lr": cfg.lr,
+            "classifier_lr": cfg.classifier_lr,
+            "weight_decay": cfg.weight_decay,
+            "betas": [0.9, 0.999],
+            "eps": 1e-8,
+            "max_grad_norm": 1.0,
+            "warmup": cfg.warmup,
+            "schedule": "linear warm-up to the full rate, then linear decay",
+        },
+        "training": {
+            "steps": cfg.steps,
+            "batch_size": cfg.batch_size,
+            "max_length": cfg.max_length,
+            "seed": cfg.seed,
+            "n_train": cfg.n_train,
+        },
+        "provenance": {
+            "tunescope_version": tunescope_version(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **(provenance or {}),
+            "config": cfg.to_dict(),
+        },
+    }
+
+
+def lora_config(recipe: dict[str, Any]):
+    """The ``peft.LoraConfig`` of a LoRA recipe; a ValueError when this PEFT lacks a field."""
+    import peft
+    from peft import LoraConfig
+
+    have = {f.name for f in dataclasses.fields(LoraConfig)}
+    missing = [name for name in LORA_FIELDS if name not in have]
+    if missing:
+        raise ValueError(
+            f"peft {peft.__version__} has no LoraConfig field {', '.join(missing)}: the exported "
+            "adapter_config.json would not say which layers get LoRA; upgrade peft."
+        )
+    lora = recipe["train"]["lora"]
+    return LoraConfig(
+        task_type="SEQ_CLS",
+        r=lora["r"],
+        lora_alpha=lora["lora_alpha"],
+        lora_dropout=lora["lora_dropout"],
+        bias=lora["bias"],
+        target_modules=list(lora["target_modules"]),
+        layers_to_transform=list(lora["layers_to_transform"]),
+        layers_pattern=lora["layers_pattern"],
+        modules_to_save=list(lora["modules_to_save"]),
+    )
+
+
+def readme_text(recipe: dict[str, Any], folder: str = "THIS_FOLDER") -> str:
+    model = recipe["model"]
+    source = model.get("path") or model["name"]
+    lora = recipe["train"]["lora"] is not None
+    lines = [
+        f"# tunescope recipe: {recipe['description']}",
+        "",
+        f"Model {model['name']} ({model['family']}, {model['n_layers']} layers); method "
+        f"`{recipe['method']}`; {recipe['train']['n_trainable']:,} of "
+        f"{recipe['train']['n_params']:,} parameters train; the classifier reads layer "
+        f"{recipe['keep_layers']} (the layers above it are removed).",
+        "",
+        "Paste into your training script (this folder beside it, or on `sys.path`):",
+        "",
+        "```python",
+        "from tunescope_recipe import load_recipe, TunescopeClassifier, make_optimizer",
+        f'recipe = load_recipe("{folder}")',
+    ]
+    if lora:
+        lines += [
+            "from peft import LoraConfig, get_peft_model",
+            f'model = get_peft_model(AutoModelForSequenceClassification.from_pretrained("{source}",'
+            f" num_labels={recipe['classifier']['n_outputs']}), "
+            f'LoraConfig.from_pretrained("{folder}"))',
+        ]
+    else:
+        lines.append("model = TunescopeClassifier.from_pretrained(recipe)  # or your own HF model")
+    lines += [
+        "trainer = Trainer(model=model, args=args, train_dataset=..., "
+        "optimizers=make_optimizer(model, recipe))",
+        "```",
+        "",
+        "`TunescopeClassifier` is tunescope's model (its pooled classifier, same start at the "
+        "same seed); an `AutoModelForSequenceClassification` trains the same parameters with "
+        "its own head (first-token pooling). `apply_recipe(model, recipe)` returns AdamW "
+        "parameter groups for your own loop. Add `TunescopeCallback` (tunescope's "
+        "`analysis.runs.callback`) to record the run in tunescope's runs database.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_recipe(
+    recipe: dict[str, Any], folder: Path | str, shown_as: str | None = None
+) -> list[Path]:
+    """Write the recipe folder (each file atomically); returns the files written. ``shown_as``:
+    the folder's name in its README (default: its path)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {folder} is a file; give a folder.")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    if recipe["train"]["lora"] is not None:
+        config = lora_config(recipe)
+        with tempfile.TemporaryDirectory() as tmp:
+            config.save_pretrained(tmp)
+            data = (Path(tmp) / "adapter_config.json").read_bytes()
+        written.append(atomic_write_bytes(folder / "adapter_config.json", data))
+    module = importlib.resources.files("analysis.export") / MODULE_FILE
+    written.append(atomic_write_text(folder / MODULE_FILE, module.read_text(encoding="utf-8")))
+    written.append(
+        atomic_write_text(folder / "README.md", readme_text(recipe, shown_as or str(folder)))
+    )
+    written.append(atomic_write_json(folder / "recipe.json", recipe, indent=1))
+    return written
+
+
+def recipe_json(recipe: dict[str, Any]) -> str:
+    return json.dumps(recipe, indent=1, sort_keys=False)
+
+
+def n_outputs_of(cfg: FinetuneConfig) -> int:
+    """C of the config's task (1 for regression), from its data."""
+    from analysis.data import load_data
+
+    data = load_data(cfg.data)
+    return 1 if data.task_type == "regression" else data.n_classes
+
+
+def make_recipe(
+    cfg: FinetuneConfig,
+    provenance: dict[str, Any] | None = None,
+    loaded: LoadedModel | None = None,
+    n_outputs: int | None = None,
+) -> dict[str, Any]:
+    """`build_recipe` with the model and the task's class count loaded when not given."""
+    from analysis.models import load_model
+
+    loaded = loaded if loaded is not None else load_model(cfg.model, device="cpu")
+    n_outputs = n_outputs if n_outputs is not None else n_outputs_of(cfg)
+    return build_recipe(cfg, loaded, n_outputs, provenance)
+
+
+def run_source(run_id: str, db=None) -> tuple[FinetuneConfig, dict[str, Any]]:
+    """(config, provenance) of a stored run (the one place the export reads the runs database:
+    its `Run` record, the config migrated as every stored config is); an unknown id, or a config
+    that no longer loads, is a ValueError naming the run."""
+    from analysis.runs.db import RunsDB
+    from analysis.runs.record import Run, migrate_config
+
+    db = db if db is not None else RunsDB()
+    run = Run.from_row(db.get_run(run_id))
+    stored = {k: v for k, v in run.stored.items() if k != "origin"}  # an imported run's
+    try:
+        cfg = FinetuneConfig.from_dict(migrate_config(stored))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"Run {run.id}'s config no longer loads, so it cannot be exported: {exc}"
+        ) from None
+    result = run.result or {}
+    provenance = {
+        "source": "run",
+        "run_id": run.id,
+        "run_status": run.status,
+        "strategy": run.strategy,
+        "score": result.get("score"),
+        "metric": result.get("metric"),
+        "n_trainable_run": result.get("n_trainable"),
+        "selection": stored.get("heads_settings"),
+    }
+    return cfg, provenance
+
+
+def recipe_zip(recipe: dict[str, Any]) -> bytes:
+    """The recipe folder as a zip archive (the pages' download button)."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        files = write_recipe(recipe, Path(tmp) / "recipe", shown_as="recipe")
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for file in files:
+                archive.write(file, f"recipe/{file.name}")
+    return buffer.getvalue()

@@ -1,0 +1,101 @@
+"""What the export refuses, each with one clear message: an unknown run id, what cannot be
+expressed (subspace methods, zeroed weights, a family without a mapping, a PEFT without a
+field), and a recipe applied to another model."""
+
+from __future__ import annotations
+
+import pytest
+import transformers as tf
+from exported import import_recipe_module
+from tiny import make_tiny_model_dir
+
+import analysis.export.build as build_module
+import analysis.export.families as families
+from analysis.cli import main
+from analysis.config import ModelSpec
+from analysis.export.build import build_recipe, write_recipe
+from analysis.finetune.config import flat_config
+from analysis.models import load_model
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    folder = make_tiny_model_dir("bert", tmp_path_factory.mktemp("bad-export"))
+    return folder, load_model(ModelSpec(str(folder)), device="cpu")
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_an_unknown_run_id(tmp_path, capsys):
+    assert main(["export", "--run", "nope", "--out", str(tmp_path / "r")]) == 2
+    assert "'nope' matches no run" in error_line(capsys)
+    assert not (tmp_path / "r").exists()
+
+
+def test_subspace_methods_are_refused_with_the_reason(tmp_path, capsys):
+    assert main(["export", "--method", "subspace-random", "--out", str(tmp_path / "r")]) == 2
+    assert "cannot be exported: random-subspace training re-parameterises" in error_line(capsys)
+
+
+def test_a_stored_subspace_run_is_refused(tmp_path, capsys, bert):
+    from analysis.runs.db import RunsDB
+
+    folder, _ = bert
+    config = flat_config(model={"name": str(folder)}, method="subspace", subspace_from="x-y-z")
+    run_id = RunsDB().enqueue(config)
+    assert main(["export", "--run", run_id, "--out", str(tmp_path / "r")]) == 2
+    assert "Method 'subspace' cannot be exported" in error_line(capsys)
+
+
+def test_zeroed_weights_are_refused(bert, tmp_path):
+    folder, loaded = bert
+    cfg = flat_config(model={"name": str(folder)}, zero_weights=str(tmp_path / "z.json"))
+    with pytest.raises(ValueError, match="zeroed weights"):
+        build_recipe(cfg, loaded, 2)
+
+
+def test_a_family_without_a_mapping(bert, monkeypatch):
+    folder, loaded = bert
+    monkeypatch.delitem(families.HF_HEADS, "bert")
+    monkeypatch.delitem(build_module.HF_HEADS, "bert", raising=False)
+    with pytest.raises(ValueError, match="bert family has no export mapping"):
+        build_recipe(flat_config(model={"name": str(folder)}), loaded, 2)
+
+
+def test_a_peft_without_a_field(bert, monkeypatch, tmp_path):
+    folder, loaded = bert
+    cfg = flat_config(model={"name": str(folder)}, method="lora")
+    recipe = build_recipe(cfg, loaded, 2)
+    monkeypatch.setattr(build_module, "LORA_FIELDS", (*build_module.LORA_FIELDS, "layer_spans"))
+    with pytest.raises(ValueError, match=r"has no LoraConfig field layer_spans: .* upgrade peft"):
+        write_recipe(recipe, tmp_path / "r")
+    assert not (tmp_path / "r" / "recipe.json").exists()
+
+
+def test_a_recipe_for_another_model(bert, tmp_path):
+    folder, loaded = bert
+    write_recipe(build_recipe(flat_config(model={"name": str(folder)}), loaded, 2), tmp_path / "r")
+    tr = import_recipe_module(tmp_path / "r")
+    recipe = tr.load_recipe(tmp_path / "r")
+    other = make_tiny_model_dir("roberta", tmp_path)
+    model = tf.AutoModelForSequenceClassification.from_pretrained(str(other), num_labels=2)
+    with pytest.raises(tr.RecipeError, match="This recipe is for a bert model"):
+        tr.apply_recipe(model, recipe)
+    wider = make_tiny_model_dir("bert", tmp_path / "w", d_model=64)
+    model = tf.AutoModelForSequenceClassification.from_pretrained(str(wider), num_labels=2)
+    with pytest.raises(tr.RecipeError, match="d_model = 32"):
+        tr.apply_recipe(model, recipe)
+
+
+def test_a_lora_recipe_needs_peft_first(bert, tmp_path):
+    folder, loaded = bert
+    cfg = flat_config(model={"name": str(folder)}, method="lora")
+    write_recipe(build_recipe(cfg, loaded, 2), tmp_path / "r")
+    tr = import_recipe_module(tmp_path / "r")
+    model = tf.AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2)
+    with pytest.raises(tr.RecipeError, match="get_peft_model"):
+        tr.apply_recipe(model, tr.load_recipe(tmp_path / "r"))
