@@ -28,8 +28,8 @@ import fcntl
 import os
 import signal
 import subprocess
-import threading
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
