@@ -23,12 +23,13 @@ def _cell(value: object) -> object:
         return MISSING
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)):
         return f"{float(value):.4g}"
-    return value
+    return str(value)
 
 
 def dashes(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``frame`` whose columns with a missing value (None, NaN, NA) show "–" there (their
-    numbers as text, 4 significant digits); complete columns stay as they are (numbers sort)."""
+    """A copy of ``frame`` whose columns with a missing value (None, NaN, NA) show "–" there and
+    the rest as text (numbers to 4 significant digits, timestamps as written); complete columns
+    stay as they are (numbers sort)."""
     out = frame.copy()
     for column in out.columns:
         values = out[column]

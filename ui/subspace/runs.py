@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
+from analysis.config import default_of
 from analysis.finetune.config import FinetuneConfig
 from analysis.runs.chance import page_baseline
 from analysis.runs.comparisons import (
@@ -63,7 +64,14 @@ def _launch_form(db: RunsDB, cfg: ExtractConfig, layer_params: list[int]) -> Non
         f"{MAX_SNAPSHOTS} snapshots)."
     )
     c1, c2, c3, c4 = st.columns(4)
-    steps = c1.number_input("steps", 2, 100_000, 200, key="sub_steps", persist_state=KEEP)
+    steps = c1.number_input(
+        "steps",
+        2,
+        100_000,
+        default_of(FinetuneConfig, "steps"),
+        key="sub_steps",
+        persist_state=KEEP,
+    )
     every = c2.number_input(
         "snapshot every k steps (0 = auto)", 0, 100_000, 0, key="sub_every", persist_state=KEEP
     )
