@@ -294,3 +294,28 @@ def test_the_form_lists_every_bad_field_at_once(tiny_bert_dir, monkeypatch):
     assert "2 problems in the form" in message  # …naming both bad fields, not the first only
     assert "Seeds" in message and "learning rate must be a number" in message
     assert RunsDB().list_runs().empty
+
+
+def test_runs_at_chance_are_flagged_and_get_no_verdict(tiny_bert_dir, monkeypatch):
+    import numpy as np
+
+    from analysis.finetune.config import FinetuneConfig
+    from analysis.predictions import encode_predictions
+
+    db = RunsDB()
+    labels = np.array([0, 1] * 10)  # balanced: majority 0.5
+    for method, seed in (("full", 0), ("full", 1), ("bitfit", 0), ("bitfit", 1)):
+        cfg = FinetuneConfig(model=ModelSpec(str(tiny_bert_dir)), data=DataSpec("movie-snippets"),
+                             method=method, steps=20, seed=seed)  # fmt: skip
+        run_id = db.enqueue(cfg)
+        db.claim_next(worker_pid=1)
+        db.finish(run_id, {"score": 0.45 + seed / 100, "metric": "accuracy", "n_trainable": 10,
+                           "layers_forward": 2, "wall_s": 1.0, "test_predictions":
+                           encode_predictions(np.zeros(20), labels, "fp", regression=False)})  # fmt: skip
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert not errors(at), errors(at)
+    assert any("4 of 4 run(s) are at chance level" in w.value for w in at.warning)
+    assert any("No verdict between" in i.value and "both are at chance" in i.value
+               for i in at.info)  # fmt: skip
+    assert not any("verdict" in d.value.columns for d in at.dataframe)  # no verdict table
+    assert any("majority class 0.500" in c.value for c in at.caption)
