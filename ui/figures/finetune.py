@@ -240,7 +240,6 @@ def compute_saved(
     )
     fig.update_yaxes(title_text="saved vs full fine-tuning (%)", secondary_y=False)
     fig.update_yaxes(title_text=f"test {metric}", secondary_y=True, showgrid=False)
-    fig.update_yaxes(range=[0, 100], secondary_y=False)
     score_frame(fig, metric, baseline, secondary_y=True)
     fig.update_layout(barmode="group", height=360)
     return fig
