@@ -319,3 +319,5 @@ def test_runs_at_chance_are_flagged_and_get_no_verdict(tiny_bert_dir, monkeypatc
                for i in at.info)  # fmt: skip
     assert not any("verdict" in d.value.columns for d in at.dataframe)  # no verdict table
     assert any("majority class 0.500" in c.value for c in at.caption)
+    latest = next(d.value for d in at.dataframe if list(d.value.columns[:2]) == ["method", "label"])
+    assert set(latest["flag"]) == {"predicts one class only"}  # the live queue's cards too
