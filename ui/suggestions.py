@@ -1,7 +1,9 @@
 """What one page computed and another page suggests, kept per (model, data, sample).
 
 The Layers page finds ℓ*, the Heads page a head selection; the Fine-tune page offers them as
-defaults. Each is stored in the session under the recipe it was computed for, and looked up by
+defaults. ℓ* is read from the Layers analysis cached on disk for exactly the asking page's
+extraction (`l_star_for`), so a new session sees it without visiting the Layers page; a head
+selection is stored in the session under the recipe it was computed for. Either is looked up by
 the recipe the asking page names, so a result for one model, data set or sample never shows up
 as a suggestion for another (ℓ* of Amazon reviews is not ℓ* of TREC).
 
@@ -13,6 +15,8 @@ as a suggestion for another (ℓ* of Amazon reviews is not ℓ* of TREC).
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 from analysis.cache import canonical_json
@@ -42,16 +46,46 @@ def heads_key(cfg: ExtractConfig) -> str:
 
 
 def remember_l_star(cfg: ExtractConfig, l_star: int) -> None:
+    """What the Layers page found, in the session (kept for that page; the Fine-tune page reads
+    the disk cache instead: `l_star_for`)."""
     st.session_state.setdefault(_L_STAR, {})[extraction_key(cfg)] = int(l_star)
 
 
 def l_star_for(cfg: ExtractConfig, n_layers: int | None = None) -> int | None:
-    """ℓ* the Layers page found for exactly this extraction in this session (None if none, or
-    if it is not a layer of a model with ``n_layers`` layers)."""
-    value = st.session_state.get(_L_STAR, {}).get(extraction_key(cfg))
+    """ℓ* of the Layers analysis for exactly this extraction, as cached on disk
+    (`cached_l_star`): what any session sees, whether or not it visited the Layers page. None
+    if it has not been computed, or if it is not a layer of a model with ``n_layers`` layers."""
+    value = cached_l_star(cfg)
     if value is None or (n_layers is not None and not 1 <= value <= n_layers):
         return None
     return int(value)
+
+
+def cached_l_star(cfg: ExtractConfig) -> int | None:
+    """ℓ* = argmin ν of the layer metrics `analysis.layers.table.cached_layer_metrics` stored on
+    disk for this extraction (its states' recipe, the sample's seed, the default bins), without
+    computing anything: None when the states or their metrics are not in the disk cache."""
+    from analysis.cache import DiskCache
+    from analysis.extract import extraction_recipe
+    from analysis.layers.metrics import DEFAULT_BINS
+    from analysis.layers.table import COLUMNS, metrics_recipe, summary
+    from ui.loaders import get_data, get_model, get_states
+
+    cache = DiskCache()
+    try:
+        recipe = extraction_recipe(cfg, get_model(cfg.model), get_data(cfg.data).fingerprint)
+        if not cache.entry_dir("states", recipe).is_dir():
+            return None
+        states = get_states(cfg, "Reading the cached hidden states")  # a hit: no extraction
+        entry = cache.load("layer_metrics", metrics_recipe(states, cfg.sample.seed, DEFAULT_BINS))
+    except (ValueError, OSError):  # bad settings are the page's to report; no ℓ* then
+        return None
+    if entry is None:
+        return None
+    values = entry[0]["values"].numpy()
+    frame = pd.DataFrame(values, columns=list(COLUMNS))
+    frame.insert(0, "layer", np.arange(len(frame)))
+    return summary(frame)["l_star"]
 
 
 def remember_heads(cfg: ExtractConfig, selection: HeadSelection) -> None:

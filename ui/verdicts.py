@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pandas as pd
 import streamlit as st
 
 from analysis.compare import Comparison, comparisons_frame
 from ui.figures.compare import forest
+from ui.tables import dashes
 
 RULE = (
     "**How a verdict is reached.** For two settings A and B, diff is the difference of their "
@@ -41,17 +43,30 @@ def show(comparisons: Sequence[Comparison], metric: str, key: str) -> None:
         return
     frame = comparisons_frame(comparisons)
     st.plotly_chart(forest(frame, metric), width="stretch", key=f"{key}_forest")
+    shown = dashes(frame)  # a missing se / interval reads "–"
+    formats = {
+        "diff": st.column_config.NumberColumn(format="%+.4f"),
+        "se": st.column_config.NumberColumn(format="%.4f"),
+        "paired_p": st.column_config.NumberColumn("paired p", format="%.3f"),
+    }
     st.dataframe(
-        frame,
+        shown,
         hide_index=True,
         width="stretch",
         column_config={
-            "diff": st.column_config.NumberColumn(format="%+.4f"),
-            "se": st.column_config.NumberColumn(format="%.4f"),
-            "paired_p": st.column_config.NumberColumn("paired p", format="%.3f"),
+            c: f
+            for c, f in formats.items()
+            if c in shown and pd.api.types.is_numeric_dtype(shown[c])
         },
         key=f"{key}_table",
     )
     st.download_button(
         "Comparisons (CSV)", frame.to_csv(index=False), f"{key}.csv", "text/csv", key=f"{key}_csv"
     )
+
+
+def withheld(reasons: Sequence[str]) -> None:
+    """Why no verdict is given between some settings (both at chance level: `analysis.runs.chance`),
+    one line each, in place of their forest plot."""
+    for reason in reasons:
+        st.info(reason, icon=":material/block:")

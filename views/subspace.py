@@ -9,6 +9,7 @@ from ui.finetune.state import get_db
 from ui.loaders import get_data, get_model, show_error
 from ui.nav import next_step
 from ui.sidebar import describe, settings
+from ui.subspace.live import follow_runs, remember_done
 from ui.subspace.runs import comparison_view, pick_run
 from ui.subspace.state import get_report, layer_param_counts
 
@@ -28,6 +29,8 @@ except ValueError as exc:
     st.stop()
 db = get_db()
 st.caption(describe(cfg, sample=False))
+remember_done(cfg.model.name)
+follow_runs(cfg.model.name)  # queued and running runs, live; the page redraws when one finishes
 
 st.header("1. A fine-tuning trajectory")
 run = pick_run(db, cfg, layer_params)

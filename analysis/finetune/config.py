@@ -29,6 +29,11 @@ same size tell themselves apart; configs stored before that load with empty sett
 
 Default body learning rates are each method's ``MethodSpec.default_lr`` (its module says why;
 override with ``lr``).
+
+The defaults learn (measured, issue 20): the default full run of MiniLM on movie snippets (200
+steps, batch 16, the whole train part, body 5e-5, classifier 1e-3) scored test accuracy 0.833
+against the majority class's 0.501, in 597 s on a shared 2-core CPU. Runs that do not learn are
+flagged by `analysis.runs.chance`.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import pandas as pd
 
 from analysis.compare import Arm, Comparison, compare
 from analysis.finetune.config import FinetuneConfig, SubspaceOptions
+from analysis.runs.chance import BOTH_AT_CHANCE, chance_flag, groups_at_chance
 from analysis.runs.record import runs_of
 from analysis.runs.results import (
     budget_key,
@@ -82,7 +83,8 @@ def comparison_table(
 ) -> pd.DataFrame:
     """Completed runs (``RunsDB.list_runs`` rows, with ``config_json``) sorted into the groups.
 
-    Columns: id, group, seed, score, metric, n_trainable, setting (the run group, with a
+    Columns: id, group, seed, score, flag (`analysis.runs.chance.chance_flag`: "" unless the run
+    is at chance level), metric, n_trainable, setting (the run group, with a
     zero-weights file counted by its role; one run per setting and seed, the newest), budget (`analysis.runs.results.budget_key`), label
     (what tells settings apart), result (the run's result, for the comparisons' paired
     bootstrap).
@@ -105,23 +107,37 @@ def comparison_table(
              "metric": getattr(row, "metric", None), "n_trainable": getattr(row, "n_trainable", None),
              "setting": key, "budget": budget_key(setting), "result": run.result}
         )  # fmt: skip
-    columns = ["id", "group", "seed", "score", "metric", "n_trainable", "setting", "budget",
-               "label", "result"]  # fmt: skip
-    table = newest_per_seed(pd.DataFrame(rows, columns=[c for c in columns if c != "label"]),
-                            "setting")  # fmt: skip
+    columns = ["id", "group", "seed", "score", "flag", "metric", "n_trainable", "setting",
+               "budget", "label", "result"]  # fmt: skip
+    table = newest_per_seed(
+        pd.DataFrame(rows, columns=[c for c in columns if c not in ("label", "flag")]), "setting"
+    ).copy()
     labels = distinct_labels(settings)
-    table["label"] = [
-        _role_label(group, labels[key], settings[key])
+    named = {
+        key: _role_label(group, labels[key], settings[key])
         for group, key in zip(table["group"], table["setting"], strict=True)
-    ]
+    }
+    clashes = pd.Series(named).duplicated(keep=False)
+    named = {k: f"{v} · #{k[:4]}" if clashes[k] else v for k, v in named.items()}
+    table["label"] = [named[key] for key in table["setting"]]
+    table["flag"] = [chance_flag(r, s) for r, s in zip(table["result"], table["score"],
+                                                         strict=True)]  # fmt: skip
     return table[columns]
 
 
+# At most this many differing settings name a bar (the rest: "+ n more"), so a label says what
+# differs in a few words, never every setting.
+MAX_LABEL_PARTS = 2
+
+
 def _role_label(group: str, label: str, setting: dict[str, Any]) -> str:
-    """The comparison group's name plus what tells its settings apart (``full · steps 100``)."""
+    """The comparison group's name plus what tells its settings apart (``full · steps 100``),
+    at most `MAX_LABEL_PARTS` of them."""
     extra = label.split(" · ", 1)[1] if " · " in label else ""
-    extra = " · ".join(p for p in extra.split(" · ") if p and not p.startswith("zero"))
-    return f"{group} · {extra}" if extra else group
+    parts = [p for p in extra.split(" · ") if p and not p.startswith("zero")]
+    if len(parts) > MAX_LABEL_PARTS:
+        parts = [*parts[:MAX_LABEL_PARTS], f"+ {len(parts) - MAX_LABEL_PARTS} more"]
+    return " · ".join([group, *parts])
 
 
 def summarise_comparison(table: pd.DataFrame) -> pd.DataFrame:
@@ -162,13 +178,18 @@ VERDICT_PAIRS = (
 )
 
 
-def comparison_verdicts(table: pd.DataFrame) -> list[Comparison]:
+def comparison_verdicts(table: pd.DataFrame, withheld: list[str] | None = None) -> list[Comparison]:
     """A vs B for each pair of `VERDICT_PAIRS` whose groups both have runs of one budget (the
     same model, data, steps, batch size…): the setting with the most seeds of each side.
-    table: `comparison_table`."""
+    table: `comparison_table`.
+
+    No verdict between two settings whose runs are all at chance level (`analysis.runs.chance`):
+    each such pair's reason is appended to ``withheld`` instead."""
     if table.empty:
         return []
     summary = summarise_comparison(table)
+    at_chance = groups_at_chance(table.assign(_key=table["group"] + "\0" + table["setting"]),
+                                 "_key")  # fmt: skip
     out = []
     for a, b in VERDICT_PAIRS:
         for budget in summary["budget"].unique():
@@ -176,8 +197,12 @@ def comparison_verdicts(table: pd.DataFrame) -> list[Comparison]:
             side_a, side_b = here[here["group"] == a], here[here["group"] == b]
             if side_a.empty or side_b.empty:
                 continue
-            arms = [_arm(table, side.sort_values("n_seeds").iloc[-1]) for side in (side_a, side_b)]
-            out.append(compare(*arms))
+            rows = [side.sort_values("n_seeds").iloc[-1] for side in (side_a, side_b)]
+            if all(f"{r['group']}\0{r['setting']}" in at_chance for r in rows):
+                if withheld is not None:
+                    withheld.append(BOTH_AT_CHANCE.format(a=rows[0]["label"], b=rows[1]["label"]))
+                continue
+            out.append(compare(*(_arm(table, r) for r in rows)))
     return out
 
 

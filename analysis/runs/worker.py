@@ -29,6 +29,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -186,6 +187,9 @@ def _spawn(root: Path, lock: WorkerLock, arguments: list[str]) -> int:
     # Close our copy without unlocking: the child's copy of the descriptor keeps the lock.
     os.close(lock.fd)
     lock.fd = None
+    # Collect its exit status when it ends, so that a finished worker never stays <defunct>
+    # under a long-lived parent (the app's server) until that stops.
+    threading.Thread(target=child.wait, name=f"reap-worker-{child.pid}", daemon=True).start()
     return child.pid
 
 

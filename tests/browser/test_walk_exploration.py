@@ -78,11 +78,11 @@ def test_l_star_of_one_data_set_is_never_offered_for_another(page):
     goto_page(page, "Layers")
     expect(page.locator(CHART).first).to_be_visible(timeout=180_000)
     goto_page(page, "Fine-tune")
-    expect(page.get_by_text("from the Layers page (lowest ν)").first).to_be_visible()
+    expect(page.get_by_text("from the Layers analysis (lowest ν)").first).to_be_visible()
     choose(page, "Dataset", "trec6")
     assert_no_exception(page)
     expect(page.get_by_text("No ℓ* found yet for this model, data and sample")).to_be_visible()
-    assert page.get_by_text("from the Layers page (lowest ν)").count() == 0
+    assert page.get_by_text("from the Layers analysis (lowest ν)").count() == 0
 
 
 def _trajectory_run(seed: int) -> FinetuneConfig:

@@ -174,3 +174,20 @@ def test_the_runner_closes_before_the_lock_is_let_go(root, monkeypatch):
     monkeypatch.setattr(worker, "RayRunner", FakeRunner)
     assert serve(root, executor="ray", idle_timeout=0.0, poll_s=0.01) == 0
     assert held_at_close and all(pid == os.getpid() for pid in held_at_close), held_at_close
+
+
+def _state(pid: int) -> str | None:
+    """The process state letter of ``pid`` (Z: a zombie), None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def test_a_finished_worker_is_reaped_not_left_defunct(root):
+    pid = ensure_worker(root, device="cpu", idle_timeout=0.2)  # nothing queued: it exits soon
+    log = root / "worker.log"
+    wait_for(lambda: worker_pid(root, "cpu") is None, what="the idle worker to exit", log=log)
+    # Nobody here waits for it: the launch path must collect its status itself.
+    wait_for(lambda: _state(pid) is None, what="the finished worker to be reaped", log=log)

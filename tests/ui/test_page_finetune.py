@@ -16,7 +16,7 @@ from analysis.runs.db import RunsDB
 from analysis.runs.worker import worker_pid
 from analysis.strategies import middle_layer
 from ui.finetune.form import layer_key
-from ui.suggestions import extraction_key, heads_key
+from ui.suggestions import heads_key
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
 
@@ -62,6 +62,9 @@ def test_finetune_page_launches_runs_that_outlive_reruns(tiny_bert_dir, monkeypa
     widget(at.button, "Queue").click().run()
     assert not errors(at), errors(at)
     assert any("Queued 1 run" in s.value for s in at.success)
+    # Right after an estimate, queueing estimates from that timing (no stale "No earlier run").
+    assert not any("No earlier" in i.value for i in at.info)
+    assert any("timed earlier in this session" in i.value for i in at.info)
     run_id = db.list_runs()["id"].iloc[0]
     # The worker is its own process: reruns and page switches do not touch it.
     at.run()
@@ -136,15 +139,63 @@ def sidebar_config(model_dir, data: str = "movie-snippets") -> ExtractConfig:
                          sample=SampleSpec(n=40))  # fmt: skip
 
 
+def cache_layers_analysis(cfg: ExtractConfig) -> int:
+    """Compute the Layers analysis of ``cfg`` into the disk cache (as the Layers page or the CLI
+    would, in another session); returns its ℓ*."""
+    from analysis.extract import extract_states
+    from analysis.layers.table import cached_layer_metrics, summary
+
+    df, _ = cached_layer_metrics(extract_states(cfg), seed=cfg.sample.seed)
+    return summary(df)["l_star"]
+
+
+def cached_l_star_is(monkeypatch, value: int) -> None:
+    """Pretend the cached Layers analysis found ``value`` (the tiny model's own ℓ* may equal the
+    middle layer, the default without one)."""
+    import ui.suggestions
+
+    real = ui.suggestions.cached_l_star
+    monkeypatch.setattr(ui.suggestions, "cached_l_star", lambda cfg: real(cfg) and value)
+
+
+def test_l_star_comes_from_the_cached_layers_analysis_in_a_new_session(tiny_bert_dir, monkeypatch):
+    cfg = sidebar_config(tiny_bert_dir)
+    found = cache_layers_analysis(cfg)  # on disk; this session never opens the Layers page
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert not errors(at), errors(at)
+    assert any(f"ℓ* = {found}, from the Layers analysis" in i.value for i in at.info)
+    assert "suggested_l_star" not in at.session_state  # not from the browser session
+    for label in ("ℓ* (best-specialised layer)", "ℓ_top", "ℓ_head"):
+        assert widget(at.number_input, label).value == found
+
+
+def test_layer_fields_follow_l_star_until_edited_and_then_say_so(tiny_bert_dir, monkeypatch):
+    cfg = sidebar_config(tiny_bert_dir)
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert any("No ℓ* found yet" in c.value for c in at.caption)
+    assert widget(at.number_input, "ℓ_top").value == middle_layer(2)
+    cache_layers_analysis(cfg)
+    cached_l_star_is(monkeypatch, 1)  # the Layers analysis now says 1 (the middle of L = 2 is 2)
+    at.run()
+    for label in ("ℓ* (best-specialised layer)", "ℓ_top", "ℓ_head"):
+        assert widget(at.number_input, label).value == 1  # followed: none was edited
+    widget(at.number_input, "ℓ* (best-specialised layer)").set_value(2)
+    widget(at.button, "Estimate time").click().run()
+    assert any("You set ℓ* = 2; the Layers analysis says 1" in w.value for w in at.warning)
+    assert widget(at.number_input, "ℓ* (best-specialised layer)").value == 2  # kept
+    assert widget(at.number_input, "ℓ_top").value == 1  # not edited: still follows
+
+
 def test_l_star_and_heads_from_other_pages_are_used_for_their_data_only(tiny_bert_dir, monkeypatch):
     cfg = sidebar_config(tiny_bert_dir)
+    cache_layers_analysis(cfg)
+    cached_l_star_is(monkeypatch, 1)
     at = make_app(tiny_bert_dir, monkeypatch)
-    at.session_state["suggested_l_star"] = {extraction_key(cfg): 1}  # the middle of L = 2 is 2
     at.session_state["suggested_heads"] = {
         heads_key(cfg): {"format": FORMAT, "layers": {"1": [0, 2], "2": [3]}}
     }
     open_page(at, "views/finetune.py")
-    assert any("ℓ* = 1, from the Layers page" in i.value for i in at.info)
+    assert any("ℓ* = 1, from the Layers analysis" in i.value for i in at.info)
     assert widget(at.number_input, "ℓ* (best-specialised layer)").value == 1
     fill_form(at, steps=10)
     widget(at.selectbox, "Method (one run)").set_value("heads")
@@ -154,7 +205,7 @@ def test_l_star_and_heads_from_other_pages_are_used_for_their_data_only(tiny_ber
 
     # Another data set: neither ℓ* nor the heads of movie snippets are offered.
     at.sidebar.selectbox(key="data").set_value("trec6").run()
-    assert not any("from the Layers page" in i.value for i in at.info)
+    assert not any("from the Layers analysis" in i.value for i in at.info)
     assert any("No ℓ* found yet" in c.value for c in at.caption)
     field = widget(at.number_input, "ℓ* (best-specialised layer)")
     assert field.value == middle_layer(2) and field.key != layer_key(cfg, "l_star")  # its own field
@@ -233,3 +284,42 @@ def test_layers_one_to_l_is_queued_as_full_and_the_form_shows_one_methods_fields
     lora = RunsDB().list_runs(method="lora")
     config = RunsDB().get_run(lora["id"].iloc[0])["config"]
     assert config["lora_alpha"] == 4.0 and config["lora_r"] == 2 and config["lora_layers"] == [2]
+
+
+def test_the_form_lists_every_bad_field_at_once(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=10, seeds="0,x")
+    widget(at.text_input, "Learning rate").set_value("fast")
+    widget(at.button, "Estimate time").click().run()
+    assert len(at.error) == 1  # one message…
+    message = at.error[0].value
+    assert "2 problems in the form" in message  # …naming both bad fields, not the first only
+    assert "Seeds" in message and "learning rate must be a number" in message
+    assert RunsDB().list_runs().empty
+
+
+def test_runs_at_chance_are_flagged_and_get_no_verdict(tiny_bert_dir, monkeypatch):
+    import numpy as np
+
+    from analysis.finetune.config import FinetuneConfig
+    from analysis.predictions import encode_predictions
+
+    db = RunsDB()
+    labels = np.array([0, 1] * 10)  # balanced: majority 0.5
+    for method, seed in (("full", 0), ("full", 1), ("bitfit", 0), ("bitfit", 1)):
+        cfg = FinetuneConfig(model=ModelSpec(str(tiny_bert_dir)), data=DataSpec("movie-snippets"),
+                             method=method, steps=20, seed=seed)  # fmt: skip
+        run_id = db.enqueue(cfg)
+        db.claim_next(worker_pid=1)
+        db.finish(run_id, {"score": 0.45 + seed / 100, "metric": "accuracy", "n_trainable": 10,
+                           "layers_forward": 2, "wall_s": 1.0, "test_predictions":
+                           encode_predictions(np.zeros(20), labels, "fp", regression=False)})  # fmt: skip
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert not errors(at), errors(at)
+    assert any("4 of 4 run(s) are at chance level" in w.value for w in at.warning)
+    assert any("No verdict between" in i.value and "both are at chance" in i.value
+               for i in at.info)  # fmt: skip
+    assert not any("verdict" in d.value.columns for d in at.dataframe)  # no verdict table
+    assert any("majority class 0.500" in c.value for c in at.caption)
+    latest = next(d.value for d in at.dataframe if list(d.value.columns[:2]) == ["method", "label"])
+    assert set(latest["flag"]) == {"predicts one class only"}  # the live queue's cards too

@@ -148,3 +148,38 @@ def test_the_json_download_carries_each_runs_group_and_label(tiny_bert_dir, monk
     assert records[0]["steps"]  # still the whole record: config, result, note, tags and steps
     table = pd.read_csv(io.StringIO(download(at, stores, "Download CSV").decode()))
     assert table["group"].tolist() == [r["group"] for r in records]
+
+
+def test_the_table_leads_with_what_a_reader_looks_for(tiny_bert_dir, monkeypatch):
+    import numpy as np
+
+    from analysis.predictions import encode_predictions
+
+    db = RunsDB()
+    labels = np.array([0, 1, 0, 1, 0, 0])
+    for steps, predictions in ((100, np.zeros(6)), (300, labels)):
+        run_id = db.enqueue({"model": {"name": "tiny"}, "data": {"name": "movie-snippets"},
+                             "method": "full", "seed": 0, "steps": steps})  # fmt: skip
+        db.claim_next(worker_pid=1)
+        score = float(np.mean(predictions == labels))
+        db.finish(
+            run_id,
+            {
+                "score": score,
+                "metric": "accuracy",
+                "test_predictions": encode_predictions(predictions, labels, "fp", regression=False),
+            },
+        )
+    db.enqueue({"model": {"name": "tiny"}, "data": {"name": "movie-snippets"}, "method": "full"})
+    at = runs_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at), errors(at)
+    table = at.dataframe[0].value
+    assert list(table.columns[:7]) == ["method", "label", "score", "metric", "flag", "status",
+                                       "seed"]  # fmt: skip
+    assert list(table.columns).index("id") < list(table.columns).index("created")
+    done = table[table["status"] == "done"]
+    assert set(done["label"]) == {"full · steps 100", "full · steps 300"}  # told apart
+    flags = dict(zip(done["label"], done["flag"], strict=True))
+    assert flags == {"full · steps 100": "predicts one class only", "full · steps 300": ""}
+    cells = table.astype(str).to_numpy().ravel()
+    assert "None" not in cells and "nan" not in cells  # the queued run's blanks read "–"

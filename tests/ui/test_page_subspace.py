@@ -217,3 +217,29 @@ def test_the_trajectory_run_goes_where_train_on_says(tiny_bert_dir, monkeypatch)
     assert started == [ExecutorChoice("ray", None, cpus_per_run=1)]
     assert any("on the Ray cluster" in s.value for s in at.success)
     assert len(RunsDB().list_runs(status="queued")) == 1
+
+
+def test_the_page_follows_its_queued_run_live(tiny_bert_dir, monkeypatch, tmp_path):
+    import analysis.runs.worker
+
+    monkeypatch.setattr(analysis.runs.worker, "ensure_worker", lambda *a, **k: 4242)
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), PAGE)
+    next(b for b in at.button if b.label == "Queue a run with trajectory capture").click().run()
+    assert any("follows them live" in s.value for s in at.success)
+    at.run()
+    live = [i.value for i in at.info if "queued" in i.value and "as soon as it finishes" in i.value]
+    assert live and "0 run(s)" in live[0] and "1 queued" in live[0]
+    # The run finishes (here: another recorded run); the fragment's next check redraws the page.
+    import ui.subspace.live as live_module
+
+    seen = at.session_state["sub_live_done"]
+    assert seen[1] == frozenset()  # the page was drawn with no finished run
+    db = RunsDB()
+    queued = db.list_runs(status="queued")["id"].iloc[0]
+    db.claim_next(worker_pid=1)
+    db.finish(queued, {"score": 0.7, "metric": "accuracy"})
+    recorded_run(tmp_path, tiny_bert_dir)
+    assert live_module._done_ids(str(tiny_bert_dir)) != seen[1]  # what triggers the rerun
+    at.run()
+    assert not any("No completed run" in i.value for i in at.info)
+    assert at.session_state["sub_live_done"][1] == live_module._done_ids(str(tiny_bert_dir))

@@ -5,6 +5,8 @@ Every function takes tables (see analysis.runs.results) and returns a plotly Fig
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -12,6 +14,10 @@ from plotly.subplots import make_subplots
 
 from analysis.finetune.registry import colours, method_names
 from analysis.runs.results import pareto_front
+from ui.figures.baselines import bound_score_axis, score_frame
+
+if TYPE_CHECKING:
+    from analysis.runs.chance import Baseline
 
 # Blue ℓ*-down, green ℓ*-up, red baselines: the colours of the first paper's Figure 4; every
 # other method has its own colour, declared in its spec (`MethodSpec.colour`).
@@ -54,8 +60,10 @@ def _families(summary: pd.DataFrame) -> pd.Series:
     )  # fmt: skip
 
 
-def loss_curve(steps: pd.DataFrame, title: str = "") -> go.Figure:
-    """Train loss per step (left axis) and the dev score at each evaluation (right axis).
+def loss_curve(steps: pd.DataFrame, title: str = "", metric: str | None = None) -> go.Figure:
+    """Train loss per step (left axis, its own range) and the dev score at each evaluation
+    (right axis, bounded to the metric's range: `ui.figures.baselines`; with no metric given,
+    [0, 1] when every dev score is ≥ 0, else [−1, 1]).
 
     steps: long format (step, kind, key, value) as `RunsDB.steps` returns it.
     """
@@ -73,17 +81,24 @@ def loss_curve(steps: pd.DataFrame, title: str = "") -> go.Figure:
         )
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="loss", secondary_y=False)
-    fig.update_yaxes(title_text="dev score", secondary_y=True)
+    fig.update_yaxes(title_text=f"dev {metric or 'score'}", secondary_y=True, showgrid=False)
+    if metric is None and not dev.empty:  # a live run: its metric is known once it is done
+        metric = "accuracy" if dev["value"].min() >= 0 else "mcc"  # [0, 1] or [−1, 1]
+    bound_score_axis(fig, metric, secondary_y=True)
     fig.update_layout(title=title, height=280, margin=dict(t=40, b=30, l=10, r=10))
     return fig
 
 
 def score_vs_layers(
-    summary: pd.DataFrame, metric: str = "score", n_layers: int | None = None
+    summary: pd.DataFrame,
+    metric: str = "score",
+    n_layers: int | None = None,
+    baseline: Baseline | None = None,
 ) -> go.Figure:
     """The first paper's Figure 4: test score vs number of tuned layers, one colour per family,
     mean ± standard error over seeds (error bars). Circles: cut models (ℓ_head < L); diamonds:
-    the classifier reads the top layer L (the largest layers_forward when L is not given)."""
+    the classifier reads the top layer L (the largest layers_forward when L is not given). The
+    score axis spans the metric's range, with the majority-class and chance lines."""
     fig = go.Figure()
     points = summary.dropna(subset=["n_tuned_layers", "score"])
     top = n_layers if n_layers is not None else points["layers_forward"].max()
@@ -110,12 +125,15 @@ def score_vs_layers(
         height=420,
     )
     fig.update_xaxes(dtick=1)
-    return fig
+    return score_frame(fig, metric, baseline)
 
 
-def score_vs_params(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
+def score_vs_params(
+    summary: pd.DataFrame, metric: str = "score", baseline: Baseline | None = None
+) -> go.Figure:
     """Test score vs trainable parameters (log x) for every method, with the Pareto frontier:
-    the runs that no other run beats with as few or fewer trainable parameters."""
+    the runs that no other run beats with as few or fewer trainable parameters; the score axis
+    spans the metric's range, with the majority-class and chance lines."""
     fig = go.Figure()
     points = summary.dropna(subset=["n_trainable", "score"]).reset_index(drop=True)
     for family, part in points.groupby(_families(points), sort=False):
@@ -151,7 +169,7 @@ def score_vs_params(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
         height=420,
     )
     fig.update_xaxes(type="log")
-    return fig
+    return score_frame(fig, metric, baseline)
 
 
 def costs(summary: pd.DataFrame) -> go.Figure:
@@ -184,9 +202,12 @@ def costs(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def compute_saved(saved: pd.DataFrame) -> go.Figure:
+def compute_saved(
+    saved: pd.DataFrame, metric: str = "score", baseline: Baseline | None = None
+) -> go.Figure:
     """For every cut model (ℓ_head < L): the share of step time saved against full fine-tuning
-    (bars) and its test score (markers, right axis)."""
+    (bars, left axis) and its test score (markers, right axis: the metric's range, with the
+    majority-class line)."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(
         go.Bar(
@@ -218,6 +239,7 @@ def compute_saved(saved: pd.DataFrame) -> go.Figure:
         secondary_y=True,
     )
     fig.update_yaxes(title_text="saved vs full fine-tuning (%)", secondary_y=False)
-    fig.update_yaxes(title_text="test score", secondary_y=True)
+    fig.update_yaxes(title_text=f"test {metric}", secondary_y=True, showgrid=False)
+    score_frame(fig, metric, baseline, secondary_y=True)
     fig.update_layout(barmode="group", height=360)
     return fig

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from ui.figures.baselines import score_frame
+
+if TYPE_CHECKING:
+    from analysis.runs.chance import Baseline
+
 PALETTE = qualitative.Plotly
 
 
-def overlay_curves(steps: Mapping[str, pd.DataFrame], metric: str = "score") -> go.Figure:
-    """Train loss (top) and dev score (bottom) of several runs against the step, one colour per
-    run. steps: run name → its steps in long format (step, kind, key, value), as
-    `RunsDB.steps` returns them."""
+def overlay_curves(
+    steps: Mapping[str, pd.DataFrame], metric: str = "score", baseline: Baseline | None = None
+) -> go.Figure:
+    """Train loss (top, its own axis) and dev score (bottom, bounded to the metric's range, with
+    the majority-class and chance lines) of several runs against the step, one colour per run.
+    steps: run name → its steps in long format (step, kind, key, value), as `RunsDB.steps`
+    returns them."""
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
         subplot_titles=["train loss", f"dev {metric}"],
@@ -44,4 +53,4 @@ def overlay_curves(steps: Mapping[str, pd.DataFrame], metric: str = "score") -> 
     fig.update_yaxes(title_text="loss", row=1, col=1)
     fig.update_yaxes(title_text=metric, row=2, col=1)
     fig.update_layout(height=560, legend={"orientation": "h", "y": -0.12}, margin={"t": 40})
-    return fig
+    return score_frame(fig, metric, baseline, row=2, col=1)

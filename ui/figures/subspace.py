@@ -3,9 +3,16 @@ hidden dimensions and the score comparisons. Each takes plain data and returns a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+
+from ui.figures.baselines import score_frame
+
+if TYPE_CHECKING:
+    from analysis.runs.chance import Baseline
 
 GROUP_COLOURS = {
     "full": "#d62728",
@@ -111,23 +118,41 @@ def recurring_dims(recurring: list[dict], top: int = 20) -> go.Figure:
     return fig
 
 
-def comparison(summary: pd.DataFrame, metric: str = "score") -> go.Figure:
-    """Mean test score per group (and setting, where a group has several: ``label``) with ±
-    standard error over seeds (error bars), each bar labelled with its n_seeds."""
+def wrap_label(label: str, width: int = 18) -> str:
+    """A bar's label on lines of about ``width`` characters, broken at its " · " parts."""
+    lines: list[str] = []
+    for part in str(label).split(" · "):
+        if lines and len(lines[-1]) + len(part) + 3 <= width:
+            lines[-1] += f" · {part}"
+        else:
+            lines.append(part)
+    return "<br>".join(lines)
+
+
+def comparison(
+    summary: pd.DataFrame, metric: str = "score", baseline: Baseline | None = None
+) -> go.Figure:
+    """Mean test score per group (and setting, where a group has several: ``label``, what
+    differs) with ± standard error over seeds (error bars), each bar labelled with its n_seeds;
+    the score axis spans the metric's range, with the majority-class and chance lines."""
     names = summary["label"] if "label" in summary else summary["group"]
     fig = go.Figure(
         go.Bar(
-            x=names,
+            x=[wrap_label(n) for n in names],
             y=summary["score"],
             error_y=dict(type="data", array=summary["score_sem"].fillna(0.0), visible=True),
             marker_color=[GROUP_COLOURS.get(g, "#7f7f7f") for g in summary["group"]],
             text=[f"n={n}" for n in summary["n_seeds"]],
             textposition="outside",
+            hovertext=list(names),
+            hovertemplate="%{hovertext}<br>score %{y:.4f}<extra></extra>",
         )
     )
     fig.update_layout(
         yaxis_title=f"test {metric}",
-        height=340,
+        height=420,
         margin=dict(t=30, b=40, l=10, r=10),
+        xaxis_tickangle=0,
+        bargap=0.3,
     )
-    return fig
+    return score_frame(fig, metric, baseline)

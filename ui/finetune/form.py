@@ -2,8 +2,10 @@
 
 A form, so moving a slider never starts anything: only "Estimate" and "Queue" act. Its values
 stay across page switches (``persist_state``). ℓ* and the head selection default to what the
-Layers and Heads pages found for exactly this model, data and sample (`ui.suggestions`); the
-layer fields are kept per extraction, so another data set or model starts on its own ℓ*.
+Layers and Heads pages found for exactly this model, data and sample (`ui.suggestions`: ℓ* from
+the Layers analysis cached on disk); ℓ*, ℓ_top and ℓ_head follow that ℓ* until the user edits
+them (then the form says which ℓ* it uses). The layer fields are kept per extraction, so another
+data set or model starts on its own ℓ*.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 
 
 KEEP = "session"  # every field keeps its value across page switches
+TIMED = "ft_timed_step_s"  # this session's timings: (model, method, batch, length, device) → s
 
 
 def layer_key(extract_cfg: ExtractConfig, name: str) -> str:
@@ -62,6 +65,18 @@ def layer_key(extract_cfg: ExtractConfig, name: str) -> str:
     sample starts on its own ℓ*, and a layer number never outlives the model it belongs to."""
     digest = hashlib.sha256(extraction_key(extract_cfg).encode()).hexdigest()[:12]
     return f"ft_{name}_{digest}"
+
+
+def follow(widget_key: str, suggested: int) -> None:
+    """Put ``suggested`` in a layer field unless the user edited it: a field still holding the
+    value the page last suggested (or none yet) takes the new suggestion; an edited one keeps
+    the user's value."""
+    last = f"{widget_key}_suggested"
+    if widget_key not in st.session_state or st.session_state[widget_key] == st.session_state.get(
+        last
+    ):
+        st.session_state[widget_key] = suggested
+    st.session_state[last] = suggested
 
 
 def chosen_l_star(extract_cfg: ExtractConfig, n_layers: int) -> int:
@@ -99,28 +114,41 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
             "Strategies (sweep)", strategy_names(), default=["down", "up", "baselines"],
             help=STRATEGY_HELP, key="ft_strategies", persist_state=KEEP,
         )  # fmt: skip
-        if l_star_found is not None:
-            left.info(
-                f"ℓ* = {l_star_found}, from the Layers page (lowest ν) for {describe(extract_cfg)}."
-            )
-        else:
+        suggested = l_star_found or middle_layer(n_layers)
+        for name in ("l_star", "top", "head"):  # they follow ℓ* unless the user edited them
+            follow(key(name), suggested)
+        st.session_state.setdefault(key("bottom"), 1)
+        typed = st.session_state[key("l_star")]
+        if l_star_found is None:
             left.caption(
                 "No ℓ* found yet for this model, data and sample: compute it on the Layers "
                 "page, or type one."
             )
+        elif typed != l_star_found:
+            left.warning(
+                f"You set ℓ* = {typed}; the Layers analysis says {l_star_found} for "
+                f"{describe(extract_cfg)}. Sweeps and results use ℓ* = {typed}.",
+                icon=":material/edit:",
+            )
+        else:
+            left.info(
+                f"ℓ* = {l_star_found}, from the Layers analysis (lowest ν) for "
+                f"{describe(extract_cfg)}."
+            )
         l_star = left.number_input(
-            "ℓ* (best-specialised layer)", 1, n_layers, l_star_found or middle_layer(n_layers),
-            key=key("l_star"), persist_state=KEEP,
-            help="Taken from the Layers page when you computed it there for these settings.",
+            "ℓ* (best-specialised layer)", 1, n_layers, key=key("l_star"), persist_state=KEEP,
+            help="Taken from the Layers analysis cached for these settings; ℓ_top and ℓ_head "
+            "follow it until you edit them.",
         )  # fmt: skip
         c1, c2, c3 = right.columns(3)
-        bottom = c1.number_input("ℓ_bottom", 1, n_layers, 1, key=key("bottom"), persist_state=KEEP)
-        top = c2.number_input("ℓ_top", 1, n_layers, int(l_star), key=key("top"), persist_state=KEEP)
-        head = c3.number_input(
-            "ℓ_head", 1, n_layers, int(l_star), key=key("head"), persist_state=KEEP
-        )
+        bottom = c1.number_input("ℓ_bottom", 1, n_layers, key=key("bottom"), persist_state=KEEP)
+        top = c2.number_input("ℓ_top", 1, n_layers, key=key("top"), persist_state=KEEP)
+        head = c3.number_input("ℓ_head", 1, n_layers, key=key("head"), persist_state=KEEP)
         option_values = option_widgets(method, left, n_layers, int(l_star), heads_found, key)
-        a, b, c, d = st.columns(4)
+        # Three fields a row, so that no label is cut short.
+        a, c, d = st.columns(3)
+        b, b2, _ = st.columns(3)
+        e, f, g = st.columns(3)
         steps = a.number_input(
             "Steps", 1, 100_000, default_of(FinetuneConfig, "steps"), step=50, key="ft_steps",
             persist_state=KEEP,
@@ -129,7 +157,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
             "Learning rate", "", placeholder="method default", help=lr_help(), key="ft_lr",
             persist_state=KEEP,
         )  # fmt: skip
-        classifier_lr = b.number_input(
+        classifier_lr = b2.number_input(
             "Classifier learning rate", min_value=1e-7, max_value=1.0, value=DEFAULT_CLASSIFIER_LR,
             format="%.1e", help=help_of(FinetuneConfig, "classifier_lr") + " (its own AdamW group)",
             key="ft_head_lr", persist_state=KEEP,
@@ -141,20 +169,20 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         seeds_text = d.text_input(
             "Seeds", "0", help="comma-separated, e.g. 0,1,2", key="ft_seeds", persist_state=KEEP
         )
-        n_train = a.number_input(
+        n_train = e.number_input(
             "Train examples (0 = all)", 0, 10_000_000, default_of(FinetuneConfig, "n_train") or 0,
             step=500, key="ft_n_train", persist_state=KEEP,
             help=help_of(FinetuneConfig, "n_train"),
         )  # fmt: skip
-        n_eval = b.number_input(
+        n_eval = f.number_input(
             "Dev/test examples scored", 1, 1_000_000, default_of(FinetuneConfig, "n_eval"),
             step=100, key="ft_n_eval", persist_state=KEEP, help=help_of(FinetuneConfig, "n_eval"),
         )  # fmt: skip
-        eval_every = c.number_input(
+        eval_every = g.number_input(
             "Dev score every k steps", 1, 100_000, default_of(FinetuneConfig, "eval_every"),
             key="ft_eval_every", persist_state=KEEP,
         )  # fmt: skip
-        lr_grid = d.checkbox(
+        lr_grid = st.checkbox(
             "Sweep: learning-rate grid " + ", ".join(f"×{_factor(f)}" for f in LR_GRID),
             help="Each strategy also at the other multiples of its body learning rate; the rate "
             "with the best mean dev score is kept in the results (never chosen on test).",
@@ -165,15 +193,17 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
         queue = second.form_submit_button("Queue", type="primary")
     if not (estimate_only or queue):
         return
-    seeds = _ints(seeds_text, "Seeds")
+    problems = Problems()
+    seeds = problems.check(lambda: _ints(seeds_text, "Seeds"), (0,))
     common = dict(
-        model=extract_cfg.model, data=extract_cfg.data, steps=int(steps), lr=_learning_rate(lr_text),
+        model=extract_cfg.model, data=extract_cfg.data, steps=int(steps),
+        lr=problems.check(lambda: _learning_rate(lr_text), None),
         classifier_lr=float(classifier_lr),
         batch_size=int(batch_size), max_length=extract_cfg.max_length, pooling=extract_cfg.pooling,
         n_train=int(n_train) or None, n_eval=int(n_eval), eval_every=int(eval_every),
     )  # fmt: skip
     one = mode.startswith("One")
-    given = option_values()
+    given = problems.check(option_values, {})
     if one:
         triple = (int(bottom), int(top), int(head))
         plan = [("single", method, triple if method_spec(method).needs_layers else None)]
@@ -183,23 +213,55 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
             for s in sweep_strategies(strategies, n_layers, int(l_star))
         ]
     heads = given.get("heads") if method == "heads" else heads_found
+
+    def checked(m: str, layers, seed: int) -> FinetuneConfig:
+        cfg = canonical(_config(common, m, layers, seed, given if one else {}, heads), n_layers)
+        # Layers within 1..L, heads within 0..H-1: refused here, not in the worker.
+        cfg.check_model(loaded.n_layers, loaded.n_heads)
+        return cfg
+
     configs = [
-        (family, canonical(_config(common, m, layers, seed, given if one else {}, heads), n_layers))
+        (family, cfg)
         for family, m, layers in plan
         for seed in seeds
+        if (cfg := problems.check(functools.partial(checked, m, layers, seed))) is not None
     ]
+    problems.raise_any()  # every problem of the form at once, not one per press
     if lr_grid and not one:
         configs = [
             (family, lr_scaled(cfg, factor))
             for family, cfg in configs
             for factor in grid_factors(cfg.method)
         ]
-    # Layers within 1..L, heads within 0..H-1: refused here, not in the worker.
-    for _, cfg in configs:
-        cfg.check_model(loaded.n_layers, loaded.n_heads)
     _show_estimate(db, configs, loaded, time_now=estimate_only)
     if queue:
         _queue(db, configs, sweep=not one, executor=executor)
+
+
+class Problems:
+    """The form's bad inputs, gathered so that one message lists all of them."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def check(self, compute, fallback=None):
+        """``compute()``, or ``fallback`` with its ValueError's message kept."""
+        try:
+            return compute()
+        except ValueError as exc:
+            if str(exc) not in self.messages:
+                self.messages.append(str(exc))
+            return fallback
+
+    def raise_any(self) -> None:
+        """One ValueError naming every problem (a bulleted list when there are several)."""
+        if len(self.messages) == 1:
+            raise ValueError(self.messages[0])
+        if self.messages:
+            raise ValueError(
+                f"{len(self.messages)} problems in the form:\n"
+                + "\n".join(f"- {m}" for m in self.messages)
+            )
 
 
 def _factor(factor: float) -> str:
@@ -248,18 +310,26 @@ def _config(
 def _show_estimate(db: RunsDB, configs: list, loaded: LoadedModel, time_now: bool) -> None:
     """Steps × seconds per step, summed over the runs. Seconds per step: measured on earlier runs
     of this model; else, on "Estimate time", timed now on one run per method."""
-    total, sources, timed = 0.0, set(), {}
+    total, sources = 0.0, set()
+    # Timings of this session (model, method, batch size, max length), so "Queue" right after
+    # "Estimate time" estimates from them instead of saying there is nothing to estimate from.
+    timed, fresh = st.session_state.setdefault(TIMED, {}), set()
     for _, cfg in configs:
         per_step, source = measured_step_time(db, cfg, run_label(cfg.to_dict()))
-        if per_step is None and time_now:
-            if cfg.method not in timed:
-                timed[cfg.method] = timed_step_time(cfg, loaded)
-            per_step = timed[cfg.method]
-            source = f"timed just now on 2 steps of one {cfg.method} run (others alike)"
+        what = (cfg.model.name, cfg.method, cfg.batch_size, cfg.max_length, cfg.device)
+        if per_step is None and (time_now or what in timed):
+            if time_now and what not in fresh:  # once per kind of run and press
+                timed[what] = timed_step_time(cfg, loaded)
+                fresh.add(what)
+            if what in fresh:
+                source = f"timed just now on 2 steps of one {cfg.method} run (others alike)"
+            else:
+                source = f"timed earlier in this session on 2 steps of one {cfg.method} run"
+            per_step = timed[what]
         if per_step is None:
             st.info(
-                "No earlier run of this model to estimate from: press **Estimate time** for a "
-                "quick timing of 2 steps here."
+                f"No earlier {cfg.method} run of this model to estimate from: press **Estimate "
+                "time** for a quick timing of 2 steps here."
             )
             return
         total += per_step * cfg.steps

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
-from analysis.runs.record import Run
+from analysis.runs.chance import chance_flag
+from analysis.runs.record import Run, runs_of
 from ui.figures.finetune import loss_curve
 from ui.finetune.state import format_seconds, get_db
+from ui.tables import dashes
 
 if TYPE_CHECKING:
     from analysis.runs.db import RunsDB
@@ -57,13 +59,15 @@ def queue_view() -> None:
     recent = db.list_runs(status=["done", "failed", "cancelled"], limit=RECENT)
     if not recent.empty:
         st.markdown("**Latest finished**")
-        st.dataframe(
-            recent[
-                ["id", "status", "method", "label", "seed", "score", "metric", "wall_s", "error"]
-            ],
-            hide_index=True,
-            width="stretch",
-        )
+        recent = recent.assign(flag=[chance_flag(r.result) for r in runs_of(recent)])
+        columns = ["method", "label", "score", "metric", "flag", "status", "seed", "wall_s",
+                   "error", "id"]  # fmt: skip
+        st.dataframe(dashes(recent[columns]), hide_index=True, width="stretch")
+        if (recent["flag"] != "").any():
+            st.caption(
+                "*flag*: at chance level — the run predicts one class only or does not beat the "
+                "majority class of its test part."
+            )
 
 
 def _running_card(db: RunsDB, run: pd.Series) -> None:

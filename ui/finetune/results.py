@@ -14,9 +14,12 @@ import streamlit as st
 from analysis.compare import compare
 from analysis.io import json_ready
 from analysis.runs import results
+from analysis.runs.chance import BOTH_AT_CHANCE, flags_of, groups_at_chance, page_baseline
+from analysis.runs.record import runs_of
 from ui import verdicts
 from ui.figures import finetune as figures
 from ui.finetune.state import get_db
+from ui.tables import dashes
 
 
 @st.fragment(run_every=10)
@@ -27,6 +30,9 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
     if table.empty:
         st.info("No finished run of this model on this data yet: queue some in the form above.")
         return
+    by_id = {run.id: run.result for run in runs_of(runs)}
+    table.insert(table.columns.get_loc("score") + 1, "flag", flags_of(table["id"], by_id))
+    baseline = page_baseline(by_id.get(i) for i in table["id"])
     everything = results.summarise(table)
     choices = results.lr_choices(everything)
     summary = results.without_unchosen_lrs(everything)
@@ -36,6 +42,7 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         f"(a group: runs identical in every setting but the seed) · refreshes every 10 s · "
         f"families: as queued by a sweep, else judged against ℓ* = {l_star}"
     )
+    chance_note(table, baseline)
 
     st.subheader("Score vs number of tuned layers")
     st.markdown(
@@ -45,7 +52,7 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         "diamonds: the classifier reads the top layer L. Bars: the standard error over seeds:"
     )
     st.latex(r"\bar s \pm \frac{\mathrm{sd}(s_1,\dots,s_n)}{\sqrt{n}}\quad (n = \text{seeds})")
-    st.plotly_chart(figures.score_vs_layers(summary, metric, n_layers), width="stretch")
+    st.plotly_chart(figures.score_vs_layers(summary, metric, n_layers, baseline), width="stretch")
 
     st.subheader("Score vs trainable parameters")
     st.markdown(
@@ -53,7 +60,7 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         "the runs no other run beats with as few or fewer trainable parameters."
     )
     st.latex(r"\text{share} = n_\text{trainable} / n_\text{params}")
-    st.plotly_chart(figures.score_vs_params(summary, metric), width="stretch")
+    st.plotly_chart(figures.score_vs_params(summary, metric, baseline), width="stretch")
 
     comparisons_view(table, summary, runs, metric)
 
@@ -77,7 +84,7 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
             "Bars: what it saves against full fine-tuning; dots: its score."
         )
         st.latex(r"\text{saved} = 1 - t_\text{step} / t_\text{step}^{(1, L, L)}")
-        st.plotly_chart(figures.compute_saved(saved), width="stretch")
+        st.plotly_chart(figures.compute_saved(saved, metric, baseline), width="stretch")
         percent = st.column_config.NumberColumn(format="percent")
         st.dataframe(
             saved,
@@ -91,7 +98,7 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         )
 
     st.subheader("Every finished run")
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(dashes(table), hide_index=True, width="stretch")
     left, right = st.columns(2)
     left.download_button(
         "Download CSV", table.to_csv(index=False), "finetune_results.csv", "text/csv"
@@ -105,7 +112,7 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
 
     st.subheader("Run groups: mean ± standard error over seeds")
     groups = everything.drop(columns=["lr_sibling", "budget"])
-    st.dataframe(groups, hide_index=True, width="stretch")
+    st.dataframe(dashes(groups), hide_index=True, width="stretch")
     st.download_button(
         "Download the groups (CSV)", groups.to_csv(index=False), "finetune_groups.csv", "text/csv"
     )
@@ -116,23 +123,48 @@ def comparisons_view(table, summary, runs, metric: str) -> None:
     st.subheader("Against full fine-tuning, with verdicts")
     arms = results.group_arms(table, runs)
     refs = results.full_references(summary).set_index("budget")["group"]
-    against_full = [
-        compare(arms[g], arms[refs[b]])
+    labels = dict(zip(summary["group"], summary["label"], strict=True))
+    at_chance = groups_at_chance(table)
+    pairs = [
+        (g, refs[b])
         for g, b in zip(summary["group"], summary["budget"], strict=True)
         if b in refs.index and g != refs[b]
     ]
+    withheld = [p for p in pairs if set(p) <= at_chance]
+    against_full = [compare(arms[a], arms[b]) for a, b in pairs if (a, b) not in withheld]
     verdicts.explain()
     if against_full:
         verdicts.show(against_full, metric, "ft_vs_full")
-    else:
+    elif not withheld:
         st.info("Needs a full fine-tuning run with the same steps, batch size and data.")
-    labels = dict(zip(summary["group"], summary["label"], strict=True))
+    verdicts.withheld([BOTH_AT_CHANCE.format(a=labels[a], b=labels[b]) for a, b in withheld])
     if len(labels) >= 2:
         left, right = st.columns(2)
         a = left.selectbox("A", list(labels), format_func=labels.get, key="ft_cmp_a")
         b = right.selectbox("B", list(labels), index=1, format_func=labels.get, key="ft_cmp_b")
-        if a != b:
+        if a != b and {a, b} <= at_chance:
+            verdicts.withheld([BOTH_AT_CHANCE.format(a=labels[a], b=labels[b])])
+        elif a != b:
             verdicts.show([compare(arms[a], arms[b])], metric, "ft_pair")
+
+
+def chance_note(table, baseline) -> None:
+    """The majority-class and chance baselines, and a warning naming the runs at chance level."""
+    if baseline is not None:
+        st.caption(
+            f"Baselines of the test part (dashed and dotted lines on the score figures): "
+            f"{baseline.describe()}. A score at or below the majority class means the run has "
+            "not learned the task."
+        )
+    flagged = table[table["flag"] != ""]
+    if not flagged.empty:
+        st.warning(
+            f"{len(flagged)} of {len(table)} run(s) are at chance level (column *flag*): "
+            + "; ".join(f"{i} ({lab}): {f}" for i, lab, f in
+                        zip(flagged["id"], flagged["label"], flagged["flag"], strict=True))
+            + ". Their scores are not findings; train longer or with a larger learning rate.",
+            icon=":material/warning:",
+        )  # fmt: skip
 
 
 def lr_grid_view(choices) -> None:

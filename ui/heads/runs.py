@@ -11,6 +11,9 @@ import streamlit as st
 
 from analysis import claims
 from analysis.heads.selection_file import SELECTOR_LABELS
+from analysis.runs.chance import BOTH_AT_CHANCE, chance_flag
+from analysis.runs.record import runs_of
+from analysis.runs.results import distinct_labels, group_key
 from ui import verdicts
 from ui.finetune.executor import chosen_executor
 from ui.finetune.state import format_seconds, get_db
@@ -20,6 +23,23 @@ if TYPE_CHECKING:
     from analysis.heads.select import HeadSelectionConfig
     from analysis.heads.stats import HeadStats
     from analysis.models import LoadedModel
+
+
+def labels_at_chance(runs) -> set[str]:
+    """The labels of the heads run groups (as `analysis.claims.heads_comparisons` names them:
+    `distinct_labels` over the finished heads runs that record their selector) all of whose runs
+    are at chance level (`analysis.runs.chance.chance_flag`)."""
+    settings, flagged = {}, {}
+    for run in runs_of(runs):
+        if run.status != "done" or run.method != "heads" or not run.stored:
+            continue
+        if (run.setting.get("heads_settings") or {}).get("selector") is None:
+            continue
+        key = group_key(run.setting)
+        settings.setdefault(key, run.setting)
+        flagged[key] = flagged.get(key, True) and bool(chance_flag(run.result))
+    labels = distinct_labels(settings)
+    return {labels[k] for k, at in flagged.items() if at}
 
 
 def heads_runs_view(
@@ -37,12 +57,17 @@ def heads_runs_view(
     )
     db = get_db()
     runs = db.list_runs(model=base.model.name, data=base.data.name)
-    found = claims.heads_comparisons(runs)
+    everything = claims.heads_comparisons(runs)
+    at_chance = labels_at_chance(runs)
+    found = [c for c in everything if not {c.name_a, c.name_b} <= at_chance]
     metric = str(runs["metric"].dropna().iloc[0]) if runs["metric"].notna().any() else "score"
+    verdicts.withheld(
+        [BOTH_AT_CHANCE.format(a=c.name_a, b=c.name_b) for c in everything if c not in found]
+    )
     if found:
         verdicts.show(found, metric, "heads_selectors")
         verdicts.explain()
-    else:
+    elif not everything:
         st.info("No finished heads runs of this model and data to compare yet: queue some below.")
     with st.form("heads_selector_runs"):
         c1, c2 = st.columns(2)

@@ -9,11 +9,14 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
-from analysis.runs.results import export_records, with_groups
+from analysis.runs.chance import chance_flag, page_baseline
+from analysis.runs.record import run_setting, runs_of
+from analysis.runs.results import distinct_labels, export_records, setting_digest, with_groups
 from ui.datasets import data_label
 from ui.figures.finetune import loss_curve
 from ui.figures.runs import overlay_curves
 from ui.links import publish, take_link
+from ui.tables import dashes
 
 if TYPE_CHECKING:
     from analysis.runs.db import RunsDB
@@ -48,9 +51,45 @@ def filtered_runs(db: RunsDB, everything: pd.DataFrame) -> tuple[pd.DataFrame, d
     return with_groups(db.list_runs(**filters)), filters  # + group and a telling label
 
 
-def runs_table(db: RunsDB, runs: pd.DataFrame, filters: dict) -> None:
+# What a reader looks for first; ids, timestamps and the worker's bookkeeping come after.
+LEADING = ["method", "label", "score", "metric", "flag", "status", "seed", "data", "id"]
+
+
+def telling_labels(runs: pd.DataFrame) -> list[str]:
+    """Each run's label, plus the settings in which runs sharing that label differ (two "full"
+    runs read ``full · steps 100`` and ``full · steps 200``: `distinct_labels`); the seed is its
+    own column."""
+    records = runs_of(runs)
+    settings = {r.id: {k: v for k, v in run_setting(r.stored).items() if k != "seed"}
+                for r in records}  # fmt: skip
+    by_group: dict[str, dict] = {}
+    for setting in settings.values():
+        by_group.setdefault(setting_digest(setting), setting)
+    labels = distinct_labels(by_group)
+    return [labels[setting_digest(settings[r.id])] for r in records]
+
+
+def table_view(runs: pd.DataFrame) -> pd.DataFrame:
+    """The table as shown: `LEADING` columns first, telling labels, the chance-level flag
+    (`analysis.runs.chance`), data sets by name, "–" for what a run has not got."""
     shown = runs.drop(columns=HIDDEN).assign(data=runs["data"].map(data_label))
+    if not runs.empty:
+        shown["label"] = telling_labels(runs)
+        shown["flag"] = [chance_flag(r.result) for r in runs_of(runs)]
+    else:
+        shown["flag"] = pd.Series(dtype=object)
+    first = [c for c in LEADING if c in shown]
+    return dashes(shown[first + [c for c in shown.columns if c not in first]])
+
+
+def runs_table(db: RunsDB, runs: pd.DataFrame, filters: dict) -> None:
+    shown = table_view(runs)
     st.dataframe(shown, hide_index=True, width="stretch")
+    if (shown["flag"].astype(str).str.len() > 1).any():
+        st.caption(
+            "*flag*: the run predicts one class only, or does not beat always answering the "
+            "test part's most frequent class: its score is not a finding."
+        )
     left, right = st.columns(2)
     left.download_button(
         "Download CSV (one row a run, with notes and tags)",
@@ -86,7 +125,14 @@ def compare_view(db: RunsDB, runs: pd.DataFrame) -> None:
         f"Each run's train loss per step (top) and its dev {metric} at each evaluation (bottom), "
         "one colour per run: which run learns faster, and which ends better on the dev part."
     )
-    st.plotly_chart(overlay_curves(steps, metric), width="stretch")
+    chosen_runs = runs[runs["id"].isin(chosen)]
+    baseline = page_baseline(r.result for r in runs_of(chosen_runs))
+    st.plotly_chart(overlay_curves(steps, metric, baseline), width="stretch")
+    if baseline is not None:
+        st.caption(
+            f"Dashed line: the majority class of the test part ({baseline.describe()}); the dev "
+            "part's is close to it. A curve that stays on it has not learned."
+        )
     if len(metrics) > 1:
         st.caption(
             f"These runs report different metrics ({', '.join(metrics)}): compare with care."
@@ -114,6 +160,9 @@ def run_view(db: RunsDB, run_id: str) -> None:
     a, b, c, d = st.columns(4)
     a.metric("status", run["status"])
     b.metric("test score", f"{run['result']['score']:.4f}" if run["result"] else "—")
+    flag = chance_flag(run["result"])
+    if flag:
+        st.warning(f"At chance level: this run {flag}.", icon=":material/warning:")
     c.metric("method", run["label"])
     d.metric("seed", run["seed"])
     st.caption(f"{run['model']} · {data_label(run['data'])} · created {run['created']}")
@@ -124,7 +173,9 @@ def run_view(db: RunsDB, run_id: str) -> None:
     steps = db.steps(run_id)
     if not steps.empty:
         st.markdown("Train loss per step and, on the right axis, the dev score at each evaluation.")
-        st.plotly_chart(loss_curve(steps, run["label"]), width="stretch")
+        st.plotly_chart(
+            loss_curve(steps, run["label"], (run["result"] or {}).get("metric")), width="stretch"
+        )
     notes_form(db, run)
     files_view(db, run)
     left, right = st.columns(2)

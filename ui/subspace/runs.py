@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
+from analysis.config import default_of
 from analysis.finetune.config import FinetuneConfig
+from analysis.runs.chance import page_baseline
 from analysis.runs.comparisons import (
     comparison_configs,
     comparison_table,
@@ -24,6 +26,7 @@ from ui.figures import subspace as figures
 from ui.finetune.executor import chosen_executor, executor_picker
 from ui.links import publish, take_link
 from ui.subspace.state import outlier_file, random_file, random_files, trajectory_runs
+from ui.tables import dashes
 
 KEEP = "session"  # the forms keep their values across page switches
 RUN_KEY = "sub_run"  # the pinned trajectory run; its link parameter is ``run``
@@ -42,7 +45,7 @@ def _queue(db: RunsDB, configs: list) -> None:
     launched = launch(db, [(cfg, group) for group, cfg in configs], _executor(db))
     st.success(
         f"Queued {len(launched.ids)} run(s); they train {launched.how} ({launched.workers}). "
-        "Follow them on the Fine-tune or Runs page; come back when they are done."
+        "This page follows them live and shows each one as soon as it finishes."
     )
 
 
@@ -61,7 +64,14 @@ def _launch_form(db: RunsDB, cfg: ExtractConfig, layer_params: list[int]) -> Non
         f"{MAX_SNAPSHOTS} snapshots)."
     )
     c1, c2, c3, c4 = st.columns(4)
-    steps = c1.number_input("steps", 2, 100_000, 200, key="sub_steps", persist_state=KEEP)
+    steps = c1.number_input(
+        "steps",
+        2,
+        100_000,
+        default_of(FinetuneConfig, "steps"),
+        key="sub_steps",
+        persist_state=KEEP,
+    )
     every = c2.number_input(
         "snapshot every k steps (0 = auto)", 0, 100_000, 0, key="sub_every", persist_state=KEEP
     )
@@ -165,9 +175,27 @@ def comparison_view(
         st.info("No comparison run has finished yet: queue them below.")
     else:
         metric = str(table["metric"].dropna().iloc[0]) if table["metric"].notna().any() else ""
-        st.plotly_chart(figures.comparison(summary, metric or "score"), width="stretch")
-        st.dataframe(summary.drop(columns=["setting", "budget"]), hide_index=True, width="stretch")
-        found = comparison_verdicts(table)
+        baseline = page_baseline(table["result"])
+        st.plotly_chart(figures.comparison(summary, metric or "score", baseline), width="stretch")
+        if baseline is not None:
+            st.caption(
+                f"Dashed line: the majority class of the test part; dotted: chance "
+                f"({baseline.describe()}). A bar at or below the dashed line has not learned."
+            )
+        st.dataframe(
+            dashes(summary.drop(columns=["setting", "budget"])), hide_index=True, width="stretch"
+        )
+        flagged = table[table["flag"] != ""]
+        if not flagged.empty:
+            st.warning(
+                f"{len(flagged)} run(s) at chance level: "
+                + "; ".join(f"{i} ({lab}): {f}" for i, lab, f in
+                            zip(flagged["id"], flagged["label"], flagged["flag"], strict=True)),
+                icon=":material/warning:",
+            )  # fmt: skip
+        withheld: list[str] = []
+        found = comparison_verdicts(table, withheld)
+        verdicts.withheld(withheld)
         if found:
             st.markdown(
                 "**Verdicts** — intrinsic vs full and vs random subspace, random subspace vs "
