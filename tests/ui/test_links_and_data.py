@@ -254,3 +254,9 @@ def test_a_broken_upload_is_not_offered_in_the_picker(tiny_bert_dir, monkeypatch
     good = upload("fine.csv", rows().to_csv(index=False).encode())
     assert good["data_uploads"] == [good["data"]] and good["data"].endswith("/fine.csv")
     assert UPLOAD_ERROR not in good
+
+
+def test_the_data_page_counts_with_thousands_separators(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch, n=1000), "views/data.py")
+    assert not errors(at)
+    assert any(" of 1,000 examples are longer than" in c.value for c in at.caption)
