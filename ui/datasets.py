@@ -16,10 +16,12 @@ file by its base name, say ``amazon.csv is empty.``, not a hash; `data_label` na
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from pathlib import Path
 
+from analysis.config import DataSpec
 from analysis.data import BUILTIN_DATA, GLUE_DATA, SUPPORTED_EXTENSIONS
 from analysis.io import atomic_write_bytes
 from analysis.workspace import Workspace
@@ -142,3 +144,23 @@ def option_label(value: str) -> str:
     if named(value):
         return value
     return data_label(value)
+
+
+COLUMN_KEYS = ("text_col", "pair_col", "label_col")  # the sidebar's column pickers (and link)
+
+
+def file_columns(path: str) -> list[str]:
+    """The column names of a data file as the data library reads it (the library's DataError,
+    with its message, when the file cannot be read). Cached per file version."""
+    from analysis.data.files import checked_file
+
+    resolved, stat = checked_file(DataSpec(str(path)))
+    return list(_columns(str(resolved), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=32)
+def _columns(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    from analysis.data.files import read_columns
+
+    del mtime_ns, size  # part of the cache key only
+    return tuple(read_columns(Path(path)))

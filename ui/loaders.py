@@ -39,6 +39,11 @@ def get_data(spec: DataSpec):
     return _load_data(canonical_json(to_dict(spec)))
 
 
+COLUMNS_HINT = (
+    " Choose the columns in the sidebar: open **Columns (text, label)** below the Dataset picker "
+    "(a collapsed section); it lists the file's own columns."
+)
+
 _STATES: ProgressMemo = ProgressMemo(max_entries=6)
 
 
@@ -59,4 +64,7 @@ def show_error(exc: BaseException) -> None:
     if isinstance(exc, NothingChosen):
         st.info(str(exc), icon=":material/arrow_back:")
         return
-    st.error(str(exc) or type(exc).__name__, icon="⚠️")
+    text = str(exc) or type(exc).__name__
+    if " column " in text and ("not found in" in text or "Choose the" in text):
+        text += COLUMNS_HINT
+    st.error(text, icon="⚠️")

@@ -18,11 +18,13 @@ import streamlit as st
 from analysis.config import POOLINGS, DataSpec, ExtractConfig, ModelSpec, SampleSpec, help_of
 from ui import links
 from ui.datasets import (
+    COLUMN_KEYS,
     UPLOAD,
     UPLOAD_PREFIX,
     NothingChosen,
     data_files,
     data_label,
+    file_columns,
     named,
     normalised,
     option_label,
@@ -109,15 +111,82 @@ def _normalise_data() -> None:
 
 
 def _store_upload() -> None:
-    """The uploader's callback: store the file under its own name and choose it."""
-    upload = st.session_state.get("data_upload")
+    """The uploader's callback: store the file under its own name and choose it; a file that
+    cannot be read as a table is not offered in the picker (its message shows instead)."""
+    state = st.session_state
+    upload = state.get("data_upload")
+    state.pop(UPLOAD_ERROR, None)
     if upload is None:
         return
     value = save_upload(upload.name, upload.getvalue())
-    uploads = st.session_state.setdefault("data_uploads", [])
+    try:
+        file_columns(str(upload_path(value)))
+    except ValueError as exc:
+        state[UPLOAD_ERROR] = f"{exc} The file was not added to the Dataset list."
+        return
+    uploads = state.setdefault("data_uploads", [])
     if value not in uploads:
         uploads.append(value)
-    st.session_state["data"] = value
+    state["data"] = value
+
+
+UPLOAD_ERROR = "data_upload_error"
+COLUMNS_OF = "data_columns_of"  # the data set the column pickers were chosen for
+TEXT_GUESS = "guess: 'text' or 'sentence'"
+LABEL_GUESS = "guess: 'label' or 'labels'"
+
+
+def _reset_columns(choice: str) -> None:
+    """Columns belong to one data set: choosing another clears them (and their link
+    parameters), so "Text column 'review' not found" never follows a file to the next one."""
+    state = st.session_state
+    before = state.get(COLUMNS_OF)
+    state[COLUMNS_OF] = choice
+    if before is None or before == choice:
+        return
+    for key in COLUMN_KEYS:
+        state.pop(key, None)
+        if key in st.query_params:
+            del st.query_params[key]
+
+
+def _file_of(choice: str) -> str | None:
+    """The file behind a data choice (None: a built-in, nothing chosen, or not readable)."""
+    if not choice or named(choice) or choice == UPLOAD:
+        return None
+    try:
+        if choice.startswith(UPLOAD_PREFIX):
+            return str(upload_path(choice))
+        return choice if choice == default_data() else check_allowed(choice)
+    except ValueError:
+        return None
+
+
+def _column_pickers(side, choice: str) -> None:
+    """The text / second-text / label column pickers, offering the file's own columns (from
+    its header), in the "Columns" expander; opened when no column can be guessed."""
+    path = _file_of(choice)
+    if path is None:
+        return
+    try:
+        columns = file_columns(path)
+    except ValueError:
+        return  # the page says what is wrong with the file
+    if links.first_run():  # a link's column must be one of this file's
+        for key in COLUMN_KEYS:
+            if key in st.query_params and st.query_params[key] not in columns:
+                links.drop(key, f"is not a column of {data_label(choice)}", "the guessed column")
+        links.rerun_if_dropped()
+    state = st.session_state
+    guessed = {"text", "sentence"} & set(columns) and {"label", "labels"} & set(columns)
+    chosen = any(state.get(key) for key in COLUMN_KEYS)
+    with side.expander("Columns (text, label)", expanded=not guessed and not chosen):
+        st.selectbox("Text column", columns, index=None, key="text_col",
+                     placeholder=TEXT_GUESS, bind=links.BIND)  # fmt: skip
+        st.selectbox("Second-text column (pairs)", columns, index=None, key="pair_col",
+                     placeholder="none", bind=links.BIND)  # fmt: skip
+        st.selectbox("Label column", columns, index=None, key="label_col",
+                     placeholder=LABEL_GUESS, bind=links.BIND)  # fmt: skip
 
 
 def _data_options() -> list[str]:
@@ -170,7 +239,8 @@ def render_sidebar() -> None:
         on_change=_normalise_data, help=DATA_HELP,
     )  # fmt: skip
     choice = st.session_state.get("data") or ""
-    links.publish("data", choice, default_data())
+    links.publish("data", None if choice == UPLOAD else choice, default_data())
+    _reset_columns(choice)
     if choice == UPLOAD:
         side.file_uploader(
             "CSV / TSV / JSONL / Parquet",
@@ -178,16 +248,12 @@ def render_sidebar() -> None:
             key="data_upload",
             on_change=_store_upload,
         )
+        if st.session_state.get(UPLOAD_ERROR):
+            side.error(st.session_state[UPLOAD_ERROR], icon="⚠️")
     else:
+        st.session_state.pop(UPLOAD_ERROR, None)
         side.caption(f"Data folder: `{data_dir()}`; its files are listed by their path inside it.")
-    if choice and not named(choice):
-        with side.expander("Columns"):
-            st.text_input("Text column", key="text_col", placeholder="text", bind=links.BIND)
-            st.text_input(
-                "Second-text column (pairs)", key="pair_col", placeholder="optional",
-                bind=links.BIND,
-            )  # fmt: skip
-            st.text_input("Label column", key="label_col", placeholder="label", bind=links.BIND)
+    _column_pickers(side, choice)
 
     side.number_input("N examples", value=default_n(), step=100, key="n", bind=links.BIND,
                       help=N_HELP)  # fmt: skip

@@ -63,10 +63,11 @@ lengths = token_lengths(loaded.tokenizer, rows)
 shown = rows.assign(tokens=lengths)
 if data.task_type == "classification":
     shown["label"] = shown["label"].map(dict(enumerate(data.label_names)))
-st.plotly_chart(figures.length_histogram(shown, cfg.max_length), width="stretch")
+names = data.label_names if data.task_type == "classification" else ()
+st.plotly_chart(figures.length_histogram(shown, cfg.max_length, names), width="stretch")
 truncated = int((lengths > cfg.max_length).sum())
 st.caption(
-    f"{truncated} of {len(rows)} examples are longer than {cfg.max_length} tokens and will be truncated."
+    f"{truncated:,} of {len(rows):,} examples are longer than {cfg.max_length} tokens and will be truncated."
 )
 st.dataframe(shown.head(200), width="stretch", hide_index=True)
 st.download_button("Download the sample (CSV)", shown.to_csv(index=False), "sample.csv", "text/csv")

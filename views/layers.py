@@ -74,28 +74,22 @@ with tab_metrics:
     c1, c2, c3, c4 = st.columns(4)
     count = None if reps is None else reps.l_star_counts.get(summ["l_star"], 0)
     c1.metric(
-        "ℓ*", summ["l_star"], delta_color="off",
-        delta=None if count is None else f"in {count} of {reps.repeats} repeats",
+        "ℓ*", "-" if summ["l_star"] is None else summ["l_star"], delta_color="off",
+        delta_arrow="off", delta=None if count is None else f"in {count} of {reps.repeats} repeats",
     )  # fmt: skip
     if reps is None:
         c2.metric("ζ (smoothness of ν)", "-" if result["zeta"] is None else f"{summ['zeta']:.3g}")
+        c3.metric("ρ(ν, s)", text.signed(rho["nu"], 3))
+        c4.metric("ρ(CCA, s) / ρ(ϱ, s)", " / ".join(text.signed(rho[k]) for k in ("cca", "rank")))
     else:
-        c2.metric("ζ (smoothness of ν)", reps.zeta.text(2, signed=False).split(" (")[0])
-    if reps is None:
-        c3.metric("ρ(ν, s)", "-" if result["rho"]["nu"] is None else f"{rho['nu']:+.3f}")
-        c4.metric(
-            "ρ(CCA, s) / ρ(ϱ, s)",
-            " / ".join("-" if result["rho"][k] is None else f"{rho[k]:+.2f}" for k in ("cca", "rank")),
-        )  # fmt: skip
-    else:
+        c2.metric("ζ (smoothness of ν)", *text.tile(reps.zeta, signed=False), delta_color="off",
+                  delta_arrow="off")  # fmt: skip
         for col, m, name in ((c3, "nu", "ρ(ν, s)"), (c4, "cca", "ρ(CCA, s)")):
-            est = reps.rho[m]
-            label = f"{name} [90 % BCa]" if est.interval is not None else f"{name} ± s.e."
-            col.metric(label, est.text(2).split(" (")[0])
+            col.metric(name, *text.tile(reps.rho[m]), delta_color="off", delta_arrow="off")
         st.caption(
-            "Values are the full-sample estimates; brackets: 90 % bootstrap intervals (BCa) "
-            f"around them from R = {reps.repeats} repeats, shown only with R ≥ 50 and when the "
-            "bootstrap can centre one on the estimate. " + " ".join(
+            "Tiles: the full-sample estimate, below it its 90 % bootstrap interval (BCa) from "
+            f"R = {reps.repeats} repeats, shown only with R ≥ 50 and when the bootstrap can "
+            "centre one on the estimate (else ± one bootstrap s.e.). " + " ".join(
                 f"{name}: {reps.rho[m].note}." for m, name in (("nu", "ρ(ν, s)"), ("cca", "ρ(CCA, s)"))
                 if reps.rho[m].note
             )
@@ -121,7 +115,7 @@ with tab_metrics:
     )
     shown = shown.copy()
     shown.attrs = {}  # the probe predictions kept there are no part of the table
-    st.dataframe(shown, hide_index=True, width="stretch")
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=text.column_labels(shown))
     d1, d2 = st.columns(2)
     d1.download_button("Table (CSV)", shown.to_csv(index=False), "layers.csv", "text/csv")
     d2.download_button("Everything (JSON)", json.dumps(result), "layers.json", "application/json")

@@ -242,6 +242,16 @@ def read_file_task(spec: DataSpec, resolved: str, mtime_ns: int, size: int) -> T
     return task_from_bytes(spec, raw, path)
 
 
+def read_columns(path: Path) -> list[str]:
+    """The column names of a local data file, as `task_from_bytes` reads it (for a picker of
+    the text and label columns); a DataError when it cannot be read."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    return list(_read_table(raw, Path(path)).columns)
+
+
 def task_from_bytes(spec: DataSpec, raw: bytes, path: Path) -> TaskData:
     """The task in a file's content ``raw``; ``path`` names it (its suffix picks the reader).
 

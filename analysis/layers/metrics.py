@@ -341,17 +341,24 @@ def zeta(curve: ArrayLike) -> float:
     return float(np.mean((z[2:] - 2 * z[1:-1] + z[:-2]) ** 2))
 
 
+def is_flat(curve: np.ndarray) -> bool:
+    """All values equal up to rounding (a relative 1e-12): its correlation is undefined, where
+    np.corrcoef would return rounding noise such as 8e-17."""
+    return bool(np.ptp(curve) <= 1e-12 * np.abs(curve).max())
+
+
 def rho(metric_curve: ArrayLike, probe_curve: ArrayLike) -> float:
     """Pearson correlation across layers between a metric curve and the probe curve (SPEC.md).
 
-    Pass the curves over ℓ = 1..L. NaN when either is constant, non-finite or shorter than 2.
+    Pass the curves over ℓ = 1..L. NaN when either is constant (all values equal up to rounding:
+    a flat probe curve once gave ρ = 8e-17), non-finite or shorter than 2.
     """
     a, b = as_float64(metric_curve).reshape(-1), as_float64(probe_curve).reshape(-1)
     if a.shape != b.shape:
         raise ValueError(f"ρ needs two curves of the same length (got {a.size} and {b.size}).")
     if a.size < 2 or not (np.isfinite(a).all() and np.isfinite(b).all()):
         return float("nan")
-    if a.std() == 0 or b.std() == 0:
+    if is_flat(a) or is_flat(b):
         return float("nan")
     return float(np.corrcoef(a, b)[0, 1])
 

@@ -233,6 +233,55 @@ def metrics_recipe(
     }
 
 
+MIN_PER_CLASS = OUTER_FOLDS  # the probe's 5 outer folds; CCA's dev and test then get ≥ 1 per class
+
+
+def check_sample_size(
+    labels: ArrayLike,
+    metric: str = "accuracy",
+    label_names: Sequence[str] = (),
+    n_bins: int = DEFAULT_BINS,
+) -> None:
+    """Refuse a sample too small for the layer analyses, with one message.
+
+    Every class (for scores: every quantile bin of `bin_scores`) needs at least
+    ``MIN_PER_CLASS`` = 5 examples: the probe is scored by stratified 5-fold cross-validated
+    predictions, and CCA's stratified 80/10/10 split then puts at least one example of each class
+    in its dev and in its test part (≥ 2 each with two classes). Below that ρ, CCA and the probe
+    are undefined and ℓ* would be a guess. labels: (N,) class ids or scores; label_names: class
+    names for the message.
+    """
+    raw = as_labels(labels)
+    regression = metric == "spearman"
+    classes = bin_scores(raw, n_bins) if regression else encode_classes(raw)[0]
+    values, counts = np.unique(classes, return_counts=True)
+    unit, units = ("score bin", "score bins") if regression else ("class", "classes")
+    need = f"at least {MIN_PER_CLASS} examples of every {unit}"
+    why = (
+        f"The layer analyses need {need} (the probe is scored by {OUTER_FOLDS}-fold "
+        "cross-validation, and CCA's dev and test parts need at least two examples each)"
+    )
+    if len(values) < 2:
+        raise ValueError(
+            f"{why}, and at least two {units}: the N = {len(raw):,} examples all have one "
+            f"{'score' if regression else 'label'}. Raise N or choose other data."
+        )
+    if counts.min() < MIN_PER_CLASS:
+        small = int(values[np.argmin(counts)])
+        if regression:
+            name = f"score bin {small + 1} of {len(values)}"
+        else:
+            original = np.unique(raw)[small]
+            index = int(original) if np.issubdtype(np.asarray(original).dtype, np.integer) else -1
+            label = label_names[index] if 0 <= index < len(label_names) else str(original)
+            name = f"class {label!r}"
+        raise ValueError(
+            f"{why}: {name} has {int(counts.min())} of the N = {len(raw):,} examples. Raise N "
+            f"(about {-(-MIN_PER_CLASS * len(raw) // int(counts.min())):,} would do at these "
+            f"{unit} shares)."
+        )
+
+
 def cached_layer_metrics(
     layer_states: LayerStates,
     seed: int = 0,
@@ -243,8 +292,10 @@ def cached_layer_metrics(
     """`layer_metrics` of one extraction, served from the disk cache when already computed.
 
     layer_states: analysis.extract.LayerStates. Returns (df, hit); df.attrs as in `layer_metrics`
-    plus ``seconds`` (compute time of the first run).
+    plus ``seconds`` (compute time of the first run). A sample with fewer than 5 examples of some
+    class is refused first (`check_sample_size`: one ValueError, for the CLI and the page alike).
     """
+    check_sample_size(layer_states.labels, layer_states.metric, layer_states.label_names, n_bins)
     cache = cache or DiskCache()
     recipe = metrics_recipe(layer_states, seed, n_bins)
 

@@ -104,3 +104,14 @@ def test_cli_repeats_add_intervals_and_one_repeat_changes_nothing(tiny_bert_dir,
     _, cached = run_layers(tiny_bert_dir, tmp_path, "--repeats", "3")
     assert cached["rho"] == payload["rho"]  # repeats are cached / deterministic
     assert main(["layers", "--model", str(tiny_bert_dir), "--n", "40", "--repeats", "0"]) == 2
+
+
+def test_too_few_examples_per_class_is_one_error_and_no_json(tiny_bert_dir, tmp_path, capsys):
+    """N = 5 gave ρ = nan, an empty CCA and a confident ℓ*: now one message, exit 2."""
+    out = tmp_path / "layers.json"
+    argv = ["layers", "--model", str(tiny_bert_dir), "--n", "5", "--json", str(out)]
+    assert main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line.lower()]
+    assert len(err) == 1 and err[0].startswith("error: The layer analyses need at least 5")
+    assert "5-fold" in err[0] and "Raise N" in err[0]
+    assert not out.exists()

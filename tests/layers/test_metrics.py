@@ -8,6 +8,7 @@ import scipy.stats
 import torch
 from threadpoolctl import threadpool_limits
 
+from analysis.cache import DiskCache
 from analysis.layers import metrics, table, teaching, whatif
 from analysis.layers.probe import PROBE_GRID
 
@@ -316,3 +317,33 @@ def test_tiny_samples_give_nan_where_a_held_out_part_is_missing():
     assert df["probe"].notna().all() and df.attrs["probe_folds"] == 2  # 2-fold CV predictions
     one = table.layer_metrics(states[:, :3], np.array([0, 0, 1]), "accuracy")
     assert one["probe"].isna().all()  # a class of one: no stratified folds
+
+
+def test_rho_of_a_flat_curve_is_undefined_not_rounding_noise():
+    flat = np.array([0.1 + 0.2] * 3 + [0.3] * 3)  # equal up to rounding: std ≈ 5e-17, not 0
+    assert np.isnan(metrics.rho(np.arange(6.0), flat))
+    assert np.isnan(metrics.rho(np.arange(3.0), np.zeros(3)))
+    assert metrics.rho([1.0, 2.0, 3.0], [1e-9, 2e-9, 4e-9]) > 0.9  # tiny but not flat
+
+
+def test_the_layer_table_refuses_too_few_examples_per_class(tmp_path):
+    from analysis.config import ExtractConfig
+    from analysis.extract import LayerStates
+
+    def states_of(labels):
+        n = len(labels)
+        return LayerStates(
+            states=torch.randn(3, n, 4), labels=torch.tensor(labels), rows=torch.arange(n),
+            label_names=("neg", "pos"), task_type="classification", metric="accuracy",
+            config=ExtractConfig(), meta={"cache_path": str(tmp_path / "states" / f"k{n}")},
+        )  # fmt: skip
+
+    cache = DiskCache(tmp_path)
+    with pytest.raises(ValueError, match=r"at least 5 examples of every class.*'pos' has 2"):
+        table.cached_layer_metrics(states_of([0, 1, 0, 1, 0]), cache=cache)
+    with pytest.raises(ValueError, match="at least two classes"):
+        table.cached_layer_metrics(states_of([0] * 12), cache=cache)
+    df, _ = table.cached_layer_metrics(states_of([0, 1] * 5), cache=cache)  # 5 of each: fine
+    assert df["cca"].notna().all() and df["probe"].notna().all()  # nothing undefined
+    with pytest.raises(ValueError, match="every score bin"):
+        table.check_sample_size(np.arange(8.0), "spearman", n_bins=2)  # 4 per bin

@@ -183,3 +183,80 @@ def test_trust_is_ticked_per_model_and_never_taken_from_a_link(
     assert model_spec().trust_remote_code and model_spec().name == typed
     state["model"] = typed + "-other"
     assert not model_spec().trust_remote_code  # another model starts untrusted
+
+
+@pytest.fixture
+def review_folder(data_folder):
+    """A file whose columns cannot be guessed (review, stars) beside amazon.csv (text, label)."""
+    rows().rename(columns={"text": "review", "label": "stars"}).to_csv(
+        data_folder / "reviews.csv", index=False
+    )
+    return data_folder
+
+
+def test_column_pickers_offer_the_files_columns_and_reset_for_another_data_set(
+    tiny_bert_dir, monkeypatch, review_folder
+):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.sidebar.selectbox(key="data").set_value("reviews.csv").run()
+    text = at.sidebar.selectbox(key="text_col")
+    assert text.options == ["review", "stars"] and text.value is None  # the file's own header
+    assert at.sidebar.expander[0].proto.expanded  # nothing to guess: the section opens
+    at.switch_page("views/data.py").run()
+    (message,) = errors(at)
+    assert "No text column chosen" in message and "Columns (text, label)" in message
+    assert "collapsed" in message  # says where the pickers are
+    at.sidebar.selectbox(key="text_col").set_value("review")
+    at.sidebar.selectbox(key="label_col").set_value("stars").run()
+    assert not errors(at)
+    at.sidebar.selectbox(key="data").set_value("amazon.csv").run()
+    assert not errors(at)  # not "Text column 'review' not found in amazon.csv"
+    assert at.sidebar.selectbox(key="text_col").value is None
+    assert at.sidebar.selectbox(key="text_col").options == ["text", "label"]
+    assert "text_col" not in at.query_params and "label_col" not in at.query_params
+    assert not at.sidebar.expander[0].proto.expanded  # text and label are guessed
+
+
+def test_a_links_column_must_be_a_column_of_its_file(tiny_bert_dir, monkeypatch, review_folder):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params.update(data="reviews.csv", text_col="review", label_col="nope")
+    at.run()
+    assert at.sidebar.selectbox(key="text_col").value == "review"
+    assert any("label_col='nope' is not a column of reviews.csv" in n for n in sidebar_notes(at))
+    assert at.sidebar.selectbox(key="label_col").value is None
+
+
+def test_the_upload_placeholder_never_reaches_the_link(tiny_bert_dir, monkeypatch, data_folder):
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.run()
+    at.sidebar.selectbox(key="data").set_value("amazon.csv").run()
+    assert at.query_params["data"] in ("amazon.csv", ["amazon.csv"])
+    at.sidebar.selectbox(key="data").set_value(UPLOAD).run()
+    assert "data" not in at.query_params  # not data=upload+a+file…
+
+
+def test_a_broken_upload_is_not_offered_in_the_picker(tiny_bert_dir, monkeypatch):
+    from types import SimpleNamespace
+
+    from ui.sidebar import UPLOAD_ERROR, _store_upload
+
+    def upload(name: str, content: bytes) -> dict:
+        file = SimpleNamespace(name=name, getvalue=lambda: content)
+        state = {"data_upload": file, "data": UPLOAD}
+        monkeypatch.setattr("streamlit.session_state", state, raising=False)
+        _store_upload()
+        return state
+
+    broken = upload("broken.csv", b"\xff\xfe not utf-8 \x00")
+    assert "data_uploads" not in broken and broken["data"] == UPLOAD
+    assert "not valid UTF-8" in broken[UPLOAD_ERROR] and "not added" in broken[UPLOAD_ERROR]
+    good = upload("fine.csv", rows().to_csv(index=False).encode())
+    assert good["data_uploads"] == [good["data"]] and good["data"].endswith("/fine.csv")
+    assert UPLOAD_ERROR not in good
+
+
+def test_the_data_page_counts_with_thousands_separators(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch, n=1000), "views/data.py")
+    assert not errors(at)
+    assert any(" of 1,000 examples are longer than" in c.value for c in at.caption)

@@ -301,3 +301,127 @@ def test_layer_scatter_marks_the_probes_mistakes():
     assert list(fig.data[1].marker.symbol) == ["x", "circle"]  # class y: example 1 is wrong
     assert [row[0] for row in fig.data[1].customdata] == [1, 3]
     assert fig.layout.dragmode == "lasso"
+
+
+# ------------------------------------------------------------- issue 20: what a reader sees
+
+
+def test_too_few_examples_per_class_is_one_message_and_no_l_star(tiny_bert_dir, monkeypatch):
+    """N = 5 showed ρ = +nan [+nan, +nan], an empty CCA panel, None cells and an ℓ*."""
+    at = layers_page(tiny_bert_dir, monkeypatch, n=5)
+    assert not at.exception
+    (message,) = errors(at)
+    assert "at least 5 examples of every class" in message and "Raise N" in message
+    assert not any("ℓ\\* = " in i.value for i in at.info)  # no suggestion
+    assert not any(m.label.startswith("ρ") for m in at.metric) and not at.dataframe
+    state = at.session_state  # AppTest's session state has no .get
+    remembered = state["suggested_l_star"] if "suggested_l_star" in state else {}  # noqa: SIM401
+    assert not remembered  # no ℓ* passed on to Fine-tune
+
+
+def test_tiles_show_the_value_and_the_interval_below_it(tiny_bert_dir, monkeypatch):
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    star = next(m for m in at.metric if m.label == "ℓ*")
+    assert star.proto.direction == star.proto.NONE  # "in 50 of 50 repeats" is no increase
+    for label in ("ρ(ν, s)", "ρ(CCA, s)", "ζ (smoothness of ν)"):
+        tile = next(m for m in at.metric if m.label == label)
+        assert "[" not in tile.value and len(tile.value) <= 9, tile.value  # never cut off
+        assert tile.proto.direction == tile.proto.NONE
+        assert tile.value == "undefined" or tile.delta.startswith(("90 % ", "± "))
+
+
+def test_the_metrics_table_names_its_columns(tiny_bert_dir, monkeypatch):
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    config = json.loads(at.dataframe[0].proto.columns)
+    labels = {column: c.get("label") for column, c in config.items()}
+    assert labels["nu"] == "ν" and labels["probe_c"] == "probe C" and labels["nu_se"] == "ν s.e."
+    assert labels["probe_lo"] == "probe s 90 % lo" and labels["rank"] == "ϱ"
+
+
+def test_the_pictures_probe_is_the_tables_probe(tiny_bert_dir, monkeypatch):
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    layer = at.slider(key="layer").value
+    shown = at.dataframe[0].value.set_index("layer")
+    caption = next(c.value for c in at.caption if "Hover a dot" in c.value)
+    assert f"C = {shown.loc[layer, 'probe_c']:.4g}, the table's *probe C*" in caption
+    probe = next(m for m in at.metric if m.label == "probe s (accuracy)")
+    assert probe.value == f"{shown.loc[layer, 'probe']:.4g}"
+    accuracy = float(caption.split("it gets ")[1].split(" %")[0])
+    assert abs(accuracy - 100 * shown.loc[layer, "probe"]) < 0.051  # the same predictions
+    assert "the tile *probe s* above" in caption  # says which accuracy is which
+
+
+def test_umap_button_goes_once_its_picture_is_computed(tiny_bert_dir, monkeypatch):
+    import ui.layers.state
+
+    monkeypatch.setattr(
+        ui.layers.state, "_projection",
+        lambda key, layer, method, seed, states: np.zeros((states.shape[1], 2)),
+    )  # fmt: skip
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    at.radio(key="layers_pic_method").set_value("umap").run()
+    button = next(b for b in at.button if b.label.startswith("Compute UMAP"))
+    button.click().run()
+    assert not errors(at)
+    assert not any(b.label.startswith("Compute UMAP") for b in at.button)
+
+
+def test_teaching_view_writes_sigma_as_math(tiny_bert_dir, monkeypatch):
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    words = next(m.value for m in at.markdown if "**separation**" in m.value)
+    assert "$\\Sigma_b$" in words and "Σ_b" not in words
+
+
+def test_whatif_rho_of_a_flat_probe_curve_is_said_undefined_and_concluded():
+    from ui.layers.whatif import conclusion, readable, rho_text
+
+    flat = frame().assign(probe=0.5)
+    flat.attrs["n"] = 40
+    curves, table_ = whatif.compare_settings({"mean": frame(), "first": flat})
+    shown = readable(curves, table_)
+    assert shown["ρ(ν, s)"].tolist()[1] == "undefined (flat probe curve)"
+    assert shown["ρ(ν, s)"].tolist()[0].startswith(("+", "-"))
+    assert rho_text(float("nan"), np.array([0.5, 0.5])) == "undefined (flat probe curve)"
+    said = conclusion("pooling", table_)
+    assert "ℓ* = 2 in every setting" in said and "undefined in 1" in said
+    assert "smoother ν curve" in said
+    moved = conclusion("seeds", table_.assign(l_star=[1, 3]))
+    assert "ℓ* moves between settings (1, 3)" in moved and "sampling noise" in moved
+
+
+def test_band_edges_are_fill_only_and_the_probes_cross_has_a_legend_entry():
+    df = frame()
+    se = pd.DataFrame(
+        {"layer": df["layer"], **{f"{m}_se": 0.1 for m in ("nu", "cca", "rank", "probe")}}
+    )
+    bands = [t for t in figures.metrics_figure(df, 2, "accuracy", se).data if t.fill == "toself"]
+    assert len(bands) == 4 and all(t.mode == "lines" for t in bands)  # no markers on the edges
+    settings = {"seed 0": frame(), "seed 1": frame()}
+    curves, _ = whatif.compare_settings(settings)
+    band = figures.band_figure(curves, whatif.seed_band(curves), "nu")
+    assert band.data[0].mode == "lines"
+    xy = np.zeros((4, 2))
+    examples = pd.DataFrame({"example": range(4), "text": list("abcd"), "label": ["x", "y", "x", "y"],
+                             "predicted": ["x", "x", "x", "y"], "correct": [True, False, True, True]})  # fmt: skip
+    fig = figures.layer_scatter(xy, np.array([0, 1, 0, 1]), ("x", "y"), 1, "pca",
+                                examples=examples, mark_mistakes=True)  # fmt: skip
+    assert [t.name for t in fig.data] == ["x", "y", "× the probe is wrong"]
+    assert fig.data[-1].marker.symbol == "x"
+    plain = figures.layer_scatter(
+        xy, np.array([0, 1, 0, 1]), ("x", "y"), 1, "pca", examples=examples
+    )
+    assert [t.name for t in plain.data] == ["x", "y"]
+
+
+def test_class_colours_are_the_same_on_the_data_and_layers_pages():
+    from ui.figures import data as data_figures
+
+    names = ("negative", "positive", "neutral")
+    lengths = pd.DataFrame(
+        {"tokens": [3, 5, 7, 9], "label": ["positive", "neutral", "negative", "positive"]}
+    )
+    hist = data_figures.length_histogram(lengths, 8, names)
+    on_data = {t.name: t.marker.color for t in hist.data}
+    scatter = figures.layer_scatter(np.zeros((4, 2)), np.array([1, 2, 0, 1]), names, 1, "pca")
+    on_layers = {t.name: t.marker.color for t in scatter.data}
+    assert on_data == on_layers and len(set(on_data.values())) == 3

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
+
+from ui.figures import PALETTE, class_colour
 
 TITLES = {
     "nu": "ν task-specialty (log; lower = more specialised)",
@@ -18,7 +19,6 @@ TITLES = {
 }
 SYMBOLS = {"nu": "ν", "cca": "CCA", "rank": "ϱ", "probe": "probe"}
 COLOURS = {"nu": "#1f77b4", "cca": "#2ca02c", "rank": "#9467bd", "probe": "#d62728"}
-PALETTE = qualitative.Plotly
 
 
 def _rgba(colour: str, alpha: float) -> str:
@@ -58,6 +58,7 @@ def metrics_figure(
                     y=np.r_[hi[ok], lo[ok][::-1]],
                     fill="toself",
                     fillcolor=_rgba(COLOURS[metric], 0.18),
+                    mode="lines",  # a fill only: no markers on its edges that look like data
                     line={"width": 0},
                     name=f"{SYMBOLS[metric]} ± s.e.",
                     hoverinfo="skip",
@@ -129,6 +130,7 @@ def layer_scatter(
     """
     fig = go.Figure()
     hover, custom = _example_hover(examples, regression)
+    marking = mark_mistakes and examples is not None and "correct" in examples
     if regression:
         fig.add_trace(
             go.Scatter(
@@ -150,8 +152,8 @@ def layer_scatter(
         for code in np.unique(labels):
             mask = labels == code
             name = label_names[int(code)] if int(code) < len(label_names) else str(code)
-            marker = {"size": 6, "opacity": 0.75, "color": PALETTE[int(code) % len(PALETTE)]}
-            if mark_mistakes and examples is not None and "correct" in examples:
+            marker = {"size": 6, "opacity": 0.75, "color": class_colour(int(code))}
+            if marking:
                 wrong = ~examples["correct"].to_numpy(dtype=bool)[mask]
                 marker["symbol"] = np.where(wrong, "x", "circle").tolist()
                 marker["size"] = np.where(wrong, 9, 6).tolist()
@@ -166,6 +168,13 @@ def layer_scatter(
                     hovertemplate=hover or f"{name}<extra></extra>",
                 )
             )
+        if marking:  # a legend entry saying what a cross means
+            fig.add_trace(
+                go.Scatter(
+                    x=[None], y=[None], mode="markers", name="× the probe is wrong",
+                    marker={"symbol": "x", "size": 9, "color": "#444"}, hoverinfo="skip",
+                )
+            )  # fmt: skip
     axis = "PC" if method == "pca" else "UMAP "
     fig.update_layout(
         title=f"layer {layer}: {method.upper()} of the pooled states",
@@ -254,6 +263,7 @@ def band_figure(curves: pd.DataFrame, band: pd.DataFrame, value: str = "nu") -> 
             y=np.r_[band["hi"], band["lo"][::-1]],
             fill="toself",
             fillcolor="rgba(31, 119, 180, 0.18)" if value == "nu" else "rgba(214, 39, 40, 0.18)",
+            mode="lines",
             line={"width": 0},
             name="min–max over seeds",
             hoverinfo="skip",
@@ -295,7 +305,7 @@ def teaching_scatter(x: np.ndarray, y: np.ndarray) -> go.Figure:
     three_d = x.shape[1] == 3
     for code in np.unique(y):
         pts = x[y == code]
-        colour = PALETTE[int(code) % len(PALETTE)]
+        colour = class_colour(int(code))
         centre = pts.mean(axis=0)
         if three_d:
             fig.add_trace(

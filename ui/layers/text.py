@@ -2,7 +2,71 @@
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
+import pandas as pd
 import streamlit as st
+
+if TYPE_CHECKING:
+    from analysis.layers.repeats import Estimate
+
+# The table's columns as a reader names them (the frame and its CSV keep the short names).
+_NAMES = {"layer": "layer", "nu": "ν", "cca": "CCA", "rank": "ϱ", "probe": "probe s",
+          "probe_c": "probe C"}  # fmt: skip
+_HELP = {
+    "nu": "task-specialty ν (lower = more specialised)",
+    "cca": "CCA score (higher = more specialised)",
+    "rank": "rank metric ϱ",
+    "probe": "probe score: the task's metric over 5-fold cross-validated predictions",
+    "probe_c": "the probe's L2 strength C: median over the 5 outer folds of the C its inner "
+    "3-fold CV chose",
+}
+
+
+def column_labels(frame: pd.DataFrame) -> dict[str, object]:
+    """`st.dataframe` column_config naming the metrics table's columns (nu → ν, probe_c →
+    probe C, nu_se → ν s.e., nu_lo → ν 90 % lo…); columns it does not know keep their name."""
+    config: dict[str, object] = {}
+    for column in frame.columns:
+        base, _, end = str(column).rpartition("_") if "_" in str(column) else ("", "", "")
+        if column in _NAMES:
+            label, help_text = _NAMES[column], _HELP.get(column)
+        elif base in _NAMES and end in ("se", "lo", "hi"):
+            suffix = {"se": "s.e.", "lo": "90 % lo", "hi": "90 % hi"}[end]
+            label = f"{_NAMES[base]} {suffix}"
+            help_text = {
+                "se": f"bootstrap standard error of {_NAMES[base]}",
+                "lo": f"lower end of {_NAMES[base]}'s 90 % BCa bootstrap interval",
+                "hi": f"upper end of {_NAMES[base]}'s 90 % BCa bootstrap interval",
+            }[end]
+        else:
+            continue
+        fmt = "%d" if column == "layer" else "%.4g"
+        config[column] = st.column_config.NumberColumn(label, help=help_text, format=fmt)
+    return config
+
+
+def signed(value: float | None, digits: int = 2) -> str:
+    """A correlation for a tile: "+0.72", or "undefined" (NaN / None)."""
+    if value is None or not math.isfinite(value):
+        return "undefined"
+    return f"{value:+.{digits}f}"
+
+
+def tile(est: Estimate, signed: bool = True, digits: int = 2) -> tuple[str, str | None]:
+    """An estimate as a metric tile: (the value, the line under it: its interval or s.e.), so
+    the tile's value is never cut off by a long interval."""
+    if not math.isfinite(est.value):
+        return "undefined", None
+    f = f"{{:{'+' if signed else ''}.{digits}f}}"
+    if est.interval is not None:
+        lo, hi = est.interval
+        return f.format(est.value), f"90 % {est.method} [{f.format(lo)}, {f.format(hi)}]"
+    if math.isfinite(est.se):
+        return f.format(est.value), f"± {est.se:.{digits}f} s.e. (no interval)"
+    return f.format(est.value), None
+
 
 INTRO = """
 Which layer of the encoder already **separates your classes best**? For every layer ℓ
@@ -102,8 +166,8 @@ def whatifs() -> None:
 
 def teaching() -> None:
     st.markdown(
-        "Drag the sliders: **separation** moves the class means apart (Σ_b grows), **spread** "
-        "widens each class (Σ_w grows). ν falls as classes become tight and far apart — the "
+        "Drag the sliders: **separation** moves the class means apart ($\\Sigma_b$ grows), "
+        "**spread** widens each class ($\\Sigma_w$ grows). ν falls as classes become tight and far apart — the "
         "picture behind *neural collapse*, where a trained network's top-layer classes shrink to "
         "points. CCA rises towards 1 as the classes become linearly separable; ϱ only sees how "
         "elongated each class is."

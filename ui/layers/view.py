@@ -96,15 +96,38 @@ def selected_examples(points: list[dict], fig) -> list[int]:
     return sorted(set(chosen))
 
 
-def example_table(layer_states: LayerStates, layer: int, seed: int) -> pd.DataFrame:
-    """Every sampled example with its text, label and the held-out prediction of this layer's
-    probe (example, row, text[, text_pair], label, predicted[, correct])."""
+def example_table(
+    layer_states: LayerStates, layer: int, seed: int, df: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Every sampled example with its text, label and a held-out prediction of this layer's
+    probe (example, row, text[, text_pair], label, predicted[, correct]).
+
+    With the metrics table ``df`` (`analysis.layers.table.layer_metrics`) whose out-of-fold
+    predictions cover every example, they are the table's own probe (5-fold CV, attrs ``c`` =
+    the table's probe C, ``source`` "table"); otherwise (e.g. a subsampled streamed probe) a
+    3-fold cross-fitted probe of this layer alone (``source`` "own", its own C)."""
     table = examples(layer_states)
+    stored = None if df is None else df.attrs.get("probe_predictions")
+    row = None
+    if stored is not None and layer < len(stored):
+        row = np.asarray(stored[layer], dtype=np.float64)
+        if len(row) != len(table) or not np.isfinite(row).all():
+            row = None
+    if row is not None:
+        classes = layer_states.task_type != "regression"
+        predicted = row.astype(np.int64) if classes else row
+        table["predicted"] = label_names(layer_states, predicted)
+        if classes:
+            table["correct"] = predicted == layer_states.labels.numpy()
+        c = float(df.loc[df["layer"] == layer, "probe_c"].iloc[0])
+        accuracy = float(table["correct"].mean()) if classes else None
+        table.attrs.update(c=c, held_out=True, accuracy=accuracy, source="table")
+        return table
     preds = predictions(layer_states, layer, seed)
     table["predicted"] = label_names(layer_states, preds.predicted)
     if preds.correct is not None:
         table["correct"] = preds.correct
-    table.attrs.update(c=preds.c, held_out=preds.held_out, accuracy=preds.accuracy)
+    table.attrs.update(c=preds.c, held_out=preds.held_out, accuracy=preds.accuracy, source="own")
     return table
 
 
@@ -173,17 +196,21 @@ def layer_picture(
                           format_func=str.upper)  # fmt: skip
     mark = right.toggle("mark the probe's mistakes", key="layers_pic_mistakes",
                         disabled=layer_states.task_type == "regression")  # fmt: skip
+    offer = st.empty()  # the UMAP button, gone once its picture is computed
     if method == "umap" and not has_projection(layer_states, layer, method, seed):
-        st.caption(
-            f"UMAP (umap-learn, seed {seed}) takes seconds per layer; the first call compiles."
-        )
-        if not st.button(f"Compute UMAP for layer {layer}", key="layers_pic_umap"):
-            method = "pca"
+        with offer.container():
+            st.caption(
+                f"UMAP (umap-learn, seed {seed}) takes seconds per layer; the first call compiles."
+            )
+            if not st.button(f"Compute UMAP for layer {layer}", key="layers_pic_umap"):
+                method = "pca"
     with st.spinner(f"{method.upper()} of layer {layer}…"):
         xy = projection(layer_states, layer, method, seed)
+    if method == "umap":
+        offer.empty()
     mark_projection(layer_states, layer, method, seed)
     with st.spinner(f"Fitting the probe of layer {layer} (held-out predictions)…"):
-        table = example_table(layer_states, layer, seed)
+        table = example_table(layer_states, layer, seed, df)
     text = table["text"] if "text_pair" not in table else table["text"] + " ‖ " + table["text_pair"]
     hover = table.assign(text=[shorten(t) for t in text])
     regression = layer_states.task_type == "regression"
@@ -196,23 +223,45 @@ def layer_picture(
         selection_mode=("box", "lasso"),
     )  # fmt: skip
     row = df.loc[df["layer"] == layer].iloc[0]
+    metric = layer_states.metric
     cols = st.columns(4)
-    for col, metric in zip(cols, ("nu", "cca", "rank", "probe"), strict=True):
-        col.metric(figures.SYMBOLS[metric], f"{row[metric]:.4g}")
-    how = "3-fold cross-fitted: each example predicted by a probe that did not see it"
-    if not table.attrs["held_out"]:
-        how = "in-sample: too few examples per class to hold any out"
-    agreed = (
-        f"; it gets {100 * table.attrs['accuracy']:.1f} % of these {len(table):,} examples right"
-        if table.attrs["accuracy"] is not None
-        else ""
-    )
-    st.caption(
-        f"Hover a dot for its text, label and the prediction of layer {layer}'s probe (C = "
-        f"{table.attrs['c']:g}, chosen by cross-validation; {how}){agreed}. Drag a box or lasso "
-        "around dots to list those examples below."
-    )
+    for col, name in zip(cols, ("nu", "cca", "rank", "probe"), strict=True):
+        label = f"probe s ({metric})" if name == "probe" else figures.SYMBOLS[name]
+        col.metric(label, "undefined" if not np.isfinite(row[name]) else f"{row[name]:.4g}")
+    st.caption(picture_caption(table.attrs, layer, len(table), metric))
     _selection(event, fig, table, layer)
+
+
+def picture_caption(attrs: dict[str, Any], layer: int, n: int, metric: str) -> str:
+    """What the layer picture's predictions are: which probe, its C (the table's when they are
+    the table's predictions), and which accuracy is which."""
+    c = attrs["c"]
+    if attrs.get("source") == "table":
+        how = (
+            f"the table's probe: 5-fold cross-validated, each example predicted by a probe that "
+            f"did not see it; C = {c:.4g}, the table's *probe C* (median over the folds)"
+        )
+    elif attrs["held_out"]:
+        how = (
+            f"a 3-fold cross-fitted probe of this layer alone, C = {c:g} chosen by "
+            "cross-validation (not the table's 5-fold probe: the table's probe C may differ)"
+        )
+    else:
+        how = f"in-sample, C = {c:g}: too few examples per class to hold any out"
+    said = ""
+    if attrs["accuracy"] is not None:
+        said = f". Accuracy: it gets {100 * attrs['accuracy']:.1f} % of these {n:,} examples right"
+        if attrs.get("source") == "table":
+            said += (
+                " — the tile *probe s* above"
+                if metric == "accuracy"
+                else f"; the tile *probe s* is the task's metric ({metric}) over the same "
+                "predictions, so the two numbers differ"
+            )
+    return (
+        f"Hover a dot for its text, label and the prediction of layer {layer}'s probe ({how})"
+        f"{said}. Drag a box or lasso around dots to list those examples below."
+    )
 
 
 def _selection(event, fig, table: pd.DataFrame, layer: int) -> None:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 from analysis.cache import canonical_json
 from analysis.config import POOLINGS, ExtractConfig, SampleSpec, to_dict
+from analysis.layers.metrics import is_flat
 from analysis.layers.whatif import compare_settings, seed_band
 from ui.figures import layers as figures
 from ui.layers.state import get_layer_metrics
@@ -125,6 +129,87 @@ def run(groups: dict[str, dict[str, ExtractConfig]], n_bins: int) -> dict[str, A
     return results
 
 
+AGREES = -0.85  # the paper's ρ(ν, s) on its tasks: ν tracks the probe at or below it
+
+
+def rho_text(value: float | None, probe_curve: np.ndarray) -> str:
+    """ρ(ν, s) of one setting as a reader takes it: a number, or why it is undefined."""
+    if value is not None and math.isfinite(value):
+        return f"{value:+.2f}"
+    curve = np.asarray(probe_curve, dtype=float)
+    if curve.size and np.isfinite(curve).all() and is_flat(curve):
+        return "undefined (flat probe curve)"
+    return "undefined"
+
+
+def readable(curves: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The what-if table with labelled columns and ρ as text (undefined said as such)."""
+    rows = []
+    for record in table.to_dict("records"):
+        probe = curves.loc[(curves["setting"] == record["setting"]) & (curves["layer"] >= 1)]
+        rows.append(
+            {
+                "setting": record["setting"],
+                "N": record["n"],
+                "ℓ*": record["l_star"],
+                "ζ (smoothness of ν)": record["zeta"],
+                "ρ(ν, s)": rho_text(record["rho"], probe["probe"].to_numpy()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def conclusion(group: str, table: pd.DataFrame) -> str:
+    """What to conclude from one what-if: whether ℓ* holds across its settings, and whether ν
+    tracks the probe in them (ρ(ν, s) ≤ −0.85, as in the paper)."""
+    l_stars = [int(v) for v in table["l_star"] if v is not None and not pd.isna(v)]
+    rhos = [float(v) for v in table["rho"] if v is not None and math.isfinite(float(v))]
+    parts = []
+    if not l_stars:
+        parts.append("No setting has an ℓ*.")
+    elif len(set(l_stars)) == 1:
+        parts.append(f"ℓ* = {l_stars[0]} in every setting: it does not hinge on this choice.")
+    else:
+        parts.append(
+            f"ℓ* moves between settings ({', '.join(str(v) for v in l_stars)}): on this data it "
+            f"depends on the {group}, so treat it as a hint."
+        )
+    undefined = len(table) - len(rhos)
+    agree = sum(r <= AGREES for r in rhos)
+    if rhos:
+        parts.append(
+            f"ν tracks the probe (ρ ≤ {AGREES}) in {agree} of {len(table)} settings"
+            + (f"; ρ is undefined in {undefined} (nothing to correlate)" if undefined else "")
+            + "."
+        )
+    else:
+        parts.append(
+            "ρ(ν, s) is undefined in every setting (a flat probe curve): the probe does not "
+            "tell the layers apart here, so these settings cannot confirm or refute ν."
+        )
+    advice = {
+        "pooling": "The paper found mean pooling's ν curve smoother (lower ζ) than the first "
+        "token's: prefer the pooling with the lower ζ and a defined ρ.",
+        "imbalance": "If ℓ* or ρ changes as p falls, rebalance the sample (or weight the "
+        "classes) before trusting ℓ* on imbalanced data.",
+        "scarcity": "If ℓ* still changes between the largest N, more examples are needed "
+        "before it settles (the paper: thousands).",
+        "seeds": "Settings that differ only in the random sample: any change of ℓ* is "
+        "sampling noise, so ℓ* is only as firm as its agreement across seeds.",
+    }[group]
+    if group == "pooling" and table["zeta"].notna().all() and len(table) > 1:
+        smoother = str(table.loc[table["zeta"].idxmin(), "setting"])
+        advice = f"The {smoother} pooling gives the smoother ν curve (lower ζ). " + advice
+    if group == "scarcity" and len(l_stars) >= 2:
+        settled = l_stars[-1] == l_stars[-2]
+        advice = (
+            "ℓ* is the same at the two largest N: it has settled. "
+            if settled
+            else "ℓ* differs between the two largest N: it has not settled yet. "
+        ) + advice
+    return " ".join(parts) + " " + advice
+
+
 def show(results: dict[str, Any]) -> None:
     """Overlaid curves, ζ and |ρ| per setting, and downloads, one block per what-if."""
     for group, result in results.items():
@@ -145,7 +230,8 @@ def show(results: dict[str, Any]) -> None:
         else:
             st.plotly_chart(figures.whatif_figure(curves, "nu", "ν per layer"), width="stretch")
         st.plotly_chart(figures.whatif_bars(table), width="stretch")
-        st.dataframe(table, hide_index=True, width="stretch")
+        st.dataframe(readable(curves, table), hide_index=True, width="stretch")
+        st.markdown(f"**What to conclude.** {conclusion(group, table)}".replace("ℓ*", "ℓ\\*"))
         payload = {"curves": curves.to_dict("records"), "table": table.to_dict("records")}
         st.download_button(
             f"{group} what-if (JSON)", json.dumps(payload, default=float),
