@@ -122,3 +122,16 @@ def test_x3_figure_lines_have_a_legend(tiny_bert_dir, monkeypatch):
     assert spec["layout"]["showlegend"] is True
     names = [t.get("name", "") for t in spec["data"]]
     assert any(n.startswith("0: first token as smooth as mean pooling") for n in names), names
+
+
+def test_the_twelve_layer_model_is_offered_where_minilm_cannot_show_the_story(
+    tiny_bert_dir, monkeypatch
+):
+    """Home's teaching path and Paper check say when the 12-layer mpnet shows what MiniLM cannot
+    (ℓ* = L on MiniLM: nothing to cut)."""
+    at = claims_page(tiny_bert_dir, monkeypatch, only=("X2",))
+    assert not errors(at), errors(at)
+    note = next(i.value for i in at.info if "12-layer model (`mpnet`)" in i.value)
+    assert "nothing to cut" in note and "layer 10 of 12" in note
+    home = open_page(make_app(tiny_bert_dir, monkeypatch, n=40), "views/home.py")
+    assert any("12-layer model (`mpnet`)" in m.value for m in home.markdown)
