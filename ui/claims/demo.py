@@ -15,7 +15,8 @@ TWELVE_LAYERS = (
     "two layers can be left frozen; ν tracks the probe closely (ρ(ν, s) = −0.97 [−0.99, −0.95], "
     "X1 holds on 3 of 3 samples) and first-token ν curves are much rougher than mean pooling's "
     "(X3 holds). ℓ\\* mid-network (X2) is still **unstable** there: the samples disagree "
-    "between 10 and 12."
+    "between 10 and 12. MiniLM on the same samples: ℓ\\* = 6 of 6 in 48–50 of 50 repeats on "
+    "every sample, X1 and X3 unstable."
 )
 
 
