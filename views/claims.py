@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from ui.claims.demo import twelve_layer_note
 from ui.claims.state import get_inputs, settings_form
 from ui.claims.view import claims_view
 from ui.loaders import get_model, show_error
@@ -37,6 +38,7 @@ with st.expander("How verdicts are reached"):
 
 try:
     base = settings()
+    twelve_layer_note(base.model.name)
     get_model(base.model)
     cfg = settings_form(base)
     inputs = get_inputs(cfg)

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from ui.claims.demo import TWELVE_LAYERS
 from ui.nav import next_step, path_links
 
 st.title("tunescope")
@@ -22,6 +23,7 @@ st.markdown(
     "Follow the steps in order; each page ends with a link to the next one."
 )
 path_links()
+st.markdown(TWELVE_LAYERS)
 st.markdown(
     """
 | page | the question it answers |

@@ -107,8 +107,10 @@ def _local(name: str) -> str:
 
 def model_name(name: str) -> str:
     """``--model`` as a queued run must name it: a local folder made absolute (`_local`); the
-    built-in ``minilm`` and hub ids as they are."""
-    return name if name.strip() == "minilm" else _local(name)
+    built-in models (``minilm``, ``mpnet``) and hub ids as they are."""
+    from analysis.models import BUILTIN_MODELS
+
+    return name if name.strip() in BUILTIN_MODELS else _local(name)
 
 
 def data_name(name: str) -> str:

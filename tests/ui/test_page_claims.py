@@ -3,6 +3,7 @@ measured yet" until runs exist, queueing after an estimate, verdicts from finish
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -92,3 +93,45 @@ def test_the_form_keeps_its_values_across_page_switches(tiny_bert_dir, monkeypat
     assert at.number_input(key="claims_k").value == 2
     assert at.number_input(key="claims_seeds").value == 2  # set before the page first opened
     assert at.multiselect(key="claims_only").value == ["H1"]
+
+
+def test_papers_are_named_and_verdicts_lead_the_table(tiny_bert_dir, monkeypatch):
+    """Citations name the paper (not its file number "(000)"), the papers are listed with title,
+    authors, year and arXiv id, and verdict / ours come right after the id (no sideways scroll)."""
+    at = claims_page(tiny_bert_dir, monkeypatch, only=("X1", "X3"))
+    assert not errors(at), errors(at)
+    table = table_of(at)
+    assert list(table.columns[:4]) == ["id", "verdict", "ours", "interval"]
+    cells = " ".join(table.astype(str).to_numpy().ravel())
+    shown = cells + " ".join(e.label for e in at.expander) + " ".join(m.value for m in at.markdown)
+    assert "(000" not in shown and "(002" not in shown and "(003" not in shown
+    assert "(Xie et al. 2022, Table 1)" in cells
+    papers = next(m.value for m in at.markdown if m.value.startswith("**The papers**"))
+    for paper in claims.PAPERS.values():
+        assert (
+            paper.title in papers and f"arXiv {paper.arxiv}" in papers and str(paper.year) in papers
+        )
+    assert "Anchun Gui, Han Xiao" in papers and "https://arxiv.org/abs/2305.17446" in papers
+
+
+def test_x3_figure_lines_have_a_legend(tiny_bert_dir, monkeypatch):
+    at = claims_page(tiny_bert_dir, monkeypatch, only=("X3",))
+    assert not errors(at), errors(at)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    spec = next(s for s in specs if "ζ(first) − ζ(mean)" in s["layout"]["xaxis"]["title"]["text"])
+    assert spec["layout"]["showlegend"] is True
+    names = [t.get("name", "") for t in spec["data"]]
+    assert any(n.startswith("0: first token as smooth as mean pooling") for n in names), names
+
+
+def test_the_twelve_layer_model_is_offered_where_minilm_cannot_show_the_story(
+    tiny_bert_dir, monkeypatch
+):
+    """Home's teaching path and Paper check say when the 12-layer mpnet shows what MiniLM cannot
+    (ℓ* = L on MiniLM: nothing to cut)."""
+    at = claims_page(tiny_bert_dir, monkeypatch, only=("X2",))
+    assert not errors(at), errors(at)
+    note = next(i.value for i in at.info if "12-layer model (`mpnet`)" in i.value)
+    assert "nothing to cut" in note and "layer 10 of 12" in note
+    home = open_page(make_app(tiny_bert_dir, monkeypatch, n=40), "views/home.py")
+    assert any("12-layer model (`mpnet`)" in m.value for m in home.markdown)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.claims import ClaimResult, ClaimsConfig, claims_table
+from analysis.claims import PAPERS, ClaimResult, ClaimsConfig, claims_table
 from analysis.io import atomic_write_text
 from ui.figures.claims import claim_figure
 
@@ -73,5 +73,7 @@ def write_report(
             lines.append(f"- runs: {', '.join(result.runs)}")
         if result.id in figures:
             lines.append(f"- figure: [{figures[result.id]}]({figures[result.id]})")
+    lines += ["", "## The papers", ""]
+    lines += [f"- **{p.short}**: {p.reference()} {p.url}" for p in PAPERS.values()]
     written.insert(0, atomic_write_text(path, "\n".join(lines) + "\n"))
     return written

@@ -34,7 +34,19 @@ def claims_view(cfg: ClaimsConfig, inputs: ClaimInputs) -> None:
         f"{measured} of {len(results)} claims measured on {cfg.model.name} × {cfg.data.name} · "
         "refreshes every 10 s while runs train"
     )
-    st.dataframe(table.style.map(_style, subset=["verdict"]), hide_index=True, width="stretch")
+    # The verdict and our number come right after the id, so they are on screen without
+    # scrolling sideways; the long texts follow (the papers are named below the table).
+    table = table[["id", "verdict", "ours", "interval", "n", "claim", "paper", "detail"]]
+    st.dataframe(
+        table.style.map(_style, subset=["verdict"]), hide_index=True, width="stretch",
+        column_config={
+            "id": st.column_config.TextColumn("id", width="small"),
+            "verdict": st.column_config.TextColumn("verdict", width="small"),
+            "claim": st.column_config.TextColumn("claim", width="large"),
+            "paper": st.column_config.TextColumn("the paper's number", width="large"),
+        },
+    )  # fmt: skip
+    papers_section()
     left, right = st.columns(2)
     left.download_button(
         "Claims (JSON)", json.dumps(claims.claims_json(cfg, results), indent=1),
@@ -57,6 +69,16 @@ def claims_view(cfg: ClaimsConfig, inputs: ClaimInputs) -> None:
                 verdicts.show(result.comparisons, metric, f"claims_{result.id}")
             if result.runs:
                 st.caption("Runs: " + ", ".join(result.runs))
+
+
+def papers_section() -> None:
+    """The papers the claims cite, by name (title, authors, year, venue, arXiv id)."""
+    st.markdown(
+        "**The papers** — " + "  \n".join(
+            f"**{p.short}**: {p.authors} ({p.year}). [*{p.title}*]({p.url}). {p.venue}, "
+            f"arXiv {p.arxiv}." for p in claims.PAPERS.values()
+        )
+    )  # fmt: skip
 
 
 def _plan(cfg: ClaimsConfig, inputs: ClaimInputs, db, runs) -> list:

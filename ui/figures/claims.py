@@ -58,17 +58,22 @@ def zeta_pairs(zeta_mean: Sequence[float], zeta_first: Sequence[float]) -> go.Fi
     """ζ of the ν curve per repeat, mean pooling vs first token, one line per repeat (the same
     resample): the claim holds when the first-token end is higher in ≥ 80 % of repeats."""
     fig = go.Figure()
+    shown: set[str] = set()
     for i, (m, f) in enumerate(zip(zeta_mean, zeta_first, strict=True)):
-        colour = "#d62728" if f > m else "#1f77b4"
+        rougher = f > m
+        colour = "#d62728" if rougher else "#1f77b4"
+        group = "first token less smooth" if rougher else "first token as smooth or smoother"
         fig.add_trace(
             go.Scatter(
                 x=["mean pooling", "first token"], y=[m, f], mode="lines+markers",
-                line=dict(color=colour), name=f"repeat {i + 1}",
+                line=dict(color=colour), name=f"repeat: {group}", legendgroup=group,
+                showlegend=group not in shown,
                 hovertemplate=f"repeat {i + 1}<br>%{{x}}: ζ = %{{y:.3g}}<extra></extra>",
             )
         )  # fmt: skip
-    fig.update_layout(yaxis_title="ζ (lower = smoother ν curve)", height=300, showlegend=False,
-                      margin=dict(t=20, b=40))  # fmt: skip
+        shown.add(group)
+    fig.update_layout(yaxis_title="ζ (lower = smoother ν curve)", height=300, showlegend=True,
+                      legend=dict(orientation="h", y=-0.25), margin=dict(t=20, b=40))  # fmt: skip
     return fig
 
 
@@ -101,15 +106,34 @@ def sample_intervals(result: ClaimResult) -> go.Figure | None:
                 hovertemplate=f"{smp['label']}: %{{x:+.3f}} ({smp['verdict']})<extra></extra>",
             )
         )  # fmt: skip
-    lines = (
-        ((RHO_STRONG, "paper: ≤ −0.85"), (RHO_WEAK, "−0.5")) if result.id == "X1" else ((0.0, "0"),)
-    )
-    for x, text in lines:
-        fig.add_vline(x=x, line_dash="dash", annotation_text=text, annotation_position="bottom")
+    for x, text, colour, meaning in THRESHOLDS[result.id]:
+        fig.add_vline(x=x, line_dash="dash", line_color=colour, annotation_text=text,
+                      annotation_position="bottom")  # fmt: skip
+        # a vertical line has no legend entry of its own: an empty trace drawn like it says what it is
+        fig.add_trace(
+            go.Scatter(x=[None], y=[None], mode="lines", name=meaning, hoverinfo="skip",
+                       line=dict(dash="dash", color=colour))
+        )  # fmt: skip
     title = "ρ(ν, s) across layers" if result.id == "X1" else "ζ(first) − ζ(mean)"
-    fig.update_layout(xaxis_title=f"{title}: full-sample value, 90 % BCa interval", showlegend=False,
-                      height=120 + 50 * len(samples), margin=dict(t=30, b=40))  # fmt: skip
+    fig.update_layout(
+        xaxis_title=f"{title}: full-sample value (dot), 90 % BCa interval (bar)", showlegend=True,
+        legend=dict(orientation="h", yanchor="top", y=-0.45), height=220 + 50 * len(samples),
+        margin=dict(t=30, b=40),
+    )  # fmt: skip
     return fig
+
+
+# The dashed lines of `sample_intervals`: (x, label on the line, colour, legend entry).
+THRESHOLDS = {
+    "X1": (
+        (RHO_STRONG, "paper: ≤ −0.85", "#2ca02c", "−0.85: the paper's ρ (holds at or below)"),
+        (RHO_WEAK, "−0.5", "#ff7f0e", "−0.5: the interval's upper end must reach it"),
+    ),
+    "X3": (
+        (0.0, "0", "#555555",
+         "0: first token as smooth as mean pooling (holds when the interval lies right of it)"),
+    ),
+}  # fmt: skip
 
 
 def claim_figure(result: ClaimResult, metric: str = "score") -> go.Figure | None:
