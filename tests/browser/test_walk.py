@@ -100,3 +100,18 @@ def test_subspace_page_renders(page):
     goto_page(page, "Subspace")
     assert_no_exception(page)
     screenshot_for_docs(page, "subspace")
+
+
+def test_runs_and_paper_check_pages(page):
+    """The walk's last two pages: the runs trained above are listed (method and score first),
+    and the Paper check names its papers."""
+    goto_page(page, "Runs")
+    assert_no_exception(page)
+    expect(page.locator('[data-testid="stDataFrame"]').first).to_be_visible(timeout=60_000)
+    screenshot_for_docs(page, "runs")
+    # The layer claims are computed on opening the page (S = 3 samples × R = 50 repeats): wait.
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Paper check").first.click()
+    expect(page.get_by_text("Hidden State Variability").first).to_be_attached(timeout=400_000)
+    wait_idle(page, timeout_s=400)
+    assert_no_exception(page)
+    screenshot_for_docs(page, "claims")
