@@ -282,7 +282,8 @@ def summarise(out: dict, name: str) -> str:
           f"p95 {q(0.95):.1f} s, last {q(1):.1f} s; one session alone {out['alone_s']:.1f} s "
           f"(first / alone = {q(0) / out['alone_s']:.2f})")  # fmt: skip
     print(f"server peak RSS {out['peak_rss_mb']:.0f} MB; computations run {out['computed']}, "
-          f"shared {out['shared']}")  # fmt: skip
+          f"shared {out['shared']}; their seconds add up to {out['busy_s']:.0f} s (slowest: "
+          + ", ".join(f"{label} {sec:.0f} s" for sec, label in out["slowest"]) + ")")  # fmt: skip
     return (
         f"{name}: sessions={len(results)} shown={figures} errors={len(errors)} "
         f"crosstalk={crosstalk} alone_s={out['alone_s']:.1f} first_s={q(0):.1f} "

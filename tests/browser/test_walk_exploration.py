@@ -52,12 +52,12 @@ def test_a_copied_link_reproduces_the_view_in_a_new_browser(browser, server):
         wait_idle(page, timeout_s=180)
         return context, page
 
-    context, page = fresh(f"{server['url']}/layers?data=trec6&n=300")
+    context, page = fresh(f"{server['url']}/layers?data=trec6&n=500")  # ≥ 5 per class
     try:
         expect(page.locator(CHART).first).to_be_visible(timeout=180_000)
         assert_no_exception(page)
         assert "trec6" in shown(page, "Dataset")
-        assert page.get_by_role("spinbutton", name="N examples").input_value() == "300"
+        assert page.get_by_role("spinbutton", name="N examples").input_value() == "500"
         assert query(page)["data"] == ["trec6"]
         copied = page.evaluate("location.href")
     finally:
@@ -69,7 +69,7 @@ def test_a_copied_link_reproduces_the_view_in_a_new_browser(browser, server):
         wait_for(
             lambda: "trec6" in shown(page, "Dataset"), 30, f"trec6 in {shown(page, 'Dataset')!r}"
         )
-        assert page.get_by_role("spinbutton", name="N examples").input_value() == "300"
+        assert page.get_by_role("spinbutton", name="N examples").input_value() == "500"
     finally:
         context.close()
 

@@ -37,7 +37,9 @@ def test_claim_figures_dispatch_on_the_claim():
     x1 = ClaimResult("X1", "holds weakly", ours=-0.9, interval=(-0.95, -0.8), repeats=50,
                      values={"samples": samples})  # fmt: skip
     fig = claim_figures.claim_figure(x1)
-    assert [t.x[0] for t in fig.data] == [-0.9, -0.7]
+    points = [t for t in fig.data if t.x[0] is not None]  # not the thresholds' legend entries
+    assert [t.x[0] for t in points] == [-0.9, -0.7]  # one point per sample
+    assert [t.name for t in fig.data if t not in points]  # the thresholds' legend entries
     assert fig.data[0].error_x.array[0] == pytest.approx(0.1) and fig.data[1].error_x.array is None
     assert fig.data[0].marker.color == claim_figures.VERDICT_COLOURS["holds"]
     x2 = ClaimResult("X2", "holds", ours=3.0, repeats=5,
@@ -47,7 +49,8 @@ def test_claim_figures_dispatch_on_the_claim():
     x3 = ClaimResult("X3", "unstable", values={"samples": [
         {"label": "a", "verdict": "holds", "ours": 1.0, "interval": [0.2, 2.0]},
         {"label": "b", "verdict": "inconclusive", "ours": 0.1, "interval": [-0.5, 0.9]}]})  # fmt: skip
-    assert len(claim_figures.claim_figure(x3).data) == 2
+    x3_points = [t for t in claim_figures.claim_figure(x3).data if t.x[0] is not None]
+    assert len(x3_points) == 2  # one per sample, beside the threshold's legend entry
     run = ClaimResult("H1", "holds", comparisons=[compare([0.9, 0.92], [0.7, 0.71])])
     assert claim_figures.claim_figure(run).data[0].y[0] == "A − B"
     assert claim_figures.claim_figure(ClaimResult("H1", "not measured yet")) is None

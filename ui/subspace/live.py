@@ -5,10 +5,9 @@ navigating away and back (as the Fine-tune page's live queue does)."""
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
+from analysis.runs.record import runs_of
 from ui.finetune.state import get_db
 
 POLL_S = 3
@@ -37,13 +36,10 @@ def follow_runs(model: str) -> None:
         return
     running = active[active["status"] == "running"]
     parts = []
-    for _, run in running.iterrows():
-        steps = db.steps(run["id"], kind="train")
-        total = json.loads(run["config_json"] or "{}").get("steps")
+    for run in runs_of(running):
+        steps = db.steps(run.id, kind="train")
         at = int(steps["step"].max()) if not steps.empty else 0
-        parts.append(
-            f"{run['id']} ({run['label']}) at step {at}" + (f" of {total}" if total else "")
-        )
+        parts.append(f"{run.id} ({run.label}) at step {at} of {run.steps}")
     st.info(
         f"{len(running)} run(s) of {model} running, {len(active) - len(running)} queued"
         + (f": {'; '.join(parts)}" if parts else "")
