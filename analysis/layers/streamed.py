@@ -64,6 +64,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import scipy.linalg
+import scipy.linalg.blas
+from threadpoolctl import threadpool_limits
 
 from analysis.cache import StoredTensor
 from analysis.layers.metrics import (
@@ -87,11 +89,30 @@ if TYPE_CHECKING:
 PROBE_CAP = 10_000  # examples the cross-validated probe predicts, at most
 PROBE_BUDGET = 10_000 * 384  # … and at most this many numbers (examples × d_model): see probe_rows
 CHUNK_ROWS = 4096  # rows read and accumulated at a time
+STAGE_BYTES = 64 * 2**20  # float64 rows staged for the Gram updates, all cells together
 COLUMNS = ("nu", "cca", "rank", "probe", "probe_c", "probe_se")
 
 States = StoredTensor | ArrayLike  # (L+1, N, d): on disk, or an array / tensor
 # The table takes the streamed route when one layer's states, as float64, exceed this (MB).
 STREAM_ABOVE_MB = 256
+
+
+# --- threads per phase ---------------------------------------------------------------------------
+
+
+def gram_threads() -> int:
+    """BLAS threads for the Gram updates and the d × d algebra (ν, CCA, ϱ):
+    ``$TUNESCOPE_GRAM_THREADS``, default every core this process may use. Large rank-k updates
+    scale with the cores (unlike the probe's small solver steps)."""
+    value = os.environ.get("TUNESCOPE_GRAM_THREADS")
+    return max(1, int(value)) if value else max(1, len(os.sched_getaffinity(0)))
+
+
+def probe_threads() -> int:
+    """BLAS threads for the probe's fits: ``$TUNESCOPE_BLAS_THREADS`` (default 1), as the in-memory
+    route's (`analysis.layers.table.blas_threads`): two threads made scikit-learn's L-BFGS fits
+    2.4× slower on this project's 2-core machine."""
+    return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
 
 
 # --- which route --------------------------------------------------------------------------------
@@ -200,18 +221,29 @@ class CellMoments:
     all; a bootstrap resample puts repeats here). ``count`` (K,), ``sums`` (K, d) = Σ_n w h̃_n,
     ``grams`` (K, d, d) = Σ_n w h̃_n h̃_nᵀ with h̃ = h − shift. ``shift`` (d,) is the first chunk's
     mean unless given.
+
+    How the Grams run near the machine's ``xᵀ @ x`` speed: each cell's shifted float64 rows are
+    staged (``stage_rows`` at a time, written straight from the float32 chunk: one conversion, no
+    other copy), and a full stage goes to BLAS ``dsyrk`` (a symmetric rank-k update, half the
+    multiply-adds of a full product) that adds into one triangle of the cell's Gram in place — no
+    d × d temporary, no second triangle per call. Reading ``grams`` flushes the stages and mirrors
+    the triangle (further adds stay correct: dsyrk keeps adding to the same triangle).
     """
 
     weights: np.ndarray
     shift: np.ndarray | None = None
     grams_wanted: bool = True
+    stage_rows: int | None = None  # default: STAGE_BYTES of staging in all, 256..2,048 rows a cell
 
     def __post_init__(self) -> None:
         self.weights = np.asarray(self.weights)
         self.count = self.weights.sum(axis=1).astype(np.float64)
         self.sums: np.ndarray | None = None
-        self.grams: np.ndarray | None = None
-        self._buffer: np.ndarray | None = None
+        self._grams: np.ndarray | None = None
+        self._stage: np.ndarray | None = None  # (K, S, d) float64
+        self._fill: list[int] = []
+        self._mirrored = True
+        self.rows_staged = 0  # rows sent to the Gram updates: rows_staged · d² flops in all
 
     def add(self, start: int, chunk: np.ndarray) -> None:
         """Add rows start..start+B−1 (chunk (B, d), any float dtype)."""
@@ -221,20 +253,60 @@ class CellMoments:
                 self.shift = chunk.mean(axis=0, dtype=np.float64)
             k = len(self.weights)
             self.sums = np.zeros((k, d))
-            self.grams = np.zeros((k, d, d)) if self.grams_wanted else None
-        if self._buffer is None or len(self._buffer) < b:
-            self._buffer = np.empty((b, d))
-        x = np.subtract(chunk, self.shift, out=self._buffer[:b])  # (B, d) float64
+            if self.grams_wanted:
+                self._grams = np.zeros((k, d, d))
+                rows = self.stage_rows or min(2048, max(256, STAGE_BYTES // (k * d * 8)))
+                self._stage = np.empty((k, rows, d))
+                self._fill = [0] * k
         for k, w in enumerate(self.weights[:, start : start + b]):
             rows = np.flatnonzero(w)
-            if not len(rows):
-                continue
-            xs, ws = x[rows], w[rows].astype(np.float64)
-            self.sums[k] += ws @ xs
-            if self.grams is not None:
-                if (ws != 1.0).any():
-                    xs *= np.sqrt(ws)[:, None]
-                self.grams[k] += xs.T @ xs  # a syrk: numpy spots xᵀx
+            if len(rows):
+                self._add_rows(k, chunk, rows, w[rows])
+
+    def _add_rows(self, k: int, chunk: np.ndarray, rows: np.ndarray, w: np.ndarray) -> None:
+        if self._stage is None:  # sums only
+            self.sums[k] += w.astype(np.float64) @ (chunk[rows] - self.shift)
+            return
+        capacity = self._stage.shape[1]
+        for lo in range(0, len(rows), capacity):
+            take = rows[lo : lo + capacity]
+            if self._fill[k] + len(take) > capacity:
+                self._flush(k)
+            at = self._fill[k]
+            x = np.subtract(chunk[take], self.shift, out=self._stage[k, at : at + len(take)])
+            ws = w[lo : lo + capacity].astype(np.float64)
+            self.sums[k] += ws @ x
+            if (ws != 1.0).any():
+                x *= np.sqrt(ws)[:, None]
+            self._fill[k] += len(take)
+            self.rows_staged += len(take)
+        self._mirrored = False
+
+    def _flush(self, k: int) -> None:
+        """Add cell k's staged rows into the lower triangle of its Gram (dsyrk, in place)."""
+        n = self._fill[k]
+        if n:
+            gram = self._grams[k]
+            # gram.T is the Fortran-ordered view dsyrk updates in place; its upper triangle is
+            # gram's lower one. stage[:n].T (d, n) is Fortran-ordered too: no copy either way.
+            out = scipy.linalg.blas.dsyrk(
+                1.0, self._stage[k, :n].T, beta=1.0, c=gram.T, trans=0, lower=0, overwrite_c=1
+            )
+            if not np.shares_memory(out, gram):  # pragma: no cover - BLAS wrappers copy
+                np.copyto(gram, np.tril(out.T))
+            self._fill[k] = 0
+
+    @property
+    def grams(self) -> np.ndarray | None:
+        """(K, d, d) Gram matrices of every row added so far (flushed and made symmetric)."""
+        if self._grams is not None and not self._mirrored:
+            for k in range(len(self._grams)):
+                self._flush(k)
+            upper = np.triu(np.ones(self._grams.shape[1:], dtype=bool), 1)
+            for gram in self._grams:
+                np.copyto(gram, gram.T, where=upper)  # upper := lower (read-only source)
+            self._mirrored = True
+        return self._grams
 
     def check_finite(self, what: str) -> None:
         """Non-finite states make their sums non-finite (`metrics._require_finite`)."""
@@ -456,34 +528,44 @@ def streamed_layer_metrics(
     report = progress or no_progress
     rows = []
     timing = {"read_and_moments": 0.0, "nu_cca_rank": 0.0, "probe": 0.0}  # seconds
+    gram_rows = 0
+    dense, fits = gram_threads(), probe_threads()
     for layer in range(n_layers):
         clock = time.perf_counter()
         report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
         moments = CellMoments(weights)
         gathers = [RowGather(positions[probe_rows_], d)] if probe_ok else []
-        for start, chunk in layer_chunks(states, layer, chunk_rows):
-            moments.add(start, chunk)
-            for gather in gathers:
-                gather.add(start, chunk)
-        moments.check_finite("ν")
-        timing["read_and_moments"] += time.perf_counter() - clock
-        clock = time.perf_counter()
-        counts, sums, grams = _class_moments(moments, lay)
-        row = {
-            "layer": layer,
-            "nu": nu_from_moments(counts, sums, grams, moments.shift) if "nu" in which else np.nan,
-            "cca": cca_from_moments(moments, lay, CCA_GRID) if cca_ok else np.nan,
-            "rank": rank_from_moments(counts, sums, grams, moments.shift)
-            if "rank" in which
-            else np.nan,
-            "probe": np.nan,
-            "probe_c": np.nan,
-            "probe_se": np.nan,
-        }
+        with threadpool_limits(dense, user_api="blas"):
+            for start, chunk in layer_chunks(states, layer, chunk_rows):
+                moments.add(start, chunk)
+                for gather in gathers:
+                    gather.add(start, chunk)
+            moments.check_finite("ν")
+            moments.grams  # noqa: B018  (flushes the last stages: their time is the Grams')
+            timing["read_and_moments"] += time.perf_counter() - clock
+            gram_rows += moments.rows_staged
+            clock = time.perf_counter()
+            counts, sums, grams = _class_moments(moments, lay)
+            row = {
+                "layer": layer,
+                "nu": nu_from_moments(counts, sums, grams, moments.shift)
+                if "nu" in which
+                else np.nan,
+                "cca": cca_from_moments(moments, lay, CCA_GRID) if cca_ok else np.nan,
+                "rank": rank_from_moments(counts, sums, grams, moments.shift)
+                if "rank" in which
+                else np.nan,
+                "probe": np.nan,
+                "probe_c": np.nan,
+                "probe_se": np.nan,
+            }
         timing["nu_cca_rank"] += time.perf_counter() - clock
         clock = time.perf_counter()
         if probe_ok:
-            probe = cv_predictions(gathers[0].values, raw[probe_rows_], metric, folds, seed=seed)
+            with threadpool_limits(fits, user_api="blas"):
+                probe = cv_predictions(
+                    gathers[0].values, raw[probe_rows_], metric, folds, seed=seed
+                )
             row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
         timing["probe"] += time.perf_counter() - clock
         rows.append(row)
@@ -505,6 +587,8 @@ def streamed_layer_metrics(
         ),
         route="streamed",
         timing={k: round(v, 3) for k, v in timing.items()},
+        gram_gflop=round(gram_rows * d * d / 1e9, 3),  # the Gram updates' flops (syrk: N d² each)
+        threads={"gram": dense, "probe": fits},
         probe_cap=probe_cap,
         probe_n=len(probe_rows_) if probe_ok else 0,
         route_note=(
