@@ -52,7 +52,11 @@ with tab_metrics:
         "around the full-sample values need R ≥ 50; fewer give bootstrap s.e. only.",
     )  # fmt: skip
     rep = reps = se = None
-    if n_repeats > 1:
+    above, figure = st.container(), st.empty()
+    if n_repeats > 1:  # the metrics first; the repeats' bands replace them when they are done
+        figure.plotly_chart(
+            figures.metrics_figure(df, summ["l_star"], states.metric), width="stretch"
+        )
         try:
             rep, _ = get_layer_repeats(states, cfg.sample.seed, int(n_repeats), DEFAULT_BINS)
         except ValueError as exc:
@@ -60,10 +64,14 @@ with tab_metrics:
         else:
             reps, se = summarise_repeats(rep), rep.standard_errors()
             result = add_repeats(result, rep)
-    suggestion(summ, df, states.n_layers, reps)
-    if df.attrs.get("label_note"):
-        st.warning(df.attrs["label_note"], icon=":material/info:")
-    st.plotly_chart(figures.metrics_figure(df, summ["l_star"], states.metric, se), width="stretch")
+    with above:
+        suggestion(summ, df, states.n_layers, reps)
+        if df.attrs.get("label_note"):
+            st.warning(df.attrs["label_note"], icon=":material/info:")
+    if se is not None or n_repeats <= 1:
+        figure.plotly_chart(
+            figures.metrics_figure(df, summ["l_star"], states.metric, se), width="stretch"
+        )
     rho = summ["rho"]
     c1, c2, c3, c4 = st.columns(4)
     count = None if reps is None else reps.l_star_counts.get(summ["l_star"], 0)
