@@ -84,9 +84,8 @@ def train(args: argparse.Namespace, root: Path, workers: int) -> dict:
     while worker_pids(root):  # the workers leave after their idle timeout: not timed
         time.sleep(0.5)
     numbers = {}
-    for run_id in launched.ids:
-        run = db.get_run(run_id)
-        losses = db.steps(run_id, kind="train")
+    for _, run in frame.iterrows():
+        losses = db.steps(run["id"], kind="train")
         last = losses[losses["key"] == "loss"].sort_values("step")["value"].iloc[-1]
         numbers[int(run["seed"])] = (float(last), float(run["score"]))
     return {
@@ -132,7 +131,8 @@ def main() -> None:
             print(
                 f"    {workers} worker(s) x {threads} thread(s): {r['total']:.1f} s, "
                 f"{r['per_hour']:.0f} runs/hour; run wall_s median {r['wall']:.1f} s, step "
-                f"{r['step'] * 1000:.0f} ms; devices {', '.join(r['devices'])}; {load_average()}"
+                f"{r['step'] * 1000:.0f} ms; devices {', '.join(r['devices'])}; {load_average()}",
+                flush=True,
             )
     one, most = results[min(args.workers)], results[max(args.workers)]
     same, diffs = 0, []

@@ -54,6 +54,7 @@ both sides of the split, which is why the layer repeats stay in memory
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -113,6 +114,17 @@ def probe_threads() -> int:
     route's (`analysis.layers.table.blas_threads`): two threads made scikit-learn's L-BFGS fits
     2.4× slower on this project's 2-core machine."""
     return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
+
+
+def overlap_probes() -> bool:
+    """Whether the streamed route fits layer ℓ's probe on one core while it reads layer ℓ + 1 and
+    builds its Grams on the other (each phase then on one BLAS thread): ``$TUNESCOPE_STREAM_OVERLAP``
+    (1 / 0), default on. Off, the phases take turns, each with its own thread count."""
+    return os.environ.get("TUNESCOPE_STREAM_OVERLAP", "1").strip().lower() not in (
+        "0",
+        "false",
+        "no",
+    )
 
 
 # --- which route --------------------------------------------------------------------------------
@@ -481,6 +493,7 @@ def streamed_layer_metrics(
     index: ArrayLike | None = None,
     probe_cap: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    overlap: bool | None = None,
 ) -> pd.DataFrame:
     """Every metric for every layer from streamed statistics (module docstring).
 
@@ -530,46 +543,73 @@ def streamed_layer_metrics(
     timing = {"read_and_moments": 0.0, "nu_cca_rank": 0.0, "probe": 0.0}  # seconds
     gram_rows = 0
     dense, fits = gram_threads(), probe_threads()
-    for layer in range(n_layers):
-        clock = time.perf_counter()
-        report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
-        moments = CellMoments(weights)
-        gathers = [RowGather(positions[probe_rows_], d)] if probe_ok else []
-        with threadpool_limits(dense, user_api="blas"):
-            for start, chunk in layer_chunks(states, layer, chunk_rows):
-                moments.add(start, chunk)
-                for gather in gathers:
-                    gather.add(start, chunk)
-            moments.check_finite("ν")
-            moments.grams  # noqa: B018  (flushes the last stages: their time is the Grams')
-            timing["read_and_moments"] += time.perf_counter() - clock
-            gram_rows += moments.rows_staged
+    overlap = probe_ok and dense > 1 and (overlap_probes() if overlap is None else overlap)
+    limits = contextlib.ExitStack()
+    prober = None
+    if overlap:  # one core's BLAS thread for the Grams, one for the probe fits, side by side;
+        dense = fits = 1  # set once for the whole pass: no thread changes the other's count
+        limits.enter_context(threadpool_limits(1, user_api="blas"))
+        prober = limits.enter_context(ThreadPoolExecutor(1))
+    pending: tuple[dict, Any] | None = None  # (row, future of its probe) still being fitted
+    fit_clock = [0.0]
+
+    def fit(values: np.ndarray) -> Any:
+        start = time.perf_counter()
+        with threadpool_limits(fits, user_api="blas"):
+            result = cv_predictions(values, raw[probe_rows_], metric, folds, seed=seed)
+        fit_clock[0] += time.perf_counter() - start
+        return result
+
+    def finish(row: dict, probe: Any) -> None:
+        row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
+
+    with limits:  # (the prober shuts down, and the thread count is restored, on any exit)
+        for layer in range(n_layers):
             clock = time.perf_counter()
-            counts, sums, grams = _class_moments(moments, lay)
-            row = {
-                "layer": layer,
-                "nu": nu_from_moments(counts, sums, grams, moments.shift)
-                if "nu" in which
-                else np.nan,
-                "cca": cca_from_moments(moments, lay, CCA_GRID) if cca_ok else np.nan,
-                "rank": rank_from_moments(counts, sums, grams, moments.shift)
-                if "rank" in which
-                else np.nan,
-                "probe": np.nan,
-                "probe_c": np.nan,
-                "probe_se": np.nan,
-            }
-        timing["nu_cca_rank"] += time.perf_counter() - clock
+            report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
+            moments = CellMoments(weights)
+            gathers = [RowGather(positions[probe_rows_], d)] if probe_ok else []
+            with threadpool_limits(dense, user_api="blas"):
+                for start, chunk in layer_chunks(states, layer, chunk_rows):
+                    moments.add(start, chunk)
+                    for gather in gathers:
+                        gather.add(start, chunk)
+                moments.check_finite("ν")
+                moments.grams  # noqa: B018  (flushes the last stages: their time is the Grams')
+                timing["read_and_moments"] += time.perf_counter() - clock
+                gram_rows += moments.rows_staged
+                clock = time.perf_counter()
+                counts, sums, grams = _class_moments(moments, lay)
+                row = {
+                    "layer": layer,
+                    "nu": nu_from_moments(counts, sums, grams, moments.shift)
+                    if "nu" in which
+                    else np.nan,
+                    "cca": cca_from_moments(moments, lay, CCA_GRID) if cca_ok else np.nan,
+                    "rank": rank_from_moments(counts, sums, grams, moments.shift)
+                    if "rank" in which
+                    else np.nan,
+                    "probe": np.nan,
+                    "probe_c": np.nan,
+                    "probe_se": np.nan,
+                }
+            timing["nu_cca_rank"] += time.perf_counter() - clock
+            clock = time.perf_counter()
+            if pending is not None:  # the previous layer's probe, fitted while this layer was read
+                finish(pending[0], pending[1].result())
+                pending = None
+            if probe_ok and prober is not None:
+                pending = (row, prober.submit(fit, gathers[0].values))
+            elif probe_ok:
+                finish(row, fit(gathers[0].values))
+            timing["probe"] += time.perf_counter() - clock
+            rows.append(row)
+            del moments, gathers
         clock = time.perf_counter()
-        if probe_ok:
-            with threadpool_limits(fits, user_api="blas"):
-                probe = cv_predictions(
-                    gathers[0].values, raw[probe_rows_], metric, folds, seed=seed
-                )
-            row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
+        if pending is not None:
+            finish(pending[0], pending[1].result())
         timing["probe"] += time.perf_counter() - clock
-        rows.append(row)
-        del moments, gathers
+    timing["probe_fits"] = fit_clock[0]  # the fits' own time (beside the Grams when overlapped)
     report(1.0, "all layers done")
     df = pd.DataFrame(rows, columns=["layer", *COLUMNS])
     df["layer"] = df["layer"].astype(int)
@@ -588,7 +628,7 @@ def streamed_layer_metrics(
         route="streamed",
         timing={k: round(v, 3) for k, v in timing.items()},
         gram_gflop=round(gram_rows * d * d / 1e9, 3),  # the Gram updates' flops (syrk: N d² each)
-        threads={"gram": dense, "probe": fits},
+        threads={"gram": dense, "probe": fits, "overlap": bool(overlap)},
         probe_cap=probe_cap,
         probe_n=len(probe_rows_) if probe_ok else 0,
         route_note=(
