@@ -102,15 +102,15 @@ STREAM_ABOVE_MB = 256
 
 
 def gram_threads() -> int:
-    """BLAS threads for the Gram updates and the d × d algebra (ν, CCA, ϱ):
-    ``$TUNESCOPE_GRAM_THREADS``, default every core this process may use. Large rank-k updates
-    scale with the cores (unlike the probe's small solver steps)."""
+    """BLAS threads for the Gram updates: ``$TUNESCOPE_GRAM_THREADS``, default every core this
+    process may use. Large rank-k updates scale with the cores; the probe's solver steps and the
+    d × d algebra of ν, CCA and ϱ (many small calls) run on `probe_threads`."""
     value = os.environ.get("TUNESCOPE_GRAM_THREADS")
     return max(1, int(value)) if value else max(1, len(os.sched_getaffinity(0)))
 
 
 def probe_threads() -> int:
-    """BLAS threads for the probe's fits: ``$TUNESCOPE_BLAS_THREADS`` (default 1), as the in-memory
+    """BLAS threads for the probe's fits and ν / CCA / ϱ: ``$TUNESCOPE_BLAS_THREADS`` (default 1), as the in-memory
     route's (`analysis.layers.table.blas_threads`): two threads made scikit-learn's L-BFGS fits
     2.4× slower on this project's 2-core machine."""
     return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
@@ -576,9 +576,12 @@ def streamed_layer_metrics(
                         gather.add(start, chunk)
                 moments.check_finite("ν")
                 moments.grams  # noqa: B018  (flushes the last stages: their time is the Grams')
-                timing["read_and_moments"] += time.perf_counter() - clock
-                gram_rows += moments.rows_staged
-                clock = time.perf_counter()
+            timing["read_and_moments"] += time.perf_counter() - clock
+            gram_rows += moments.rows_staged
+            clock = time.perf_counter()
+            # The d × d algebra (eigvalsh, Cholesky) is many small BLAS calls: on the probes'
+            # thread count (two spinning threads on a loaded 2-core machine ran it 75× slower).
+            with threadpool_limits(fits, user_api="blas"):
                 counts, sums, grams = _class_moments(moments, lay)
                 row = {
                     "layer": layer,
