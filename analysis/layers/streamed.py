@@ -38,10 +38,14 @@ within-class variance from second moments, whose relative rounding is ≈ ε · 
 exactly as long as the sample does not exceed the cap (the same rows, in the same order, the same
 folds and fits).
 
-**Cost** per layer: N d² multiply-adds for the Gram matrices (numpy's ``xᵀ @ x`` is a BLAS syrk)
+**Cost** per layer: N d² / 2 multiply-adds for the Gram matrices (staged rows, one BLAS ``dsyrk``
+per full stage, in place: `CellMoments`; ``$TUNESCOPE_GRAM_THREADS`` threads, default every core)
 plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe's 5
-fits on 0.8 × ``probe_cap`` rows each. Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), two
-chunks and the gathered rows (probe_cap · d · 4 bytes) — none of it grows with N.
+fits on 0.8 × ``probe_cap`` rows each; by default layer ℓ's probe is fitted on one core while
+layer ℓ + 1 is read and its Grams built on the other (`overlap_probes`), each on one BLAS thread.
+Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), their row stages
+(``STAGE_BYTES``, 64 MiB), two chunks and the gathered rows of two layers (probe_cap · d · 4
+bytes each) — none of it grows with N.
 
 **Repeats and subsets.** ``index`` (M,) lists the positions of the sample's examples among the N
 stored rows, repeats allowed: the result equals `layer_metrics(states[:, index], labels[index])`
@@ -110,16 +114,16 @@ def gram_threads() -> int:
 
 
 def probe_threads() -> int:
-    """BLAS threads for the probe's fits and ν / CCA / ϱ: ``$TUNESCOPE_BLAS_THREADS`` (default 1), as the in-memory
-    route's (`analysis.layers.table.blas_threads`): two threads made scikit-learn's L-BFGS fits
+    """BLAS threads for the probe's fits and ν / CCA / ϱ: ``$TUNESCOPE_BLAS_THREADS`` (default 1),
+    as the in-memory route's (`analysis.layers.table.blas_threads`): two threads made scikit-learn's L-BFGS fits
     2.4× slower on this project's 2-core machine."""
     return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
 
 
 def overlap_probes() -> bool:
     """Whether the streamed route fits layer ℓ's probe on one core while it reads layer ℓ + 1 and
-    builds its Grams on the other (each phase then on one BLAS thread): ``$TUNESCOPE_STREAM_OVERLAP``
-    (1 / 0), default on. Off, the phases take turns, each with its own thread count."""
+    builds its Grams on the other (each phase then on one BLAS thread):
+    ``$TUNESCOPE_STREAM_OVERLAP`` (1 / 0), default on. Off, the phases take turns, each with its own thread count."""
     return os.environ.get("TUNESCOPE_STREAM_OVERLAP", "1").strip().lower() not in (
         "0",
         "false",
