@@ -249,3 +249,18 @@ def dataclasses_replace(cfg, **changes):
     import dataclasses
 
     return dataclasses.replace(cfg, **changes)
+
+
+def test_cpu_workers_flag_is_a_local_choice():
+    import argparse
+
+    from analysis.commands.options import add_executor_options, executor_from_args
+
+    parser = argparse.ArgumentParser()
+    add_executor_options(parser)
+    assert executor_from_args(parser.parse_args(["--cpu-workers", "2"])).cpu_workers == 2
+    assert executor_from_args(parser.parse_args([])).cpu_workers is None
+    with pytest.raises(ValueError, match="goes with --executor local"):
+        executor_from_args(parser.parse_args(["--executor", "ray", "--cpu-workers", "2"]))
+    with pytest.raises(ValueError, match="at least|≥ 1"):
+        executor_from_args(parser.parse_args(["--cpu-workers", "0"]))
