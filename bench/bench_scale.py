@@ -1,7 +1,7 @@
 """Scale: streamed extraction and streamed layer metrics, time and peak memory (issue #14).
 
     .venv/bin/python bench/bench_scale.py [--part a|b|all] [--n-a 20000] [--n-b 100000]
-        [--rounds 2] [--workdir DIR] [--blas-threads 1]
+        [--n-small 10000 30000] [--rounds 2] [--workdir DIR]
 
 (a) **Real model.** MiniLM on N = 20,000 movie snippets (the 10,568 snippets repeated, with a
     counter appended so that no two texts are equal): `extract_states` (the windowed forward,
@@ -27,8 +27,11 @@ Every measured stage runs in a fresh subprocess and reports its own peak residen
 touched, memory-mapped pages too). The page cache is not part of it.
 
 Goals: extraction ≤ 1.1× the bare forward; peak RSS ≤ 3 GB at N = 100,000 × 25 × 1,024; the layer
-metrics at that size ≤ 60 s on this CPU. The last line is
-``peak_rss_mb=… n=… layers=… d_model=… metrics_s=… ratio_vs_bare=…``.
+metrics at that size ≤ 60 s on this CPU, linear in N (part (b) runs N = 10,000, 30,000 and
+100,000). The Gram phase's achieved GFLOP/s (rows · d² flops per cell, a symmetric rank-k update)
+is printed next to the machine's `X.T @ X` (float64, 8,192 × 1,024, the same BLAS threads),
+measured in the same process right before and after the metrics. The last line is
+``scale: n=… layers=… d=… metrics_s=… peak_rss_mb=… gram_gflops=… limit_gflops=…``.
 """
 
 from __future__ import annotations
@@ -228,11 +231,30 @@ def stage_write_b(args) -> None:
     emit({"seconds": time.perf_counter() - start, "gb": bytes_ / 1e9})
 
 
+def xtx_limit(threads: int, rows: int = 8192, d: int = SYNTHETIC_D, repeats: int = 5) -> float:
+    """The machine's `X.T @ X` speed now: float64, (rows, d) (the issue's reference shape), with
+    ``threads`` BLAS threads, best of ``repeats``, counted as rows · d² flops (a symmetric rank-k
+    update: numpy's X.T @ X is a syrk). GFLOP/s."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    x = np.random.default_rng(0).standard_normal((rows, d))
+    best = float("inf")
+    with threadpool_limits(threads, user_api="blas"):
+        for _ in range(repeats):
+            start = time.perf_counter()
+            x.T @ x
+            best = min(best, time.perf_counter() - start)
+    return rows * d * d / best / 1e9
+
+
 def stage_metrics_b(args) -> None:
-    """Load the entry (first load in this process: the content hash) and run the layer table."""
+    """Load the entry (first load in this process: the content hash) and run the layer table;
+    the `X.T @ X` limit measured right before and right after it, in the same process."""
     from analysis.cache import DiskCache
     from analysis.config import ExtractConfig
     from analysis.extract import LayerStates
+    from analysis.layers.streamed import gram_threads
     from analysis.layers.table import cached_layer_metrics
 
     cache, recipe = DiskCache(args.cache), synthetic_recipe(args.n)
@@ -250,14 +272,21 @@ def stage_metrics_b(args) -> None:
         meta={"cache_path": str(cache.entry_dir("states", recipe))},
         stored=cache.stored("states", recipe)["states"],
     )
+    limit_before = xtx_limit(gram_threads())
     start = time.perf_counter()
     df, hit = cached_layer_metrics(layer_states, cache=cache)
     seconds = time.perf_counter() - start
     assert not hit
+    limit_after = xtx_limit(gram_threads())
+    timing = df.attrs.get("timing")
     emit({
         "load_s": load_s, "metrics_s": seconds, "route": df.attrs.get("route"),
-        "probe_n": df.attrs.get("probe_n"), "timing": df.attrs.get("timing"),
+        "probe_n": df.attrs.get("probe_n"), "timing": timing,
         "l_star": int(df.loc[df["layer"] >= 1, "nu"].idxmin()),
+        "gram_gflop": df.attrs["gram_gflop"], "threads": df.attrs["threads"],
+        "gram_gflops": df.attrs["gram_gflop"] / timing["read_and_moments"],
+        "limit_gflops": max(limit_before, limit_after),
+        "limit_before": limit_before, "limit_after": limit_after,
     })  # fmt: skip
 
 
@@ -330,27 +359,44 @@ def part_a(args, work: Path) -> dict:
 
 
 def part_b(args, work: Path) -> dict:
-    # Both sizes take the streamed route (N = 100,000 would anyway: 800 MB per float64 layer).
-    env = {"TUNESCOPE_BLAS_THREADS": str(args.blas_threads), "TUNESCOPE_STREAM_METRICS_MB": "0"}
+    # Every size takes the streamed route (N = 100,000 would anyway: 800 MB per float64 layer).
+    env = {"TUNESCOPE_STREAM_METRICS_MB": "0"}
+    sizes = sorted({*args.n_small, args.n_b})
     print(f"(b) BERT-large shape, SYNTHETIC states: {SYNTHETIC_LAYERS + 1} layers x d = "
-          f"{SYNTHETIC_D:,}; BLAS threads {args.blas_threads}; {load_average()}")  # fmt: skip
+          f"{SYNTHETIC_D:,}; N = {', '.join(f'{n:,}' for n in sizes)}; {load_average()}")  # fmt: skip
     results = {}
-    for n in (args.n_small, args.n_b):
+    for n in sizes:
         cache = work / f"cache-b{n}"
         w = run_stage("write-b", env, n=n, cache=cache)
         m = run_stage("metrics-b", env, n=n, cache=cache)
         shutil.rmtree(cache)
         results[n] = (w, m)
+        t = m["timing"]
         print(f"    N = {n:>7,}: write {w['gb']:.2f} GB in {w['seconds']:.1f} s "
               f"(peak RSS {w['peak_rss_mb']:.0f} MB); load + content check {m['load_s']:.1f} s; "
               f"metrics ({m['route']}, probe on {m['probe_n']:,}) {m['metrics_s']:.1f} s "
-              f"(peak RSS {m['peak_rss_mb']:.0f} MB); ℓ* = {m['l_star']}")  # fmt: skip
-        print(f"               parts of the metrics time: {m['timing']}")
+              f"(peak RSS {m['peak_rss_mb']:.0f} MB); ℓ* = {m['l_star']}; {load_average()}")  # fmt: skip
+        print(f"      Gram phase (read + moments, {m['threads']['gram']} BLAS threads): "
+              f"{t['read_and_moments']:.1f} s for {m['gram_gflop']:,.0f} GFLOP = "
+              f"{m['gram_gflops']:.1f} GFLOP/s vs X.T @ X (8,192 x 1,024 float64, same threads, "
+              f"this process, before / after) {m['limit_before']:.1f} / {m['limit_after']:.1f} "
+              f"GFLOP/s: {m['gram_gflops'] / m['limit_gflops']:.2f} of the limit")  # fmt: skip
+        print(f"      ν / CCA / ϱ (d x d algebra) {t['nu_cca_rank']:.1f} s; probe "
+              f"({m['threads']['probe']} BLAS thread(s), CV on {m['probe_n']:,} rows, N-independent) "
+              f"{t['probe']:.1f} s")  # fmt: skip
+    first = sizes[0]
+    print(f"    growth with N (relative to N = {first:,}):")
+    for n in sizes:
+        g0, g = results[first][1]["timing"], results[n][1]["timing"]
+        print(f"      N = {n:>7,} ({n / first:5.1f}x N): metrics {results[n][1]['metrics_s'] / results[first][1]['metrics_s']:5.2f}x, "
+              f"Gram phase {g['read_and_moments'] / g0['read_and_moments']:5.2f}x, "
+              f"per-example Gram time {g['read_and_moments'] / n * 1e6:.0f} µs")  # fmt: skip
     w, m = results[args.n_b]
     peak = max(w["peak_rss_mb"], m["peak_rss_mb"])
     print(f"    peak RSS at N = {args.n_b:,}: {peak:.0f} MB (goal <= 3,072); "
           f"metrics {m['metrics_s']:.1f} s (goal <= 60); {load_average()}")  # fmt: skip
-    return {"peak": peak, "metrics_s": m["metrics_s"]}
+    return {"peak": peak, "metrics_s": m["metrics_s"], "gram_gflops": m["gram_gflops"],
+            "limit_gflops": m["limit_gflops"]}  # fmt: skip
 
 
 def main() -> None:
@@ -358,9 +404,10 @@ def main() -> None:
     parser.add_argument("--part", choices=("a", "b", "all"), default="all")
     parser.add_argument("--n-a", type=int, default=20_000)
     parser.add_argument("--n-b", type=int, default=100_000)
-    parser.add_argument("--n-small", type=int, default=10_000, help="(b) at a smaller N too")
+    parser.add_argument(
+        "--n-small", type=int, nargs="*", default=[10_000, 30_000], help="(b) at smaller N too"
+    )
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--blas-threads", type=int, default=1)
     parser.add_argument("--skip-metrics-a", action="store_true")
     parser.add_argument("--workdir", default=None, help="where the caches go (needs 12 GB)")
     # a stage, run in its own process by the parent
@@ -379,13 +426,15 @@ def main() -> None:
         b = (
             part_b(args, work)
             if args.part in ("b", "all")
-            else {"peak": float("nan"), "metrics_s": float("nan")}
+            else {k: float("nan") for k in ("peak", "metrics_s", "gram_gflops", "limit_gflops")}
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    print(f"extract ratio_vs_bare={a['ratio']:.3f}")
     print(
-        f"peak_rss_mb={b['peak']:.0f} n={args.n_b} layers={SYNTHETIC_LAYERS + 1} "
-        f"d_model={SYNTHETIC_D} metrics_s={b['metrics_s']:.1f} ratio_vs_bare={a['ratio']:.3f}"
+        f"scale: n={args.n_b} layers={SYNTHETIC_LAYERS + 1} d={SYNTHETIC_D} "
+        f"metrics_s={b['metrics_s']:.1f} peak_rss_mb={b['peak']:.0f} "
+        f"gram_gflops={b['gram_gflops']:.1f} limit_gflops={b['limit_gflops']:.1f}"
     )
 
 

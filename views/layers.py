@@ -53,7 +53,11 @@ with tab_metrics:
         "around the full-sample values need R ≥ 50; fewer give bootstrap s.e. only.",
     )  # fmt: skip
     rep = reps = se = None
-    if n_repeats > 1:
+    above, figure = st.container(), st.empty()
+    if n_repeats > 1:  # the metrics first; the repeats' bands replace them when they are done
+        figure.plotly_chart(
+            figures.metrics_figure(df, summ["l_star"], states.metric), width="stretch"
+        )
         try:
             rep, _ = get_layer_repeats(states, cfg.sample.seed, int(n_repeats), DEFAULT_BINS)
         except ValueError as exc:
@@ -61,15 +65,19 @@ with tab_metrics:
         else:
             reps, se = summarise_repeats(rep), rep.standard_errors()
             result = add_repeats(result, rep)
-    suggestion(summ, df, states.n_layers, reps)
-    if summ["l_star"] is not None:  # ℓ*-down as a recipe for the user's own training
-        l_star = int(summ["l_star"])
-        recipe_button(cfg, {"l_star": l_star, "strategy": [1, l_star, l_star]}, "layers_recipe",
-                      "ℓ*-down (1, ℓ*, ℓ*) as a recipe (zip)", method="layers",
-                      layers=(1, l_star, l_star))  # fmt: skip
-    if df.attrs.get("label_note"):
-        st.warning(df.attrs["label_note"], icon=":material/info:")
-    st.plotly_chart(figures.metrics_figure(df, summ["l_star"], states.metric, se), width="stretch")
+    with above:
+        suggestion(summ, df, states.n_layers, reps)
+        if summ["l_star"] is not None:  # ℓ*-down as a recipe for the user's own training
+            l_star = int(summ["l_star"])
+            recipe_button(cfg, {"l_star": l_star, "strategy": [1, l_star, l_star]},
+                          "layers_recipe", "ℓ*-down (1, ℓ*, ℓ*) as a recipe (zip)",
+                          method="layers", layers=(1, l_star, l_star))  # fmt: skip
+        if df.attrs.get("label_note"):
+            st.warning(df.attrs["label_note"], icon=":material/info:")
+    if se is not None or n_repeats <= 1:
+        figure.plotly_chart(
+            figures.metrics_figure(df, summ["l_star"], states.metric, se), width="stretch"
+        )
     rho = summ["rho"]
     c1, c2, c3, c4 = st.columns(4)
     count = None if reps is None else reps.l_star_counts.get(summ["l_star"], 0)

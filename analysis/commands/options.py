@@ -233,16 +233,24 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--ray-cpus-per-run", type=int, default=1, help=help_of(ExecutorChoice, "cpus_per_run")
     )
+    group.add_argument(
+        "--cpu-workers", type=int, default=None, help=help_of(ExecutorChoice, "cpu_workers")
+    )
 
 
 def executor_from_args(args: argparse.Namespace) -> ExecutorChoice:
     if args.executor != "ray" and (args.ray_address or args.ray_cpus_per_run != 1):
         raise ValueError("--ray-address and --ray-cpus-per-run go with --executor ray.")
+    if args.executor == "ray" and getattr(args, "cpu_workers", None) is not None:
+        raise ValueError(
+            "--cpu-workers goes with --executor local (Ray packs by --ray-cpus-per-run)."
+        )
     return ExecutorChoice(
         executor=args.executor,
         ray_address=args.ray_address,
         cpus_per_run=args.ray_cpus_per_run,
         device=getattr(args, "device", None),
+        cpu_workers=getattr(args, "cpu_workers", None),
     )
 
 

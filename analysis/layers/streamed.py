@@ -38,10 +38,14 @@ within-class variance from second moments, whose relative rounding is ≈ ε · 
 exactly as long as the sample does not exceed the cap (the same rows, in the same order, the same
 folds and fits).
 
-**Cost** per layer: N d² multiply-adds for the Gram matrices (numpy's ``xᵀ @ x`` is a BLAS syrk)
+**Cost** per layer: N d² / 2 multiply-adds for the Gram matrices (staged rows, one BLAS ``dsyrk``
+per full stage, in place: `CellMoments`; ``$TUNESCOPE_GRAM_THREADS`` threads, default every core)
 plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe's 5
-fits on 0.8 × ``probe_cap`` rows each. Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), two
-chunks and the gathered rows (probe_cap · d · 4 bytes) — none of it grows with N.
+fits on 0.8 × ``probe_cap`` rows each; by default layer ℓ's probe is fitted on one core while
+layer ℓ + 1 is read and its Grams built on the other (`overlap_probes`), each on one BLAS thread.
+Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), their row stages
+(``STAGE_BYTES``, 64 MiB), two chunks and the gathered rows of two layers (probe_cap · d · 4
+bytes each) — none of it grows with N.
 
 **Repeats and subsets.** ``index`` (M,) lists the positions of the sample's examples among the N
 stored rows, repeats allowed: the result equals `layer_metrics(states[:, index], labels[index])`
@@ -54,6 +58,7 @@ both sides of the split, which is why the layer repeats stay in memory
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -64,6 +69,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import scipy.linalg
+import scipy.linalg.blas
+from threadpoolctl import threadpool_limits
 
 from analysis.cache import StoredTensor
 from analysis.layers.metrics import (
@@ -87,11 +94,41 @@ if TYPE_CHECKING:
 PROBE_CAP = 10_000  # examples the cross-validated probe predicts, at most
 PROBE_BUDGET = 10_000 * 384  # … and at most this many numbers (examples × d_model): see probe_rows
 CHUNK_ROWS = 4096  # rows read and accumulated at a time
+STAGE_BYTES = 64 * 2**20  # float64 rows staged for the Gram updates, all cells together
 COLUMNS = ("nu", "cca", "rank", "probe", "probe_c", "probe_se")
 
 States = StoredTensor | ArrayLike  # (L+1, N, d): on disk, or an array / tensor
 # The table takes the streamed route when one layer's states, as float64, exceed this (MB).
 STREAM_ABOVE_MB = 256
+
+
+# --- threads per phase ---------------------------------------------------------------------------
+
+
+def gram_threads() -> int:
+    """BLAS threads for the Gram updates: ``$TUNESCOPE_GRAM_THREADS``, default every core this
+    process may use. Large rank-k updates scale with the cores; the probe's solver steps and the
+    d × d algebra of ν, CCA and ϱ (many small calls) run on `probe_threads`."""
+    value = os.environ.get("TUNESCOPE_GRAM_THREADS")
+    return max(1, int(value)) if value else max(1, len(os.sched_getaffinity(0)))
+
+
+def probe_threads() -> int:
+    """BLAS threads for the probe's fits and ν / CCA / ϱ: ``$TUNESCOPE_BLAS_THREADS`` (default 1),
+    as the in-memory route's (`analysis.layers.table.blas_threads`): two threads made scikit-learn's L-BFGS fits
+    2.4× slower on this project's 2-core machine."""
+    return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
+
+
+def overlap_probes() -> bool:
+    """Whether the streamed route fits layer ℓ's probe on one core while it reads layer ℓ + 1 and
+    builds its Grams on the other (each phase then on one BLAS thread):
+    ``$TUNESCOPE_STREAM_OVERLAP`` (1 / 0), default on. Off, the phases take turns, each with its own thread count."""
+    return os.environ.get("TUNESCOPE_STREAM_OVERLAP", "1").strip().lower() not in (
+        "0",
+        "false",
+        "no",
+    )
 
 
 # --- which route --------------------------------------------------------------------------------
@@ -200,18 +237,29 @@ class CellMoments:
     all; a bootstrap resample puts repeats here). ``count`` (K,), ``sums`` (K, d) = Σ_n w h̃_n,
     ``grams`` (K, d, d) = Σ_n w h̃_n h̃_nᵀ with h̃ = h − shift. ``shift`` (d,) is the first chunk's
     mean unless given.
+
+    How the Grams run near the machine's ``xᵀ @ x`` speed: each cell's shifted float64 rows are
+    staged (``stage_rows`` at a time, written straight from the float32 chunk: one conversion, no
+    other copy), and a full stage goes to BLAS ``dsyrk`` (a symmetric rank-k update, half the
+    multiply-adds of a full product) that adds into one triangle of the cell's Gram in place — no
+    d × d temporary, no second triangle per call. Reading ``grams`` flushes the stages and mirrors
+    the triangle (further adds stay correct: dsyrk keeps adding to the same triangle).
     """
 
     weights: np.ndarray
     shift: np.ndarray | None = None
     grams_wanted: bool = True
+    stage_rows: int | None = None  # default: STAGE_BYTES of staging in all, 256..2,048 rows a cell
 
     def __post_init__(self) -> None:
         self.weights = np.asarray(self.weights)
         self.count = self.weights.sum(axis=1).astype(np.float64)
         self.sums: np.ndarray | None = None
-        self.grams: np.ndarray | None = None
-        self._buffer: np.ndarray | None = None
+        self._grams: np.ndarray | None = None
+        self._stage: np.ndarray | None = None  # (K, S, d) float64
+        self._fill: list[int] = []
+        self._mirrored = True
+        self.rows_staged = 0  # rows sent to the Gram updates: rows_staged · d² flops in all
 
     def add(self, start: int, chunk: np.ndarray) -> None:
         """Add rows start..start+B−1 (chunk (B, d), any float dtype)."""
@@ -221,20 +269,60 @@ class CellMoments:
                 self.shift = chunk.mean(axis=0, dtype=np.float64)
             k = len(self.weights)
             self.sums = np.zeros((k, d))
-            self.grams = np.zeros((k, d, d)) if self.grams_wanted else None
-        if self._buffer is None or len(self._buffer) < b:
-            self._buffer = np.empty((b, d))
-        x = np.subtract(chunk, self.shift, out=self._buffer[:b])  # (B, d) float64
+            if self.grams_wanted:
+                self._grams = np.zeros((k, d, d))
+                rows = self.stage_rows or min(2048, max(256, STAGE_BYTES // (k * d * 8)))
+                self._stage = np.empty((k, rows, d))
+                self._fill = [0] * k
         for k, w in enumerate(self.weights[:, start : start + b]):
             rows = np.flatnonzero(w)
-            if not len(rows):
-                continue
-            xs, ws = x[rows], w[rows].astype(np.float64)
-            self.sums[k] += ws @ xs
-            if self.grams is not None:
-                if (ws != 1.0).any():
-                    xs *= np.sqrt(ws)[:, None]
-                self.grams[k] += xs.T @ xs  # a syrk: numpy spots xᵀx
+            if len(rows):
+                self._add_rows(k, chunk, rows, w[rows])
+
+    def _add_rows(self, k: int, chunk: np.ndarray, rows: np.ndarray, w: np.ndarray) -> None:
+        if self._stage is None:  # sums only
+            self.sums[k] += w.astype(np.float64) @ (chunk[rows] - self.shift)
+            return
+        capacity = self._stage.shape[1]
+        for lo in range(0, len(rows), capacity):
+            take = rows[lo : lo + capacity]
+            if self._fill[k] + len(take) > capacity:
+                self._flush(k)
+            at = self._fill[k]
+            x = np.subtract(chunk[take], self.shift, out=self._stage[k, at : at + len(take)])
+            ws = w[lo : lo + capacity].astype(np.float64)
+            self.sums[k] += ws @ x
+            if (ws != 1.0).any():
+                x *= np.sqrt(ws)[:, None]
+            self._fill[k] += len(take)
+            self.rows_staged += len(take)
+        self._mirrored = False
+
+    def _flush(self, k: int) -> None:
+        """Add cell k's staged rows into the lower triangle of its Gram (dsyrk, in place)."""
+        n = self._fill[k]
+        if n:
+            gram = self._grams[k]
+            # gram.T is the Fortran-ordered view dsyrk updates in place; its upper triangle is
+            # gram's lower one. stage[:n].T (d, n) is Fortran-ordered too: no copy either way.
+            out = scipy.linalg.blas.dsyrk(
+                1.0, self._stage[k, :n].T, beta=1.0, c=gram.T, trans=0, lower=0, overwrite_c=1
+            )
+            if not np.shares_memory(out, gram):  # pragma: no cover - BLAS wrappers copy
+                np.copyto(gram, np.tril(out.T))
+            self._fill[k] = 0
+
+    @property
+    def grams(self) -> np.ndarray | None:
+        """(K, d, d) Gram matrices of every row added so far (flushed and made symmetric)."""
+        if self._grams is not None and not self._mirrored:
+            for k in range(len(self._grams)):
+                self._flush(k)
+            upper = np.triu(np.ones(self._grams.shape[1:], dtype=bool), 1)
+            for gram in self._grams:
+                np.copyto(gram, gram.T, where=upper)  # upper := lower (read-only source)
+            self._mirrored = True
+        return self._grams
 
     def check_finite(self, what: str) -> None:
         """Non-finite states make their sums non-finite (`metrics._require_finite`)."""
@@ -409,6 +497,7 @@ def streamed_layer_metrics(
     index: ArrayLike | None = None,
     probe_cap: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    overlap: bool | None = None,
 ) -> pd.DataFrame:
     """Every metric for every layer from streamed statistics (module docstring).
 
@@ -456,38 +545,78 @@ def streamed_layer_metrics(
     report = progress or no_progress
     rows = []
     timing = {"read_and_moments": 0.0, "nu_cca_rank": 0.0, "probe": 0.0}  # seconds
-    for layer in range(n_layers):
+    gram_rows = 0
+    dense, fits = gram_threads(), probe_threads()
+    overlap = probe_ok and dense > 1 and (overlap_probes() if overlap is None else overlap)
+    limits = contextlib.ExitStack()
+    prober = None
+    if overlap:  # one core's BLAS thread for the Grams, one for the probe fits, side by side;
+        dense = fits = 1  # set once for the whole pass: no thread changes the other's count
+        limits.enter_context(threadpool_limits(1, user_api="blas"))
+        prober = limits.enter_context(ThreadPoolExecutor(1))
+    pending: tuple[dict, Any] | None = None  # (row, future of its probe) still being fitted
+    fit_clock = [0.0]
+
+    def fit(values: np.ndarray) -> Any:
+        start = time.perf_counter()
+        with threadpool_limits(fits, user_api="blas"):
+            result = cv_predictions(values, raw[probe_rows_], metric, folds, seed=seed)
+        fit_clock[0] += time.perf_counter() - start
+        return result
+
+    def finish(row: dict, probe: Any) -> None:
+        row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
+
+    with limits:  # (the prober shuts down, and the thread count is restored, on any exit)
+        for layer in range(n_layers):
+            clock = time.perf_counter()
+            report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
+            moments = CellMoments(weights)
+            gathers = [RowGather(positions[probe_rows_], d)] if probe_ok else []
+            with threadpool_limits(dense, user_api="blas"):
+                for start, chunk in layer_chunks(states, layer, chunk_rows):
+                    moments.add(start, chunk)
+                    for gather in gathers:
+                        gather.add(start, chunk)
+                moments.check_finite("ν")
+                moments.grams  # noqa: B018  (flushes the last stages: their time is the Grams')
+            timing["read_and_moments"] += time.perf_counter() - clock
+            gram_rows += moments.rows_staged
+            clock = time.perf_counter()
+            # The d × d algebra (eigvalsh, Cholesky) is many small BLAS calls: on the probes'
+            # thread count (two spinning threads on a loaded 2-core machine ran it 75× slower).
+            with threadpool_limits(fits, user_api="blas"):
+                counts, sums, grams = _class_moments(moments, lay)
+                row = {
+                    "layer": layer,
+                    "nu": nu_from_moments(counts, sums, grams, moments.shift)
+                    if "nu" in which
+                    else np.nan,
+                    "cca": cca_from_moments(moments, lay, CCA_GRID) if cca_ok else np.nan,
+                    "rank": rank_from_moments(counts, sums, grams, moments.shift)
+                    if "rank" in which
+                    else np.nan,
+                    "probe": np.nan,
+                    "probe_c": np.nan,
+                    "probe_se": np.nan,
+                }
+            timing["nu_cca_rank"] += time.perf_counter() - clock
+            clock = time.perf_counter()
+            if pending is not None:  # the previous layer's probe, fitted while this layer was read
+                finish(pending[0], pending[1].result())
+                pending = None
+            if probe_ok and prober is not None:
+                pending = (row, prober.submit(fit, gathers[0].values))
+            elif probe_ok:
+                finish(row, fit(gathers[0].values))
+            timing["probe"] += time.perf_counter() - clock
+            rows.append(row)
+            del moments, gathers
         clock = time.perf_counter()
-        report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
-        moments = CellMoments(weights)
-        gathers = [RowGather(positions[probe_rows_], d)] if probe_ok else []
-        for start, chunk in layer_chunks(states, layer, chunk_rows):
-            moments.add(start, chunk)
-            for gather in gathers:
-                gather.add(start, chunk)
-        moments.check_finite("ν")
-        timing["read_and_moments"] += time.perf_counter() - clock
-        clock = time.perf_counter()
-        counts, sums, grams = _class_moments(moments, lay)
-        row = {
-            "layer": layer,
-            "nu": nu_from_moments(counts, sums, grams, moments.shift) if "nu" in which else np.nan,
-            "cca": cca_from_moments(moments, lay, CCA_GRID) if cca_ok else np.nan,
-            "rank": rank_from_moments(counts, sums, grams, moments.shift)
-            if "rank" in which
-            else np.nan,
-            "probe": np.nan,
-            "probe_c": np.nan,
-            "probe_se": np.nan,
-        }
-        timing["nu_cca_rank"] += time.perf_counter() - clock
-        clock = time.perf_counter()
-        if probe_ok:
-            probe = cv_predictions(gathers[0].values, raw[probe_rows_], metric, folds, seed=seed)
-            row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
+        if pending is not None:
+            finish(pending[0], pending[1].result())
         timing["probe"] += time.perf_counter() - clock
-        rows.append(row)
-        del moments, gathers
+    timing["probe_fits"] = fit_clock[0]  # the fits' own time (beside the Grams when overlapped)
     report(1.0, "all layers done")
     df = pd.DataFrame(rows, columns=["layer", *COLUMNS])
     df["layer"] = df["layer"].astype(int)
@@ -505,6 +634,8 @@ def streamed_layer_metrics(
         ),
         route="streamed",
         timing={k: round(v, 3) for k, v in timing.items()},
+        gram_gflop=round(gram_rows * d * d / 1e9, 3),  # the Gram updates' flops (syrk: N d² each)
+        threads={"gram": dense, "probe": fits, "overlap": bool(overlap)},
         probe_cap=probe_cap,
         probe_n=len(probe_rows_) if probe_ok else 0,
         route_note=(

@@ -32,6 +32,12 @@ class ExecutorChoice:
         1, help="CPUs each run asks of a Ray cluster without GPUs (with GPUs: one GPU per run)"
     )
     device: str | None = setting(None, help="local: start only this device's worker")
+    cpu_workers: int | None = setting(
+        None,
+        help="local, CPU: worker processes that train at once, the cores shared out among them "
+        "(default: $TUNESCOPE_CPU_WORKERS, else one per core for models up to 50 M parameters "
+        "and one with every core above)",
+    )
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -47,5 +53,11 @@ class ExecutorChoice:
                 f"--device {self.device} picks a device of this machine; on a Ray cluster Ray "
                 "assigns one GPU per run (give --device cpu to train on CPUs there)."
             )
+        if self.cpu_workers is not None and (
+            isinstance(self.cpu_workers, bool)
+            or not isinstance(self.cpu_workers, int)
+            or self.cpu_workers < 1
+        ):
+            raise ValueError(f"CPU workers must be a whole number ≥ 1 (got {self.cpu_workers!r}).")
         if self.ray_address is not None and not isinstance(self.ray_address, str):
             raise ValueError("The Ray address must be text such as HOST:6379.")

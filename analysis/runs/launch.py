@@ -32,7 +32,7 @@ class Launched:
         """How the runs train, for a page or the CLI to say."""
         if self.executor.executor == RAY:
             return "on the Ray cluster, as many at once as it holds"
-        return "one after another, one worker per device"
+        return "one after another on each worker: one per GPU, or the CPU's cores shared out"
 
 
 def launch(

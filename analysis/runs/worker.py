@@ -59,6 +59,76 @@ DEFAULT_IDLE_TIMEOUT_S = 120.0
 RETAKE_PATIENCE_S = 2.0  # how long an idle worker tries to take its lock back (`_take_again`)
 
 
+CPU_WORKERS_ENV = "TUNESCOPE_CPU_WORKERS"
+SMALL_MODEL_PARAMS = 50_000_000  # up to this size, one CPU worker per core (bench_packing.py)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def estimate_params(spec) -> int | None:
+    """An encoder's parameter count from its config alone (no weights loaded): embeddings plus
+    L × (4 d² + 2 d · d_ff); None when the config cannot be read."""
+    try:
+        from transformers import AutoConfig
+
+        from analysis.models import resolve_source
+
+        source, _ = resolve_source(spec.name)
+        config = AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
+        d = getattr(config, "hidden_size", None) or config.dim
+        layers = getattr(config, "num_hidden_layers", None) or config.n_layers
+        ff = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * d)
+        vocab = getattr(config, "vocab_size", 0) + getattr(config, "max_position_embeddings", 0)
+        return int(vocab * d + layers * (4 * d * d + 2 * d * ff))
+    except Exception:  # any unreadable config: the safe packing (one worker, every core)
+        return None
+
+
+def queued_params(root: Path) -> int | None:
+    """The largest `estimate_params` among the models of the queued runs at ``root`` (None: no
+    queued run, or a size that cannot be read)."""
+    from analysis.config import ModelSpec
+
+    queued = RunsDB(db_path(root)).list_runs(status="queued")
+    if queued.empty or "model" not in queued:
+        return None
+    sizes = [estimate_params(ModelSpec(str(name))) for name in queued["model"].dropna().unique()]
+    return None if not sizes or None in sizes else max(sizes)
+
+
+def cpu_packing(
+    n_params: int | None, cores: int | None = None, workers: int | None = None
+) -> tuple[int, int]:
+    """(CPU worker processes, torch threads each) for a queue of runs of ``n_params`` parameters.
+
+    ``workers`` (the ``--cpu-workers`` choice), else ``$TUNESCOPE_CPU_WORKERS``, else: one worker
+    per core for models up to `SMALL_MODEL_PARAMS` (a small encoder's small batches keep one core
+    busy, not two: 2 × 1 thread trained a 12-run MiniLM sweep faster than 1 × 2, see README
+    "Benchmarks"), one worker with every core above (or when the size is unknown). The cores are
+    shared out: threads = cores // workers, at least 1.
+    """
+    cores = cores or usable_cores()
+    if workers is None and os.environ.get(CPU_WORKERS_ENV):
+        workers = int(os.environ[CPU_WORKERS_ENV])
+    if workers is None:
+        workers = cores if n_params is not None and n_params <= SMALL_MODEL_PARAMS else 1
+    workers = max(1, min(int(workers), cores))
+    return workers, max(1, cores // workers)
+
+
+def cpu_slot(k: int) -> str:
+    """The device label of CPU worker k: ``cpu``, ``cpu-1``, ``cpu-2``…"""
+    return "cpu" if k == 0 else f"cpu-{k}"
+
+
+def torch_device(label: str) -> str:
+    """The torch device of a worker's device label (every CPU slot trains on ``cpu``)."""
+    return "cpu" if label.startswith("cpu") else label
+
+
 def default_idle_timeout() -> float:
     """Seconds an idle worker waits for work: ``$TUNESCOPE_WORKER_IDLE_S``, else 120."""
     return float(os.environ.get("TUNESCOPE_WORKER_IDLE_S", DEFAULT_IDLE_TIMEOUT_S))
@@ -150,7 +220,8 @@ def worker_pid(root: Path | str | None = None, device: str | None = None) -> int
 
 def worker_pids(root: Path | str | None = None) -> dict[str, int]:
     """Live workers: by device over every device of this machine, and ``ray``."""
-    pids = {name: worker_pid(root, name) for name in [*all_devices(), RAY]}
+    slots = sorted(p.stem.removeprefix("worker-") for p in _root(root).glob("worker-cpu-*.lock"))
+    pids = {name: worker_pid(root, name) for name in [*all_devices(), *slots, RAY]}
     return {name: pid for name, pid in pids.items() if pid is not None}
 
 
@@ -197,8 +268,10 @@ def ensure_worker(
     root: Path | str | None = None,
     device: str | None = None,
     idle_timeout: float | None = None,
+    threads: int | None = None,
 ) -> int:
-    """Start a detached worker for ``device`` unless one is alive; return its pid."""
+    """Start a detached worker for ``device`` unless one is alive; return its pid. ``threads``:
+    torch's CPU threads in it (default: torch's own choice, every core)."""
     root = _root(root)
     device = device or default_device()
     idle_timeout = default_idle_timeout() if idle_timeout is None else idle_timeout
@@ -207,13 +280,25 @@ def ensure_worker(
     lock = WorkerLock(lock_path(root, device))
     if not lock.acquire():
         pid = worker_pid(root, device)
-        return pid if pid is not None else ensure_worker(root, device, idle_timeout)
-    return _spawn(root, lock, ["--device", device, "--idle-timeout", str(idle_timeout)])
+        return pid if pid is not None else ensure_worker(root, device, idle_timeout, threads)
+    arguments = ["--device", device, "--idle-timeout", str(idle_timeout)]
+    return _spawn(root, lock, arguments + (["--threads", str(threads)] if threads else []))
 
 
-def ensure_workers(root: Path | str | None = None, idle_timeout: float | None = None) -> list[int]:
-    """One worker per device (every GPU, or the CPU)."""
-    return [ensure_worker(root, device, idle_timeout) for device in all_devices()]
+def ensure_workers(
+    root: Path | str | None = None,
+    idle_timeout: float | None = None,
+    packing: tuple[int, int] = (1, 0),
+) -> list[int]:
+    """One worker per GPU; without GPUs, ``packing`` = (workers, threads each) CPU workers
+    (`cpu_packing`; (1, 0): one worker, torch's default threads)."""
+    devices = all_devices()
+    if devices != ["cpu"]:
+        return [ensure_worker(root, device, idle_timeout) for device in devices]
+    workers, threads = packing
+    if workers == 1 and threads >= usable_cores():
+        threads = 0  # one worker with every core: torch's default
+    return [ensure_worker(root, cpu_slot(k), idle_timeout, threads or None) for k in range(workers)]
 
 
 def ensure_ray_worker(
@@ -274,10 +359,15 @@ def check_executor(choice: ExecutorChoice, root: Path | str | None = None) -> No
 
 
 def start_workers(
-    choice: ExecutorChoice, root: Path | str | None = None, idle_timeout: float | None = None
+    choice: ExecutorChoice,
+    root: Path | str | None = None,
+    idle_timeout: float | None = None,
+    n_params: int | None = None,
 ) -> str:
     """Start the workers ``choice`` needs (unless alive) and remember ``choice`` (`last_choice`);
-    returns one line saying which."""
+    returns one line saying which. Without GPUs the local executor starts `cpu_packing`'s
+    workers for runs of ``n_params`` parameters (default: the largest queued model's,
+    `queued_params`; ``choice.cpu_workers`` overrides)."""
     root = _root(root)
     if choice.executor == RAY:
         address = resolve_address(choice.ray_address)
@@ -286,8 +376,15 @@ def start_workers(
         where = "a local Ray cluster on this machine" if address == LOCAL_CLUSTER else address
         return f"Ray worker pid {pid}, on {where}"
     _remember(root, choice)
-    if choice.device:
+    if choice.device and choice.device != "cpu":
         pids = [ensure_worker(root, choice.device, idle_timeout)]
+    elif choice.device == "cpu" or all_devices() == ["cpu"]:
+        if n_params is None and choice.cpu_workers is None and not os.environ.get(CPU_WORKERS_ENV):
+            n_params = queued_params(root)
+        workers, threads = cpu_packing(n_params, workers=choice.cpu_workers)
+        pids = ensure_workers(root, idle_timeout, (workers, threads))
+        if workers > 1:
+            return f"{workers} CPU workers × {threads} thread(s), pids {', '.join(map(str, pids))}"
     else:
         pids = ensure_workers(root, idle_timeout)
     return f"worker pid {', '.join(map(str, pids))}"
@@ -453,8 +550,8 @@ def _run_one(db: RunsDB, run: Run, device: str, models: ModelCache) -> str:
     from analysis.runs.execute import describe_error, execute_run
 
     try:
-        cfg = _on_device(run.config, device)
-        loaded = models.get(cfg.model, device)
+        cfg = _on_device(run.config, torch_device(device))
+        loaded = models.get(cfg.model, torch_device(device))
     except Exception as exc:
         db.fail(run.id, describe_error(exc, device))
         return "failed"
@@ -478,8 +575,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ray-cpus-per-run", type=int, default=1, help=help_of(ExecutorChoice, "cpus_per_run")
     )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: every core)"
+    )
     parser.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.threads:  # before any torch work: the CPU slot's share of the cores
+        import torch
+
+        torch.set_num_threads(max(1, args.threads))
     workspace = Workspace.from_env(args.cache)  # the worker's one workspace
     os.environ.update(workspace.environment())  # its threads and the processes it starts too
 

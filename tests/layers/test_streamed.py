@@ -199,3 +199,37 @@ def test_repeats_refuse_states_that_stream_and_say_what_to_do(monkeypatch, tmp_p
     with pytest.raises(ValueError, match=r"Use R = 1 \(the single table\), or a sample of N ≤ 54"):
         cached_layer_repeats(layer_states, repeats=3, cache=cache)
     assert list(tmp_path.rglob("meta.json")) == []  # nothing computed, nothing cached
+
+
+@pytest.mark.parametrize("stage_rows", [3, 1000])
+def test_cell_moments_stage_flushes_and_reads_midway(stage_rows):
+    """Stages smaller than a chunk flush several times per chunk; reading the Grams midway
+    (which mirrors the triangle dsyrk fills) and adding more still gives Σ w h̃ h̃ᵀ."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(40, 5)) * 3 + 7
+    w = np.stack([rng.integers(0, 2, 40), rng.integers(0, 3, 40)])
+    m = streamed.CellMoments(w, stage_rows=stage_rows)
+    for start in range(0, 20, 7):
+        m.add(start, x[start : min(start + 7, 20)])
+    half = [np.repeat(x[:20], wk[:20], axis=0) - m.shift for wk in w]
+    for k in range(2):
+        np.testing.assert_allclose(m.grams[k], half[k].T @ half[k], rtol=1e-12)
+    for start in range(20, 40, 6):
+        m.add(start, x[start : min(start + 6, 40)])
+    for k in range(2):
+        full = np.repeat(x, w[k], axis=0) - m.shift
+        np.testing.assert_allclose(m.grams[k], full.T @ full, rtol=1e-12)
+        np.testing.assert_array_equal(m.grams[k], m.grams[k].T)
+    assert m.rows_staged == int((w > 0).sum())
+
+
+def test_probe_beside_the_grams_gives_the_same_table(monkeypatch):
+    """Overlapping layer ℓ's probe with layer ℓ + 1's Grams changes the time, not the numbers."""
+    monkeypatch.setenv("TUNESCOPE_GRAM_THREADS", "2")
+    states, labels = bert_like(n=300, n_layers=3)
+    side = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
+    turns = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=False)
+    pd.testing.assert_frame_equal(side, turns)
+    assert side.attrs["threads"] == {"gram": 1, "probe": 1, "overlap": True}
+    assert turns.attrs["threads"] == {"gram": 2, "probe": 1, "overlap": False}
+    assert side["probe"].notna().all() and side.attrs["gram_gflop"] > 0

@@ -191,3 +191,93 @@ def test_a_finished_worker_is_reaped_not_left_defunct(root):
     wait_for(lambda: worker_pid(root, "cpu") is None, what="the idle worker to exit", log=log)
     # Nobody here waits for it: the launch path must collect its status itself.
     wait_for(lambda: _state(pid) is None, what="the finished worker to be reaped", log=log)
+
+
+# --- packing runs onto the CPU's cores ----------------------------------------------------------
+
+
+def test_cpu_packing_follows_the_model_size_and_the_setting(monkeypatch):
+    from analysis.runs.worker import CPU_WORKERS_ENV, SMALL_MODEL_PARAMS, cpu_packing
+
+    monkeypatch.delenv(CPU_WORKERS_ENV, raising=False)
+    assert cpu_packing(22_700_000, cores=2) == (2, 1)  # MiniLM: one worker per core
+    assert cpu_packing(SMALL_MODEL_PARAMS, cores=4) == (4, 1)
+    assert cpu_packing(110_000_000, cores=2) == (1, 2)  # BERT-base: one worker, every core
+    assert cpu_packing(None, cores=2) == (1, 2)  # unknown size: the safe choice
+    assert cpu_packing(22_700_000, cores=2, workers=1) == (1, 2)  # the setting wins
+    assert cpu_packing(110_000_000, cores=8, workers=3) == (3, 2)
+    assert cpu_packing(22_700_000, cores=2, workers=9) == (2, 1)  # never more than the cores
+    monkeypatch.setenv(CPU_WORKERS_ENV, "2")
+    assert cpu_packing(110_000_000, cores=2) == (2, 1)
+
+
+def test_estimated_size_of_a_tiny_model_is_its_parameter_count(tiny_bert_dir):
+    from analysis.models import load_model
+    from analysis.runs.worker import estimate_params
+
+    estimate = estimate_params(ModelSpec(str(tiny_bert_dir)))
+    actual = load_model(ModelSpec(str(tiny_bert_dir)), device="cpu").n_params
+    assert estimate is not None and abs(estimate - actual) / actual < 0.1
+    assert estimate_params(ModelSpec(str(tiny_bert_dir / "missing"))) is None
+
+
+def test_start_workers_packs_small_models_onto_the_cores(root, tiny_bert_dir, monkeypatch):
+    """The queued model's size chooses the packing; ``cpu_workers`` overrides it."""
+    from analysis.runs import worker
+    from analysis.runs.executor import ExecutorChoice
+
+    started = []
+    monkeypatch.delenv(worker.CPU_WORKERS_ENV, raising=False)
+    monkeypatch.setattr(worker, "all_devices", lambda: ["cpu"])
+    monkeypatch.setattr(worker, "usable_cores", lambda: 2)
+    monkeypatch.setattr(
+        worker, "ensure_worker", lambda r, d, i=None, t=None: started.append((d, t)) or len(started)
+    )
+    RunsDB(root / "runs.sqlite").enqueue(tiny_config(tiny_bert_dir, steps=1))
+    assert worker.start_workers(ExecutorChoice(), root).startswith("2 CPU workers × 1 thread")
+    assert started == [("cpu", 1), ("cpu-1", 1)]
+    started.clear()
+    worker.start_workers(ExecutorChoice(cpu_workers=1), root)
+    assert started == [("cpu", None)]  # one worker, torch's default threads (every core)
+    with pytest.raises(ValueError, match="CPU workers"):
+        ExecutorChoice(cpu_workers=0)
+
+
+def test_a_second_cpu_slot_trains_on_the_cpu_with_its_own_lock(root, tiny_bert_dir):
+    """A worker for slot ``cpu-1`` trains on torch's CPU device beside the ``cpu`` one, with its
+    own lock (and pid in `worker_pids`)."""
+    from analysis.runs.worker import worker_pids
+
+    db = RunsDB(root / "runs.sqlite")
+    cfg = tiny_config(tiny_bert_dir, steps=2)
+    run_id = db.enqueue(dataclasses_replace(cfg, device=None))
+    pid = ensure_worker(root, device="cpu-1", idle_timeout=1.0, threads=1)
+    log = root / "worker.log"
+    assert lock_path(root, "cpu-1").name == "worker-cpu-1.lock"
+    wait_for(lambda: "cpu-1" in worker_pids(root), what="the slot's worker pid", log=log)
+    wait_for(lambda: db.get_run(run_id)["status"] == "done", what="the run", log=log)
+    run = db.get_run(run_id)
+    assert run["device"] == "cpu-1" and run["result"]["metric"] == "accuracy"
+    wait_for(lambda: worker_pid(root, "cpu-1") is None, what="the idle worker to exit", log=log)
+    reap(pid)
+
+
+def dataclasses_replace(cfg, **changes):
+    import dataclasses
+
+    return dataclasses.replace(cfg, **changes)
+
+
+def test_cpu_workers_flag_is_a_local_choice():
+    import argparse
+
+    from analysis.commands.options import add_executor_options, executor_from_args
+
+    parser = argparse.ArgumentParser()
+    add_executor_options(parser)
+    assert executor_from_args(parser.parse_args(["--cpu-workers", "2"])).cpu_workers == 2
+    assert executor_from_args(parser.parse_args([])).cpu_workers is None
+    with pytest.raises(ValueError, match="goes with --executor local"):
+        executor_from_args(parser.parse_args(["--executor", "ray", "--cpu-workers", "2"]))
+    with pytest.raises(ValueError, match="whole number ≥ 1"):
+        executor_from_args(parser.parse_args(["--cpu-workers", "0"]))

@@ -425,3 +425,29 @@ def test_class_colours_are_the_same_on_the_data_and_layers_pages():
     scatter = figures.layer_scatter(np.zeros((4, 2)), np.array([1, 2, 0, 1]), names, 1, "pca")
     on_layers = {t.name: t.marker.color for t in scatter.data}
     assert on_data == on_layers and len(set(on_data.values())) == 3
+
+
+def test_metrics_figure_is_drawn_before_the_repeats_run(tiny_bert_dir, monkeypatch):
+    """A cold page draws the metrics first and adds the bands once the repeats are done, in the
+    same place: one metrics chart at the end, with its bands."""
+    import ui.layers.state
+
+    calls = []
+    draw, repeat = figures.metrics_figure, ui.layers.state.get_layer_repeats
+
+    def drawn(df, l_star, probe_label="probe", se=None):
+        calls.append("figure" if se is None else "figure with bands")
+        return draw(df, l_star, probe_label, se)
+
+    def repeats(*args, **kwargs):
+        calls.append("repeats")
+        return repeat(*args, **kwargs)
+
+    monkeypatch.setattr(figures, "metrics_figure", drawn)
+    monkeypatch.setattr(ui.layers.state, "get_layer_repeats", repeats)
+    at = layers_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at)
+    assert calls[:3] == ["figure", "repeats", "figure with bands"]
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert len([t for t in spec["data"] if t.get("fill") == "toself"]) == 4
+    assert len(at.get("plotly_chart")) == 4  # the first drawing was replaced, not added to
