@@ -19,7 +19,7 @@ def test_home_then_data_page(page):
     screenshot_for_docs(page, "home")
     goto_page(page, "Data")
     assert_no_exception(page)
-    assert page.locator(CHART).count() >= 2
+    expect(page.locator(CHART).nth(1)).to_be_visible(timeout=60_000)  # at least two figures
     assert page.locator('[data-testid="stMetric"]').count() >= 3
     screenshot_for_docs(page, "data")
 
