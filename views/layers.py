@@ -58,6 +58,21 @@ with tab_metrics:
         figure.plotly_chart(
             figures.metrics_figure(df, summ["l_star"], states.metric), width="stretch"
         )
+
+# The other tabs are drawn before the repeats run, so that they are not empty meanwhile.
+with tab_picture:
+    st.markdown(
+        "Each dot is one example's pooled state at the chosen layer, projected to 2-D and coloured "
+        "by its label. Move the slider and watch the classes pull apart (or not) layer by layer."
+    )
+    layer_picture(states, df, summ["l_star"], cfg.sample.seed)
+
+with tab_whatif:
+    text.whatifs()
+    whatif_view(cfg, states.task_type == "classification", DEFAULT_BINS)
+
+with tab_metrics:
+    if n_repeats > 1:
         try:
             rep, _ = get_layer_repeats(states, cfg.sample.seed, int(n_repeats), DEFAULT_BINS)
         except ValueError as exc:
@@ -130,16 +145,5 @@ with tab_metrics:
     with st.expander("What the metrics mean (formulas)", expanded=True):
         for explain in (text.nu, text.cca, text.rank, text.probe, text.zeta, text.repeats):
             explain()
-
-with tab_picture:
-    st.markdown(
-        "Each dot is one example's pooled state at the chosen layer, projected to 2-D and coloured "
-        "by its label. Move the slider and watch the classes pull apart (or not) layer by layer."
-    )
-    layer_picture(states, df, summ["l_star"], cfg.sample.seed)
-
-with tab_whatif:
-    text.whatifs()
-    whatif_view(cfg, states.task_type == "classification", DEFAULT_BINS)
 
 next_step("views/layers.py")
