@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.linear_model import Ridge
 from sklearn.model_selection import KFold, StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 
@@ -61,10 +61,8 @@ def probe_predictions(
         predicted, held_out = fit.predict(x), False
     else:
         # The same probe (scaler + model with the chosen C), refit on each fold's complement.
-        model = clone(fit.model)
-        if hasattr(model, "Cs"):  # LogisticRegressionCV → a plain fit at the chosen C
-            model = LogisticRegression(C=fit.c, solver="lbfgs", max_iter=model.max_iter)
-        elif hasattr(model, "alphas"):  # RidgeCV → Ridge at the chosen α = 1 / C
+        model = clone(fit.model)  # a LogisticRegression at the chosen C, unfitted
+        if hasattr(model, "alphas"):  # RidgeCV → Ridge at the chosen α = 1 / C
             model = Ridge(alpha=1.0 / fit.c)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # max_iter on near-separable layers, as in the probe

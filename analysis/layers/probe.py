@@ -18,8 +18,10 @@ The chosen C is reported per fold and as its median.
 Regression (metric ``spearman``): ridge regression with α = 1 / C, C chosen the same way by
 (unstratified) k-fold CV scored by Spearman, outer folds unstratified too.
 
-The inner CV uses scikit-learn's ``LogisticRegressionCV`` (``RidgeCV`` for regression): it walks
-the C grid with warm starts within each fold, 5–10× faster than refitting every (fold, C) pair.
+The inner CV walks the C grid with warm starts within each fold, 5–10× faster than refitting
+every (fold, C) pair: scikit-learn's ``RidgeCV`` for regression; for classification our own
+loop over ``LogisticRegression`` fits (`_logistic_cv`), because ``LogisticRegressionCV`` works
+in float64 only, and the float32 fits took 0.6× the time.
 Within `fit_probe` the states are standardised once with its whole train part's mean and std
 (not per inner fold): the inner folds see two moments' worth of leakage, which moves no CV
 score measurably; the outer folds never do (each is standardised on its own train part).
@@ -35,7 +37,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression, LogisticRegressionCV, Ridge, RidgeCV
+from sklearn.linear_model import LogisticRegression, Ridge, RidgeCV
 from sklearn.metrics import make_scorer
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import StandardScaler
@@ -59,7 +61,7 @@ class ProbeFit:
     """
 
     scaler: StandardScaler
-    model: LogisticRegression | LogisticRegressionCV | Ridge | RidgeCV
+    model: LogisticRegression | Ridge | RidgeCV
     c: float
     cv_score: float
     cv_scores: tuple[float, ...]
@@ -136,20 +138,46 @@ def fit_probe(
             return ProbeFit(
                 scaler, model, 1.0 / float(model.alpha_), float(model.best_score_), (), True
             )
-        model = LogisticRegressionCV(
-            Cs=list(grid),
-            cv=cv,
-            scoring=scorer,
-            solver="lbfgs",
-            max_iter=MAX_ITER,
-            l1_ratios=(0.0,),
-            use_legacy_attributes=False,
-        ).fit(z, y)
-    means = np.asarray(model.scores_, dtype=np.float64).reshape(k, -1).mean(axis=0)  # (n_C,)
+        splits = list(cv.split(z, y) if hasattr(cv, "split") else cv)
+        model, best, means = _logistic_cv(z.astype(np.float32), y, splits, grid, metric)
+    return ProbeFit(scaler, model, grid[best], float(means[best]), tuple(means.tolist()), False)
+
+
+def _logistic_cv(
+    z: np.ndarray, y: np.ndarray, splits: list, grid: tuple[float, ...], metric: str
+) -> tuple[LogisticRegression, int, np.ndarray]:
+    """The inner CV of the logistic probe, in float32: (refit model, index of the best C, mean
+    CV score per C).
+
+    What scikit-learn's ``LogisticRegressionCV`` does — per fold, walk the C grid upwards with
+    warm starts (L-BFGS), score each C on the fold's held-out rows; the best mean score wins
+    (ties to the smaller C); refit on every row with that C, started from the folds' mean
+    coefficients — but ``LogisticRegressionCV`` converts its input to float64, and an L-BFGS
+    iteration here is two passes over the rows × d matrix, bound by memory bandwidth: in float32
+    it took 1.3 ms instead of 2.2 ms at 3,000 × 1,024, which made the streamed route's 25 probes
+    1.7× faster. ``LogisticRegression`` keeps float32. The rounding (≈ 1e-7 relative) is far
+    below the solver's own tolerance (1e-4 on the gradient), so the chosen C and the predictions
+    are those of the float64 fits up to that tolerance.
+    """
+    scores = np.full((len(splits), len(grid)), np.nan)
+    coefs: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    for i, (train, held) in enumerate(splits):
+        model = LogisticRegression(C=grid[0], solver="lbfgs", max_iter=MAX_ITER, warm_start=True)
+        path = []
+        for j, c in enumerate(grid):
+            model.set_params(C=c)
+            model.fit(z[train], y[train])
+            scores[i, j] = task_score(metric, y[held], model.predict(z[held]))
+            path.append((model.coef_.copy(), model.intercept_.copy()))
+        coefs.append(path)
+    means = scores.mean(axis=0)
     best = int(np.nanargmax(means)) if np.isfinite(means).any() else 0
-    return ProbeFit(
-        scaler, model, float(model.C_), float(means[best]), tuple(means.tolist()), False
-    )
+    model = LogisticRegression(C=grid[best], solver="lbfgs", max_iter=MAX_ITER, warm_start=True)
+    shapes = {path[best][0].shape for path in coefs}
+    if len(shapes) == 1:  # every fold saw every class: start from their mean
+        model.coef_ = np.mean([path[best][0] for path in coefs], axis=0)
+        model.intercept_ = np.mean([path[best][1] for path in coefs], axis=0)
+    return model.fit(z, y), best, means
 
 
 def _group_folds(
