@@ -10,6 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.workspace import Workspace
+from ui.compute_pool import warm_up
 from ui.memo import start_run
 from ui.sidebar import render_sidebar
 
@@ -29,6 +30,7 @@ PAGES = [
     st.Page("views/claims.py", title="Paper check", icon=":material/fact_check:"),
 ]
 
+warm_up()  # the compute workers start with the server's first page (ui/compute_pool.py)
 start_run()  # this view's computations queue by when it started (ui/memo.py)
 navigation = st.navigation(PAGES)
 with Workspace.from_env().active():  # the app's one workspace: cache, runs, uploads

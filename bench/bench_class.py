@@ -1,7 +1,7 @@
 """A class on one server (issue 22): 30 browser sessions, each with its own settings, at once.
 
     .venv/bin/python bench/bench_class.py [--sessions 30] [--n 300] [--timeout 1200]
-        [--slots K] [--no-runs]
+        [--slots K] [--no-runs] [--in-process] [--baseline]
 
 One dashboard server on a free loopback port with a fresh cache (nothing is shared with earlier
 runs), driven by Playwright in Debian's chromium (never a downloaded browser), loopback only. The
@@ -19,7 +19,8 @@ machines, and must not take the server's cores.
 
 Reported: figures shown, sessions with an error (an exception box, a time-out), cross-talk, time
 to the first Layers figure (first / median / p95 / last, from the moment all sessions were
-opened), the server's peak resident set (sampled every 0.5 s with psutil), and computations run
+opened), the peak resident set of the server with its compute workers (summed; sampled every 0.5 s
+with psutil; the server process alone is printed too), and computations run
 vs shared (the server's ``$TUNESCOPE_COMPUTE_LOG``; see ui/memo.py). Bounded: every wait has a
 time-out and the whole class stops at ``--timeout`` seconds. The last line is
 ``class: sessions=… shown=… errors=… crosstalk=… alone_s=… first_s=… median_s=… p95_s=…
@@ -61,10 +62,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(cache: Path, slots: int | None) -> tuple[subprocess.Popen, str]:
+def start_server(
+    cache: Path, slots: int | None, processes: bool = True
+) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "TUNESCOPE_CACHE": str(cache), "TUNESCOPE_WORKER_IDLE_S": "30",
            "TUNESCOPE_COMPUTE_LOG": str(cache / "compute.log"),
+           "TUNESCOPE_COMPUTE_PROCESSES": "1" if processes else "0",
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}  # fmt: skip
     if slots is not None:
         env["TUNESCOPE_COMPUTE_SLOTS"] = str(slots)
@@ -100,23 +104,32 @@ def niced_chromium(folder: Path) -> str:
 
 
 class RssSampler(threading.Thread):
-    """Peak resident set of one process (the server), sampled every 0.5 s."""
+    """Peak resident set of the server with every process it started (its compute workers, a
+    fine-tuning worker), summed, sampled every 0.5 s; and of the server process alone."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         import psutil
 
         self.proc = psutil.Process(pid)
-        self.peak = 0
+        self.peak = self.peak_server = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
             deprioritise_browsers()
             try:
-                self.peak = max(self.peak, self.proc.memory_info().rss)
+                server = self.proc.memory_info().rss
+                children = self.proc.children(recursive=True)
             except Exception:  # the server has gone
                 return
+            total = server
+            for child in children:
+                try:
+                    total += child.memory_info().rss
+                except Exception:  # a child that just ended
+                    continue
+            self.peak, self.peak_server = max(self.peak, total), max(self.peak_server, server)
 
 
 def deprioritise_browsers() -> None:
@@ -229,7 +242,7 @@ async def main_async(args) -> dict:
     from playwright.async_api import async_playwright
 
     cache = Path(tempfile.mkdtemp(prefix="tunescope-class-"))
-    proc, url = start_server(cache, args.slots)
+    proc, url = start_server(cache, args.slots, not args.in_process)
     sampler = RssSampler(proc.pid)
     sampler.start()
     try:
@@ -254,10 +267,16 @@ async def main_async(args) -> dict:
     log = (
         (cache / "compute.log").read_text().splitlines() if (cache / "compute.log").exists() else []
     )
-    kinds = [line.split("\t")[0] for line in log]
+    entries = [line.split("\t", 2) for line in log if line.count("\t") >= 2]
+    kinds = [kind for kind, _, _ in entries]
+    computed = sorted(
+        ((float(sec), label) for kind, sec, label in entries if kind == "computed"), reverse=True
+    )
     shutil.rmtree(cache, ignore_errors=True)
     return {"alone_s": alone_s, "results": results, "peak_rss_mb": sampler.peak / 2**20,
-            "computed": kinds.count("computed"), "shared": kinds.count("shared")}  # fmt: skip
+            "peak_server_mb": sampler.peak_server / 2**20,
+            "computed": kinds.count("computed"), "shared": kinds.count("shared"),
+            "busy_s": sum(sec for sec, _ in computed), "slowest": computed[:3]}  # fmt: skip
 
 
 def main() -> None:
@@ -269,15 +288,22 @@ def main() -> None:
     parser.add_argument("--no-runs", action="store_true", help="queue no fine-tuning runs")
     parser.add_argument(
         "--baseline", action="store_true",
-        help="first run the class with one slot per session (every computation at once, as "
-        "before the queue), then as configured, and print both",
+        help="first run the class with one slot per session and the computations in the "
+        "server's own threads (every computation at once, as before the queue and the compute "
+        "workers), then as configured, and print both",
+    )  # fmt: skip
+    parser.add_argument(
+        "--in-process", action="store_true",
+        help="compute in the server's own threads, not in its compute workers",
     )  # fmt: skip
     args = parser.parse_args()
     if not Path(CHROMIUM).exists():
         raise SystemExit("Debian's chromium is needed: apt-get install chromium")
     lines = []
     if args.baseline:
-        unqueued = argparse.Namespace(**{**vars(args), "slots": args.sessions + 2})
+        unqueued = argparse.Namespace(
+            **{**vars(args), "slots": args.sessions + 2, "in_process": True}
+        )
         print(f"== baseline: {unqueued.slots} compute slots (every computation at once)")
         lines.append(summarise(asyncio.run(main_async(unqueued)), "class-baseline"))
     slots = args.slots or "default"
@@ -307,7 +333,8 @@ def summarise(out: dict, name: str) -> str:
     print(f"time to the first Layers figure: first {q(0):.1f} s, median {median:.1f} s, "
           f"p95 {q(0.95):.1f} s, last {q(1):.1f} s; one session alone {out['alone_s']:.1f} s "
           f"(first / alone = {q(0) / out['alone_s']:.2f})")  # fmt: skip
-    print(f"server peak RSS {out['peak_rss_mb']:.0f} MB; computations run {out['computed']}, "
+    print(f"peak RSS {out['peak_rss_mb']:.0f} MB (the server and its workers; the server process "
+          f"alone {out['peak_server_mb']:.0f} MB); computations run {out['computed']}, "
           f"shared {out['shared']}; their seconds add up to {out['busy_s']:.0f} s (slowest: "
           + ", ".join(f"{label} {sec:.0f} s" for sec, label in out["slowest"]) + ")")  # fmt: skip
     return (

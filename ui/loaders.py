@@ -12,6 +12,7 @@ import streamlit as st
 
 from analysis.cache import canonical_json
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, to_dict
+from ui import compute_pool
 from ui.datasets import NothingChosen
 from ui.memo import ProgressMemo
 
@@ -48,14 +49,34 @@ _STATES: ProgressMemo = ProgressMemo(max_entries=6)
 
 
 def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
-    """Pooled states of every layer (analysis.extract.LayerStates), with a progress bar on a miss."""
+    """Pooled states of every layer (analysis.extract.LayerStates), with a progress bar on a miss.
+
+    The extraction runs in a compute worker (`ui.compute_pool`), which writes the states into the
+    disk cache; this process then reads them from there, memory-mapped."""
+    from analysis.extract import extract_states, states_cached
+
+    def load(progress):
+        loaded = get_model(cfg.model)
+        if compute_pool.enabled() and not states_cached(cfg, loaded):
+            compute_pool.compute(extract_job, cfg, progress=progress)
+        return extract_states(cfg, progress=progress, loaded=loaded)
+
+    return _STATES.get(canonical_json(to_dict(cfg)), label, load)
+
+
+def extract_job(cfg: ExtractConfig, progress) -> None:
+    """A compute worker's extraction: the states go into the disk cache (nothing comes back)."""
     from analysis.extract import extract_states
 
-    return _STATES.get(
-        canonical_json(to_dict(cfg)),
-        label,
-        lambda progress: extract_states(cfg, progress=progress, loaded=get_model(cfg.model)),
-    )
+    extract_states(cfg, progress=progress, loaded=compute_pool.worker_model(cfg.model))
+
+
+def worker_states(cfg: ExtractConfig):
+    """In a compute worker: the states of ``cfg``, read from the disk cache (`get_states` put
+    them there before any job that needs them runs)."""
+    from analysis.extract import extract_states
+
+    return extract_states(cfg, loaded=compute_pool.worker_model(cfg.model))
 
 
 def show_error(exc: BaseException) -> None:

@@ -18,6 +18,7 @@ from analysis.heads.collect import HeadStatsConfig, head_stats
 from analysis.heads.select import HeadSelectionConfig
 from analysis.heads.selection_file import PAGERANK_VARIANTS, SCOPES, SELECTOR_LABELS, SELECTORS
 from analysis.heads.stats import HeadStats
+from ui import compute_pool
 from ui.loaders import get_model
 from ui.memo import ProgressMemo
 
@@ -97,8 +98,15 @@ def stats_config(
 
 def get_head_stats(cfg: HeadStatsConfig, label: str = "Head statistics") -> tuple[HeadStats, dict]:
     """(stats, meta) from memory, the disk cache, or a forward pass with a progress bar."""
-    return _STATS.get(
-        canonical_json(to_dict(cfg)),
-        label,
-        lambda progress: head_stats(cfg, progress=progress, loaded=get_model(cfg.extract.model)),
-    )
+
+    def run(progress):
+        if compute_pool.enabled():  # in a compute worker (ui/compute_pool.py)
+            return compute_pool.compute(head_stats_job, cfg, progress=progress)
+        return head_stats(cfg, progress=progress, loaded=get_model(cfg.extract.model))
+
+    return _STATS.get(canonical_json(to_dict(cfg)), label, run)
+
+
+def head_stats_job(cfg: HeadStatsConfig, progress) -> tuple[HeadStats, dict]:
+    """A compute worker's head statistics (disk-cached by `analysis.heads.collect`)."""
+    return head_stats(cfg, progress=progress, loaded=compute_pool.worker_model(cfg.extract.model))

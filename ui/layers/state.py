@@ -15,12 +15,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.config import ExtractConfig
 from analysis.layers.examples import ProbePredictions, probe_predictions
 from analysis.layers.metrics import DEFAULT_BINS
 from analysis.layers.projection import project_2d
 from analysis.layers.repeats import LayerRepeats, cached_layer_repeats
 from analysis.layers.table import cached_layer_metrics, states_key
-from ui.loaders import get_data
+from ui import compute_pool
+from ui.compute_pool import compute
+from ui.loaders import get_data, worker_states
 from ui.memo import ProgressMemo, queued
 
 if TYPE_CHECKING:
@@ -35,14 +38,15 @@ _REPEATS: ProgressMemo[tuple[LayerRepeats, bool]] = ProgressMemo(max_entries=12)
 def get_layer_metrics(
     layer_states: LayerStates, seed: int, n_bins: int = DEFAULT_BINS, label: str = "Layer metrics"
 ) -> tuple[pd.DataFrame, bool]:
-    """(df, hit) of analysis.layers.table.cached_layer_metrics, with a progress bar on a miss."""
-    df, hit = _METRICS.get(
-        (states_key(layer_states), seed, n_bins),
-        label,
-        lambda progress: cached_layer_metrics(
-            layer_states, seed=seed, n_bins=n_bins, progress=progress
-        ),
-    )
+    """(df, hit) of analysis.layers.table.cached_layer_metrics, with a progress bar on a miss
+    (computed in a compute worker, `ui.compute_pool`, for states extracted from a config)."""
+
+    def run(progress):
+        if _in_worker(layer_states):
+            return compute(metrics_job, layer_states.config, seed, n_bins, progress=progress)
+        return cached_layer_metrics(layer_states, seed=seed, n_bins=n_bins, progress=progress)
+
+    df, hit = _METRICS.get((states_key(layer_states), seed, n_bins), label, run)
     return df.copy(), hit
 
 
@@ -50,13 +54,37 @@ def get_layer_repeats(
     layer_states: LayerStates, seed: int, repeats: int, n_bins: int = DEFAULT_BINS
 ) -> tuple[LayerRepeats, bool]:
     """(repeats, hit) of analysis.layers.repeats.cached_layer_repeats, with a progress bar that
-    names the repeat and the layer on a miss."""
-    return _REPEATS.get(
-        (states_key(layer_states), seed, repeats, n_bins),
-        f"{repeats} bootstrap repeats of the layer metrics",
-        lambda progress: cached_layer_repeats(
+    names the repeat and the layer on a miss (in a compute worker, as `get_layer_metrics`)."""
+
+    def run(progress):
+        if _in_worker(layer_states):
+            return compute(repeats_job, layer_states.config, seed, repeats, n_bins,
+                           progress=progress)  # fmt: skip
+        return cached_layer_repeats(
             layer_states, seed=seed, repeats=repeats, n_bins=n_bins, progress=progress
-        ),
+        )
+
+    key = (states_key(layer_states), seed, repeats, n_bins)
+    return _REPEATS.get(key, f"{repeats} bootstrap repeats of the layer metrics", run)
+
+
+def _in_worker(layer_states: LayerStates) -> bool:
+    """Whether a computation on these states goes to a compute worker: when the workers are on
+    and the states are an extraction's (a worker finds them in the disk cache by their config)."""
+    return compute_pool.enabled() and isinstance(layer_states.config, ExtractConfig)
+
+
+def metrics_job(cfg: ExtractConfig, seed: int, n_bins: int, progress) -> tuple[pd.DataFrame, bool]:
+    """A compute worker's layer table: (df, hit) of `cached_layer_metrics` on ``cfg``'s states."""
+    return cached_layer_metrics(worker_states(cfg), seed=seed, n_bins=n_bins, progress=progress)
+
+
+def repeats_job(
+    cfg: ExtractConfig, seed: int, repeats: int, n_bins: int, progress
+) -> tuple[LayerRepeats, bool]:
+    """A compute worker's layer repeats: (repeats, hit) of `cached_layer_repeats`."""
+    return cached_layer_repeats(
+        worker_states(cfg), seed=seed, repeats=repeats, n_bins=n_bins, progress=progress
     )
 
 

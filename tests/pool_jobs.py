@@ -1,0 +1,26 @@
+"""Jobs for tests/ui/test_compute_pool.py: module-level, so that a spawned compute worker can
+import them by name."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def count_to(n: int, progress) -> dict:
+    """Reports progress n times, a little apart, and returns where it ran."""
+    from analysis.workspace import Workspace
+
+    for i in range(n):
+        progress((i + 1) / n, f"step {i + 1} of {n}")
+        time.sleep(0.2)
+    return {"pid": os.getpid(), "root": str(Workspace.current().root)}
+
+
+def refuse(message: str, progress) -> None:
+    raise ValueError(message)
+
+
+def die(progress) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)

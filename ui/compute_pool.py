@@ -1,0 +1,274 @@
+"""Where the dashboard's heavy computations run: worker processes beside the server.
+
+**Why.** Every session's script is a thread of the one server process. With a class of 30
+sessions open, one extraction that takes 1.2–3.9 s alone took 34.6 s while the server process
+used about half a core (`bench/bench_class.py`, issue 22): the computation shared the
+interpreter lock with 30 script threads and their websocket traffic, and most of its many small
+torch and numpy calls wait for that lock. In a process of its own a computation has a core (and
+an interpreter) to itself; the server only draws.
+
+**How.** `ComputePool.call(fn, *args, progress=…)` runs ``fn(*args, progress=…)`` in one of
+``workers`` processes (the compute queue's slots: `ui.memo.ComputeQueue` still decides *when*
+each computation runs; the pool only decides *where*) and waits for it in the calling script
+thread, which keeps drawing the worker's progress bar (Streamlit elements can only be drawn from
+the script's own thread). Progress travels through one `multiprocessing` queue tagged with a
+call id. The jobs are module-level functions taking picklable settings (configs, seeds); a job
+computes through the disk cache, so what it returns is small (a table, statistics) or nothing
+(the hidden states: the server then reads them from the cache, memory-mapped, instead of being
+sent gigabytes through a pipe).
+
+- Workers start with ``spawn`` (the server is multithreaded; a fork would copy its held locks)
+  the first time a computation needs one, and then live as long as the server. Each loads a
+  model once (`worker_model`) and works in the server's workspace (the root goes with each
+  call).
+- A script stopped while its computation runs (a closed tab, a rerun) stops waiting; the worker
+  finishes, its result lands in the disk cache, and the next asker gets it from there.
+- A worker that dies (killed, out of memory) fails only the computations it ran, with a clear
+  message; the pool is rebuilt for the next one.
+- An exception inside a job (bad input: a missing column, one class only) comes back as itself,
+  with its message, as it would in-process.
+
+``$TUNESCOPE_COMPUTE_PROCESSES``: ``1`` (default) runs computations in the workers, ``0`` in the
+server's own script threads (the page tests' AppTest, which drives one page at a time in one
+process, sets it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+from analysis.progress import Progress, no_progress
+
+ENV = "TUNESCOPE_COMPUTE_PROCESSES"
+POLL_S = 0.25  # how often a waiting script thread redraws its computation's progress
+
+
+def enabled() -> bool:
+    """Whether computations run in worker processes (``$TUNESCOPE_COMPUTE_PROCESSES``, default on)."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class WorkerDied(RuntimeError):
+    """The worker process running a computation ended before it returned."""
+
+
+# --- the worker's side ---------------------------------------------------------------------------
+
+_progress_queue: Any = None  # the worker's end of the progress queue (set by `_init_worker`)
+
+
+def _init_worker(progress_queue: Any) -> None:
+    global _progress_queue
+    _progress_queue = progress_queue
+    # Idle OpenMP threads sleep instead of spinning (as ./tasks.sh sets it): a spinning worker
+    # would take the core the server draws with.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _run(call_id: int, root: str, fn: Callable[..., Any], args: tuple) -> Any:
+    """One computation in a worker: ``fn(*args, progress=…)`` in the workspace ``root``."""
+    from analysis.workspace import Workspace
+
+    last = [0.0]
+
+    def progress(fraction: float, message: str = "") -> None:
+        now = time.monotonic()
+        if now - last[0] >= POLL_S / 2 or fraction >= 1.0:  # no flood of tiny updates
+            last[0] = now
+            _progress_queue.put((call_id, float(fraction), str(message)))
+
+    with Workspace(Path(root)).active():
+        return fn(*args, progress=progress)
+
+
+@contextlib.contextmanager
+def _plain_main() -> Iterator[None]:
+    """Start processes while ``__main__`` names no file.
+
+    Streamlit runs app.py (and each page) as the module ``__main__``, and a spawned process
+    re-imports its parent's ``__main__`` file before anything else (multiprocessing's spawn
+    "prepare" step): every compute worker would run the whole app again, bare. So the workers
+    are started, all at once (`ComputePool._start`), while a plain module stands in for
+    ``__main__``. A session whose script run starts in that instant sets its own ``__main__``,
+    which the restore then replaces; nothing reads it back (each run sets its own again).
+    """
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def _warm() -> None:
+    """A worker's start-up: the imports every computation needs (torch, transformers,
+    scikit-learn), a few seconds paid once."""
+    import analysis.extract
+    import analysis.heads.collect
+    import analysis.layers.table  # noqa: F401
+
+
+@functools.lru_cache(maxsize=2)
+def _model(name: str, trust_remote_code: bool):
+    from analysis.config import ModelSpec
+    from analysis.models import load_model
+
+    return load_model(ModelSpec(name, trust_remote_code=trust_remote_code))
+
+
+def worker_model(spec):
+    """The model this process has loaded for ``spec`` (loaded once per worker; in-process calls
+    get the server's shared model instead, `ui.loaders.get_model`)."""
+    return _model(spec.name, spec.trust_remote_code)
+
+
+# --- the server's side ---------------------------------------------------------------------------
+
+
+class ComputePool:
+    """Worker processes for the dashboard's computations (module docstring)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"A compute pool needs at least one worker (got {workers}).")
+        self.workers = workers
+        self._lock = threading.Lock()
+        self._executor: ProcessPoolExecutor | None = None
+        self._progress_queue: Any = None
+        self._latest: dict[int, tuple[float, str]] = {}
+        self._ids = itertools.count()
+        self.completed = 0  # calls that returned (tests, logs)
+
+    def _start(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                context = mp.get_context("spawn")
+                self._progress_queue = context.Queue()
+                executor = ProcessPoolExecutor(
+                    self.workers, mp_context=context, initializer=_init_worker,
+                    initargs=(self._progress_queue,),
+                )  # fmt: skip
+                with _plain_main():  # every worker starts now, each with its imports
+                    for _ in range(self.workers):
+                        executor.submit(_warm)
+                self._executor = executor
+                threading.Thread(
+                    target=self._read_progress, args=(self._progress_queue,), daemon=True,
+                    name="tunescope-compute-progress",
+                ).start()  # fmt: skip
+            return self._executor
+
+    def warm(self) -> None:
+        """Start the workers now, without waiting (the first page's computation then finds one
+        ready instead of paying the start-up)."""
+        self._start()
+
+    def _read_progress(self, source: Any) -> None:
+        while True:
+            try:
+                call_id, fraction, message = source.get()
+            except (EOFError, OSError, ValueError):  # the queue was closed (shutdown)
+                return
+            with self._lock:
+                if call_id in self._latest:
+                    self._latest[call_id] = (fraction, message)
+
+    def call(self, fn: Callable[..., Any], *args: Any, progress: Progress | None = None) -> Any:
+        """``fn(*args, progress=…)`` in a worker; the caller's ``progress`` is called here, in
+        the calling thread, with the worker's latest progress every `POLL_S` seconds."""
+        from analysis.workspace import Workspace
+
+        progress = progress or no_progress
+        call_id = next(self._ids)
+        with self._lock:
+            self._latest[call_id] = (0.0, "")
+        shown = None
+        try:
+            future: Future = self._start().submit(
+                _run, call_id, str(Workspace.current().root), fn, args
+            )
+            while True:
+                try:
+                    value = future.result(timeout=POLL_S)
+                except TimeoutError:
+                    pass
+                except BrokenProcessPool as exc:
+                    self._restart()
+                    raise WorkerDied(
+                        "The computation's worker process ended before it finished (killed, or "
+                        "out of memory?). Nothing it computed was kept; try again, or with "
+                        "fewer examples."
+                    ) from exc
+                else:
+                    with self._lock:
+                        self.completed += 1
+                    return value
+                with self._lock:
+                    latest = self._latest.get(call_id)
+                if latest is not None and latest != shown:
+                    shown = latest
+                    progress(*latest)
+                else:
+                    progress(*(shown or (0.0, "")))  # where a stopped script leaves the wait
+        finally:
+            with self._lock:
+                self._latest.pop(call_id, None)
+
+    def _restart(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def shutdown(self) -> None:
+        """Stop the workers (tests; the server's workers end with it)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+            source, self._progress_queue = self._progress_queue, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        if source is not None:
+            source.close()
+
+
+_POOL: ComputePool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> ComputePool:
+    """The server's one compute pool, with as many workers as the compute queue has slots."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from ui.memo import QUEUE
+
+            _POOL = ComputePool(QUEUE.slots)
+        return _POOL
+
+
+def warm_up() -> None:
+    """Start the server's compute workers in the background (app.py calls it on every script
+    run; only the first one starts them)."""
+    if enabled():
+        pool().warm()
+
+
+def compute(fn: Callable[..., Any], *args: Any, progress: Progress | None = None) -> Any:
+    """``fn(*args, progress=progress)`` in a worker process when `enabled`, else right here."""
+    if enabled():
+        return pool().call(fn, *args, progress=progress)
+    return fn(*args, progress=progress)
