@@ -24,3 +24,12 @@ def refuse(message: str, progress) -> None:
 
 def die(progress) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def spin(seconds: float, progress) -> str:
+    """Reports progress every 0.05 s for ``seconds`` (a long computation)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        progress(0.5, "spinning")
+        time.sleep(0.05)
+    return "finished"

@@ -21,8 +21,10 @@ sent gigabytes through a pipe).
   the first time a computation needs one, and then live as long as the server. Each loads a
   model once (`worker_model`) and works in the server's workspace (the root goes with each
   call).
-- A script stopped while its computation runs (a closed tab, a rerun) stops waiting; the worker
-  finishes, its result lands in the disk cache, and the next asker gets it from there.
+- A script stopped while its computation runs (a closed tab, a rerun) cancels it, as Streamlit
+  stops an in-process computation at its next progress call: the worker raises `Cancelled` at
+  its next progress report (shared cancel flags), and the slot is free again once it has; the
+  cache publishes only whole entries, so nothing half-written is kept.
 - A worker that dies (killed, out of memory) fails only the computations it ran, with a clear
   message; the pool is rebuilt for the next one.
 - An exception inside a job (bad input: a missing column, one class only) comes back as itself,
@@ -50,10 +52,12 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from analysis.progress import Progress, no_progress
+from analysis.progress import Cancelled, Progress, no_progress
 
 ENV = "TUNESCOPE_COMPUTE_PROCESSES"
 POLL_S = 0.25  # how often a waiting script thread redraws its computation's progress
+CANCEL_FLAGS = 4096  # cancel flags shared with the workers (calls in flight are far fewer)
+CANCEL_WAIT_S = 30.0  # how long an abandoned call waits for its worker to stop
 
 
 def enabled() -> bool:
@@ -68,11 +72,12 @@ class WorkerDied(RuntimeError):
 # --- the worker's side ---------------------------------------------------------------------------
 
 _progress_queue: Any = None  # the worker's end of the progress queue (set by `_init_worker`)
+_cancel: Any = None  # the shared cancel flags, one per call id modulo CANCEL_FLAGS
 
 
-def _init_worker(progress_queue: Any) -> None:
-    global _progress_queue
-    _progress_queue = progress_queue
+def _init_worker(progress_queue: Any, cancel: Any) -> None:
+    global _progress_queue, _cancel
+    _progress_queue, _cancel = progress_queue, cancel
     # Idle OpenMP threads sleep instead of spinning (as ./tasks.sh sets it): a spinning worker
     # would take the core the server draws with.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -85,11 +90,14 @@ def _run(call_id: int, root: str, fn: Callable[..., Any], args: tuple) -> Any:
     last = [0.0]
 
     def progress(fraction: float, message: str = "") -> None:
+        if _cancel[call_id % CANCEL_FLAGS]:
+            raise Cancelled("The page that asked for this computation went away.")
         now = time.monotonic()
         if now - last[0] >= POLL_S / 2 or fraction >= 1.0:  # no flood of tiny updates
             last[0] = now
             _progress_queue.put((call_id, float(fraction), str(message)))
 
+    progress(0.0)  # (cancelled before it started: stop here)
     with Workspace(Path(root)).active():
         return fn(*args, progress=progress)
 
@@ -149,6 +157,7 @@ class ComputePool:
         self._lock = threading.Lock()
         self._executor: ProcessPoolExecutor | None = None
         self._progress_queue: Any = None
+        self._cancel: Any = None
         self._latest: dict[int, tuple[float, str]] = {}
         self._ids = itertools.count()
         self.completed = 0  # calls that returned (tests, logs)
@@ -158,9 +167,10 @@ class ComputePool:
             if self._executor is None:
                 context = mp.get_context("spawn")
                 self._progress_queue = context.Queue()
+                self._cancel = context.Array("b", CANCEL_FLAGS, lock=False)
                 executor = ProcessPoolExecutor(
                     self.workers, mp_context=context, initializer=_init_worker,
-                    initargs=(self._progress_queue,),
+                    initargs=(self._progress_queue, self._cancel),
                 )  # fmt: skip
                 with _plain_main():  # every worker starts now, each with its imports
                     for _ in range(self.workers):
@@ -196,11 +206,12 @@ class ComputePool:
         call_id = next(self._ids)
         with self._lock:
             self._latest[call_id] = (0.0, "")
-        shown = None
+        shown = future = None
         try:
-            future: Future = self._start().submit(
-                _run, call_id, str(Workspace.current().root), fn, args
-            )
+            executor = self._start()
+            cancel = self._cancel
+            cancel[call_id % CANCEL_FLAGS] = 0
+            future = executor.submit(_run, call_id, str(Workspace.current().root), fn, args)
             while True:
                 try:
                     value = future.result(timeout=POLL_S)
@@ -224,9 +235,25 @@ class ComputePool:
                     progress(*latest)
                 else:
                     progress(*(shown or (0.0, "")))  # where a stopped script leaves the wait
+        except BaseException:
+            if future is not None and not future.done():  # abandoned: the script was stopped
+                self._abandon(future, cancel, call_id)
+            raise
         finally:
             with self._lock:
                 self._latest.pop(call_id, None)
+
+    @staticmethod
+    def _abandon(future: Future, cancel: Any, call_id: int) -> None:
+        """Stop the computation of a page that went away (a closed tab, a rerun), as the
+        in-process computation stops at its next progress call: the worker raises `Cancelled`
+        at its next progress report, and its slot is free again when it has. Nothing it was
+        writing is kept (the cache publishes only whole entries)."""
+        cancel[call_id % CANCEL_FLAGS] = 1
+        if future.cancel():  # it had not started
+            return
+        with contextlib.suppress(BaseException):
+            future.result(timeout=CANCEL_WAIT_S)
 
     def _restart(self) -> None:
         with self._lock:

@@ -213,11 +213,16 @@ class ProgressMemo(Generic[T]):
         self._running: dict[Hashable, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, label: str, compute: Callable[[Progress], T]) -> T:
+    def get(
+        self, key: Hashable, label: str, compute: Callable[[Progress], T], later: bool = False
+    ) -> T:
         """The value for ``key``, computing it as ``compute(progress)`` under a bar on a miss.
 
         When another session is computing the same key, wait for its result rather than compute
-        it again (and compute it here if that one failed)."""
+        it again (and compute it here if that one failed). ``later``: a computation that adds to
+        a figure already shown (the layer repeats' bands) queues by when it is asked for, behind
+        the views opened before then, instead of by its own view's start: in a class every
+        session's first figure comes before anyone's refinements."""
         bar = None
         try:
             while True:
@@ -239,16 +244,20 @@ class ProgressMemo(Generic[T]):
             if shared is not None:
                 _log("shared" if shared else "hit", label, 0.0)
                 return value
-            return self._compute(key, label, compute, bar)
+            priority = self.queue.next_priority() if later else run_priority()
+            return self._compute(key, label, compute, bar, priority)
         finally:
             if bar is not None:
                 bar.empty()
 
-    def _compute(self, key: Hashable, label: str, compute: Callable[[Progress], T], bar) -> T:
+    def _compute(
+        self, key: Hashable, label: str, compute: Callable[[Progress], T], bar,
+        priority: float | None,
+    ) -> T:  # fmt: skip
         bar = bar or st.progress(0.0, text=label)
         try:
             with self.queue.turn(
-                lambda ahead: bar.progress(0.0, text=waiting_text(label, ahead)), run_priority()
+                lambda ahead: bar.progress(0.0, text=waiting_text(label, ahead)), priority
             ):
                 clock = time.perf_counter()
                 value = compute(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 from apptest_utils import errors, make_app, open_page
-from pool_jobs import count_to, die, refuse
+from pool_jobs import count_to, die, refuse, spin
 
 from analysis.workspace import Workspace
 from ui.compute_pool import ComputePool, WorkerDied
@@ -42,6 +43,27 @@ def test_a_dead_worker_fails_its_job_clearly_and_the_pool_recovers(pool):
     with pytest.raises(WorkerDied, match="ended before it finished"):
         pool.call(die)
     assert pool.call(count_to, 1)["pid"] != os.getpid()
+
+
+def test_a_page_that_goes_away_cancels_its_computation_and_frees_the_worker(pool):
+    """Streamlit stops a script by raising from its next element call (our progress bar): the
+    worker's computation stops too, at its next progress report, and the one worker is free."""
+
+    class Stopped(Exception):
+        pass
+
+    calls = []
+
+    def stop_on_second(fraction, message=""):
+        calls.append(fraction)
+        if len(calls) >= 2:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        pool.call(spin, 60.0, progress=stop_on_second)
+    clock = time.monotonic()
+    assert pool.call(count_to, 1)["pid"] != os.getpid()  # not behind a minute of spinning
+    assert time.monotonic() - clock < 10
 
 
 def test_layers_page_through_the_workers_equals_the_in_process_page(tiny_bert_dir, monkeypatch):

@@ -194,3 +194,33 @@ def test_a_view_that_asks_for_nothing_more_frees_the_slot_after_the_follow_on_ti
     with queue.turn(priority=view_b):
         waited = time.monotonic() - clock
     assert 0.3 < waited < 0.5 + 1.0
+
+
+@pytest.mark.parametrize("later", [True, False])
+def test_a_refinement_asked_for_later_waits_behind_views_opened_before_it(monkeypatch, later):
+    """``later=True`` (the layer repeats): view A's refinement queues by when it is asked for, so
+    view B, opened after A but before A asked, gets its first figure first. Without it, A's
+    computations keep their view's place."""
+    import ui.memo
+
+    queue = ComputeQueue(slots=1)
+    memo = ProgressMemo(max_entries=4, queue=queue)
+    view_a, view_b = queue.next_priority(), queue.next_priority()
+    order, hold = [], threading.Event()
+    views = threading.local()  # each thread's page view, as the session state would hold it
+    monkeypatch.setattr(ui.memo, "run_priority", lambda: getattr(views, "priority", None))
+
+    def a():
+        views.priority = view_a
+        with queue.turn(priority=view_a):
+            order.append("a: figure")
+            hold.wait(5)
+        memo.get("repeats", "repeats", lambda progress: order.append("a: repeats"), later=later)
+
+    def b():
+        with queue.turn(priority=view_b):
+            order.append("b: figure")
+
+    _threads([a, b, lambda: (time.sleep(0.1), hold.set())])
+    first = ["a: figure", "b: figure", "a: repeats"]
+    assert order == (first if later else ["a: figure", "a: repeats", "b: figure"])

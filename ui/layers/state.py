@@ -65,7 +65,8 @@ def get_layer_repeats(
         )
 
     key = (states_key(layer_states), seed, repeats, n_bins)
-    return _REPEATS.get(key, f"{repeats} bootstrap repeats of the layer metrics", run)
+    # The figure is already drawn without them: the repeats wait behind other views' first figures.
+    return _REPEATS.get(key, f"{repeats} bootstrap repeats of the layer metrics", run, later=True)
 
 
 def _in_worker(layer_states: LayerStates) -> bool:
