@@ -12,19 +12,25 @@ machines, and must not take the server's cores.
    on settings nobody else uses: its time to the first figure is *one computation alone*.
 2. **The class.** ``--sessions`` browser contexts open at once, each with its own settings (data
    alternating movie-snippets / trec6, its own seed, pooling alternating mean / first, N = ``--n``
-   plus a few examples per session, so that no two sessions share a computation). Each waits for
-   its Layers figure, checks that the page names its own settings (cross-talk: a page showing
-   another session's seed or data counts), then opens Heads and waits for its first figure; every
-   third session then queues one short fine-tuning run on the Fine-tune page.
+   (2.5 × for TREC, whose smallest class needs it) plus a few examples per session, so that no
+   two sessions share a computation). Each waits for its Layers figure, checks that the page names
+   its own settings (cross-talk: a page showing another session's seed or data counts), then
+   opens Heads and waits for its first figure; every third session then queues one short
+   fine-tuning run on the Fine-tune page.
 
-Reported: figures shown, sessions with an error (an exception box, a time-out), cross-talk, time
-to the first Layers figure (first / median / p95 / last, from the moment all sessions were
-opened), the peak resident set of the server with its compute workers (summed; sampled every 0.5 s
-with psutil; the server process alone is printed too), and computations run
-vs shared (the server's ``$TUNESCOPE_COMPUTE_LOG``; see ui/memo.py). Bounded: every wait has a
-time-out and the whole class stops at ``--timeout`` seconds. The last line is
-``class: sessions=… shown=… errors=… crosstalk=… alone_s=… first_s=… median_s=… p95_s=…
-last_s=… peak_rss_mb=… computed=… shared=…``.
+Reported: figures shown, sessions with an error (an exception box, a refusal message, a
+time-out), cross-talk, time to the first Layers figure (first / median / p95 / last, from the
+moment all sessions were opened) twice: as the browsers saw it, and when the server had it ready
+(the end of each session's layer-table computation, from the compute log; order statistics need
+no session labels). On this 2-core machine the 30 browsers render on the server's cores, at the
+lowest priority: what they see lags what the server had ready by however long they waited for
+CPU, which on the students' own machines they would not. Also the peak resident set of the
+server with its compute workers (summed; sampled every 0.5 s with psutil; the server process
+alone, and everything with the fine-tuning workers, are printed too), and computations run vs
+shared (the server's ``$TUNESCOPE_COMPUTE_LOG``; see ui/memo.py). Bounded: every wait has a time-out and the whole
+class stops at ``--timeout`` seconds. The last line is ``class: sessions=… shown=… errors=…
+crosstalk=… alone_s=… first_s=… median_s=… p95_s=… last_s=… ready_first_s=… ready_median_s=…
+ready_p95_s=… ready_last_s=… peak_rss_mb=… computed=… shared=…``.
 """
 
 from __future__ import annotations
@@ -108,15 +114,16 @@ def niced_chromium(folder: Path) -> str:
 
 
 class RssSampler(threading.Thread):
-    """Peak resident set of the server with every process it started (its compute workers, a
-    fine-tuning worker), summed, sampled every 0.5 s; and of the server process alone."""
+    """Peak resident sets, sampled every 0.5 s: the server with its compute workers, summed
+    (`peak`: where the computations ran in the server before, so comparable with that); the same
+    with the fine-tuning workers the queued runs started (`peak_all`); the server alone."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         import psutil
 
         self.proc = psutil.Process(pid)
-        self.peak = self.peak_server = 0
+        self.peak = self.peak_server = self.peak_all = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -127,13 +134,17 @@ class RssSampler(threading.Thread):
                 children = self.proc.children(recursive=True)
             except Exception:  # the server has gone
                 return
-            total = server
+            total = every = server
             for child in children:
                 try:
-                    total += child.memory_info().rss
+                    rss = child.memory_info().rss
+                    runs = "analysis.runs.worker" in " ".join(child.cmdline())
                 except Exception:  # a child that just ended
                     continue
+                every += rss
+                total += 0 if runs else rss
             self.peak, self.peak_server = max(self.peak, total), max(self.peak_server, server)
+            self.peak_all = max(self.peak_all, every)
 
 
 def deprioritise_browsers() -> None:
@@ -155,8 +166,12 @@ def deprioritise_browsers() -> None:
 
 
 def settings(k: int, n: int) -> dict:
-    """Session k's own sidebar settings: nothing shared with another session."""
-    return {"data": DATA[k % 2], "n": n + k % 30, "seed": 1000 + k,
+    """Session k's own sidebar settings: nothing shared with another session. TREC sessions take
+    2.5 × n examples: its smallest class (ABBR, 1.6 %) has fewer than the 5 examples the layer
+    analyses need in some seeds' samples of 300 (the page then refuses, with that message)."""
+    data = DATA[k % 2]
+    size = n if data == "movie-snippets" else round(2.5 * n)
+    return {"data": data, "n": size + k % 30, "seed": 1000 + k,
             "pooling": "mean" if k % 4 < 2 else "first"}  # fmt: skip
 
 
@@ -165,9 +180,19 @@ def query(s: dict) -> str:
 
 
 async def wait_figure(pg, deadline: float) -> None:
-    await pg.locator(CHART).first.wait_for(
+    """Wait for the page's first figure; a page that answers with an error box instead (bad
+    settings) raises `Refused` with its message."""
+    figure = pg.locator(CHART).first
+    refusal = pg.locator('[data-testid="stAlertContentError"]').first
+    await figure.or_(refusal).wait_for(
         state="visible", timeout=max(1, deadline - time.time()) * 1000
     )
+    if not await figure.is_visible():
+        raise Refused((await refusal.inner_text())[:160])
+
+
+class Refused(Exception):
+    """The page showed an error message instead of its figure."""
 
 
 async def own_settings_shown(pg, s: dict) -> bool:
@@ -205,6 +230,9 @@ async def one_session(browser, url: str, k: int, s: dict, t0: float, deadline: f
                       runs: bool) -> dict:  # fmt: skip
     out = {"k": k, "first_s": None, "shown": 0, "error": None, "crosstalk": False, "run": False}
     context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    # Every action may take until the class's deadline: on this machine the 30 browsers get
+    # the CPU the server leaves over, and a click can wait minutes for its renderer.
+    context.set_default_timeout(max(1, deadline - time.time()) * 1000)
     pg = await context.new_page()
     try:
         await pg.goto(f"{url}/layers?{query(s)}", timeout=120_000)
@@ -227,6 +255,8 @@ async def one_session(browser, url: str, k: int, s: dict, t0: float, deadline: f
             out["error"] = "exception on Heads"
         if runs and k % 3 == 0:
             out["run"] = await queue_run(pg, url, s, deadline)
+    except Refused as exc:  # the page answered with a message instead of a figure
+        out["error"] = out["error"] or f"refused: {exc}"
     except Exception as exc:  # a time-out or a broken page: that session failed
         out["error"] = out["error"] or f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
     finally:
@@ -253,6 +283,7 @@ async def main_async(args) -> dict:
     from playwright.async_api import async_playwright
 
     cache = Path(tempfile.mkdtemp(prefix="tunescope-class-"))
+    t0_wall = time.time()
     proc, url = start_server(cache, args.slots, not args.in_process)
     sampler = RssSampler(proc.pid)
     sampler.start()
@@ -261,7 +292,7 @@ async def main_async(args) -> dict:
             browser = await p.chromium.launch(executable_path=niced_chromium(cache), args=FLAGS)
             alone_s = await alone(browser, url, args.n, 600)
             print(f"one session alone: first Layers figure in {alone_s:.1f} s", flush=True)
-            t0 = time.perf_counter()
+            t0, t0_wall = time.perf_counter(), time.time()
             deadline = time.time() + args.timeout
             results = await asyncio.gather(*(
                 one_session(browser, url, k, settings(k, args.n), t0, deadline, not args.no_runs)
@@ -278,16 +309,24 @@ async def main_async(args) -> dict:
     log = (
         (cache / "compute.log").read_text().splitlines() if (cache / "compute.log").exists() else []
     )
-    entries = [line.split("\t", 2) for line in log if line.count("\t") >= 2]
-    kinds = [kind for kind, _, _ in entries]
+    entries = [line.split("\t", 3) for line in log if line.count("\t") >= 3]
+    kinds = [kind for kind, _, _, _ in entries]
     computed = sorted(
-        ((float(sec), label) for kind, sec, label in entries if kind == "computed"), reverse=True
+        ((float(sec), label) for kind, sec, _, label in entries if kind == "computed"),
+        reverse=True,
     )
+    # When the server had each session's first figure ready: the class's "Layer metrics"
+    # computations, which end just before the figure is sent (one per session, none shared).
+    ready = sorted(
+        float(end) - t0_wall for kind, _, end, label in entries
+        if kind == "computed" and label == "Layer metrics" and float(end) >= t0_wall
+    )  # fmt: skip
     shutil.rmtree(cache, ignore_errors=True)
     return {"alone_s": alone_s, "results": results, "peak_rss_mb": sampler.peak / 2**20,
-            "peak_server_mb": sampler.peak_server / 2**20,
+            "peak_server_mb": sampler.peak_server / 2**20, "peak_all_mb": sampler.peak_all / 2**20,
             "computed": kinds.count("computed"), "shared": kinds.count("shared"),
-            "busy_s": sum(sec for sec, _ in computed), "slowest": computed[:3]}  # fmt: skip
+            "busy_s": sum(sec for sec, _ in computed), "slowest": computed[:3],
+            "ready": ready}  # fmt: skip
 
 
 def main() -> None:
@@ -332,10 +371,14 @@ def summarise(out: dict, name: str) -> str:
     for r in errors:
         print(f"  session {r['k']}: {r['error']}")
 
-    def q(p: float) -> float:
-        return times[min(len(times) - 1, round(p * (len(times) - 1)))] if times else float("nan")
+    def q(p: float, values: list[float] = times) -> float:
+        if not values:
+            return float("nan")
+        return values[min(len(values) - 1, round(p * (len(values) - 1)))]
 
     median = statistics.median(times) if times else float("nan")
+    ready = out["ready"]
+    ready_median = statistics.median(ready) if ready else float("nan")
     figures = sum(r["shown"] for r in results)
     crosstalk = sum(r["crosstalk"] for r in results)
     print(f"sessions {len(results)}, figures shown {figures} of {2 * len(results)}, "
@@ -344,14 +387,20 @@ def summarise(out: dict, name: str) -> str:
     print(f"time to the first Layers figure: first {q(0):.1f} s, median {median:.1f} s, "
           f"p95 {q(0.95):.1f} s, last {q(1):.1f} s; one session alone {out['alone_s']:.1f} s "
           f"(first / alone = {q(0) / out['alone_s']:.2f})")  # fmt: skip
-    print(f"peak RSS {out['peak_rss_mb']:.0f} MB (the server and its workers; the server process "
-          f"alone {out['peak_server_mb']:.0f} MB); computations run {out['computed']}, "
+    print(f"the server had them ready (its {len(ready)} class Layer-metrics computations ended): "
+          f"first {q(0, ready):.1f} s, median {ready_median:.1f} s, p95 {q(0.95, ready):.1f} s, "
+          f"last {q(1, ready):.1f} s")  # fmt: skip
+    print(f"peak RSS {out['peak_rss_mb']:.0f} MB (the server and its compute workers; the server "
+          f"process alone {out['peak_server_mb']:.0f} MB; with the fine-tuning workers "
+          f"{out['peak_all_mb']:.0f} MB); computations run {out['computed']}, "
           f"shared {out['shared']}; their seconds add up to {out['busy_s']:.0f} s (slowest: "
           + ", ".join(f"{label} {sec:.0f} s" for sec, label in out["slowest"]) + ")")  # fmt: skip
     return (
         f"{name}: sessions={len(results)} shown={figures} errors={len(errors)} "
         f"crosstalk={crosstalk} alone_s={out['alone_s']:.1f} first_s={q(0):.1f} "
         f"median_s={median:.1f} p95_s={q(0.95):.1f} last_s={q(1):.1f} "
+        f"ready_first_s={q(0, ready):.1f} ready_median_s={ready_median:.1f} "
+        f"ready_p95_s={q(0.95, ready):.1f} ready_last_s={q(1, ready):.1f} "
         f"peak_rss_mb={out['peak_rss_mb']:.0f} computed={out['computed']} shared={out['shared']}"
     )
 

@@ -15,7 +15,8 @@ after it), and each waiting page says how many computations are ahead of its own
 asked for by several sessions at once is computed once: the later ones wait for the first one's
 result (`ProgressMemo.get`) instead of queueing a copy. ``$TUNESCOPE_COMPUTE_SLOTS`` sets the
 number of slots; ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets one line per computation
-(``computed``, ``shared`` or ``hit``, the label and the seconds; `bench/bench_class.py` reads it).
+(``computed``, ``shared`` or ``hit``, the seconds, when it ended (Unix time) and the label;
+`bench/bench_class.py` reads it).
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def _log(kind: str, label: str, seconds: float) -> None:
     path = os.environ.get(LOG_ENV)
     if path:  # one short line, appended: safe from several threads on Linux
         with open(path, "a", encoding="utf-8") as log:
-            log.write(f"{kind}\t{seconds:.3f}\t{label}\n")
+            log.write(f"{kind}\t{seconds:.3f}\t{time.time():.3f}\t{label}\n")
 
 
 def waiting_text(label: str, ahead: int) -> str:

@@ -114,19 +114,26 @@ def mark_projection(layer_states: LayerStates, layer: int, method: str, seed: in
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _predictions(
-    key: str, layer: int, seed: int, metric: str, _states: torch.Tensor, _labels: torch.Tensor
+    key: str, layer: int, seed: int, metric: str, _layer_states: LayerStates
 ) -> ProbePredictions:
     with queued():
-        return probe_predictions(_states[layer], _labels, metric, seed=seed)
+        if _in_worker(_layer_states):  # a probe refit per fold: in a compute worker
+            return compute(predictions_job, _layer_states.config, layer, seed, metric)
+        return probe_predictions(
+            _layer_states.states[layer], _layer_states.labels, metric, seed=seed
+        )
+
+
+def predictions_job(cfg: ExtractConfig, layer: int, seed: int, metric: str, progress):
+    """A compute worker's held-out probe predictions of one layer."""
+    states = worker_states(cfg)
+    return probe_predictions(states.states[layer], states.labels, metric, seed=seed)
 
 
 def predictions(layer_states: LayerStates, layer: int, seed: int) -> ProbePredictions:
     """Held-out probe predictions of every example at one layer (analysis.layers.examples),
     cached per states, layer and seed."""
-    return _predictions(
-        states_key(layer_states), layer, seed, layer_states.metric, layer_states.states,
-        layer_states.labels,
-    )  # fmt: skip
+    return _predictions(states_key(layer_states), layer, seed, layer_states.metric, layer_states)
 
 
 def examples(layer_states: LayerStates) -> pd.DataFrame:
