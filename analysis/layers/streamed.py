@@ -41,11 +41,11 @@ folds and fits).
 **Cost** per layer: N d² / 2 multiply-adds for the Gram matrices (staged rows, one BLAS ``dsyrk``
 per full stage, in place: `CellMoments`; ``$TUNESCOPE_GRAM_THREADS`` threads, default every core)
 plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe's 5
-fits on 0.8 × ``probe_cap`` rows each; by default layer ℓ's probe is fitted on one core while
-layer ℓ + 1 is read and its Grams built on the other (`overlap_probes`), each on one BLAS thread.
-Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), their row stages
-(``STAGE_BYTES``, 64 MiB), two chunks and the gathered rows of two layers (probe_cap · d · 4
-bytes each) — none of it grows with N.
+fits on 0.8 × ``probe_cap`` rows each; by default the probes of the last ``PROBE_THREADS`` (2)
+layers are fitted while the next layer is read and its Grams built (`overlap_probes`), every
+phase on one BLAS thread. Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2,
+d = 1,024), their row stages (``STAGE_BYTES``, 64 MiB), two chunks and the gathered rows of
+three layers (probe_cap · d · 4 bytes each) — none of it grows with N.
 
 **Repeats and subsets.** ``index`` (M,) lists the positions of the sample's examples among the N
 stored rows, repeats allowed: the result equals `layer_metrics(states[:, index], labels[index])`
@@ -61,6 +61,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -96,6 +97,11 @@ PROBE_BUDGET = 10_000 * 384  # … and at most this many numbers (examples × d_
 CHUNK_ROWS = 4096  # rows read and accumulated at a time
 STAGE_BYTES = 64 * 2**20  # float64 rows staged for the Gram updates, all cells together
 COLUMNS = ("nu", "cca", "rank", "probe", "probe_c", "probe_se")
+# Probe fits in flight beside the Grams (overlap mode): the fits are the longer phase at the cap
+# (≈ 3 s per layer of 3,750 × 1,024 against ≈ 2 s of Grams per 100,000 rows), so two run at once
+# and share the cores with the Grams' one BLAS thread, instead of one fit at a time leaving a
+# core idle once the Grams are done.
+PROBE_THREADS = 2
 
 States = StoredTensor | ArrayLike  # (L+1, N, d): on disk, or an array / tensor
 # The table takes the streamed route when one layer's states, as float64, exceed this (MB).
@@ -120,9 +126,15 @@ def probe_threads() -> int:
     return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
 
 
+def _done(entry: tuple[dict, Any]) -> tuple[dict, Any]:
+    """(row, its probe) once the probe's fit has finished."""
+    row, future = entry
+    return row, future.result()
+
+
 def overlap_probes() -> bool:
-    """Whether the streamed route fits layer ℓ's probe on one core while it reads layer ℓ + 1 and
-    builds its Grams on the other (each phase then on one BLAS thread):
+    """Whether the streamed route fits earlier layers' probes (``PROBE_THREADS`` at once) while it
+    reads the next layer and builds its Grams (each phase then on one BLAS thread):
     ``$TUNESCOPE_STREAM_OVERLAP`` (1 / 0), default on. Off, the phases take turns, each with its own thread count."""
     return os.environ.get("TUNESCOPE_STREAM_OVERLAP", "1").strip().lower() not in (
         "0",
@@ -553,8 +565,8 @@ def streamed_layer_metrics(
     if overlap:  # one core's BLAS thread for the Grams, one for the probe fits, side by side;
         dense = fits = 1  # set once for the whole pass: no thread changes the other's count
         limits.enter_context(threadpool_limits(1, user_api="blas"))
-        prober = limits.enter_context(ThreadPoolExecutor(1))
-    pending: tuple[dict, Any] | None = None  # (row, future of its probe) still being fitted
+        prober = limits.enter_context(ThreadPoolExecutor(PROBE_THREADS))
+    pending: deque[tuple[dict, Any]] = deque()  # (row, future of its probe) still being fitted
     fit_clock = [0.0]
 
     def fit(values: np.ndarray) -> Any:
@@ -602,19 +614,18 @@ def streamed_layer_metrics(
                 }
             timing["nu_cca_rank"] += time.perf_counter() - clock
             clock = time.perf_counter()
-            if pending is not None:  # the previous layer's probe, fitted while this layer was read
-                finish(pending[0], pending[1].result())
-                pending = None
+            while len(pending) >= PROBE_THREADS:  # earlier layers' probes, fitted meanwhile
+                finish(*_done(pending.popleft()))
             if probe_ok and prober is not None:
-                pending = (row, prober.submit(fit, gathers[0].values))
+                pending.append((row, prober.submit(fit, gathers[0].values)))
             elif probe_ok:
                 finish(row, fit(gathers[0].values))
             timing["probe"] += time.perf_counter() - clock
             rows.append(row)
             del moments, gathers
         clock = time.perf_counter()
-        if pending is not None:
-            finish(pending[0], pending[1].result())
+        while pending:
+            finish(*_done(pending.popleft()))
         timing["probe"] += time.perf_counter() - clock
     timing["probe_fits"] = fit_clock[0]  # the fits' own time (beside the Grams when overlapped)
     report(1.0, "all layers done")
