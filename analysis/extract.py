@@ -330,9 +330,7 @@ def write_states(
     writer.write("rows", rows)
 
 
-def states_cached(
-    cfg: ExtractConfig, loaded: LoadedModel, cache: DiskCache | None = None
-) -> bool:
+def states_cached(cfg: ExtractConfig, loaded: LoadedModel, cache: DiskCache | None = None) -> bool:
     """Whether the disk cache already holds the states of ``cfg`` (nothing is computed or
     checked: entries are published whole, and `extract_states` checks the content on its load)."""
     from analysis.data import load_data
