@@ -12,7 +12,7 @@ import streamlit as st
 from analysis.workspace import Workspace
 from ui.compute_pool import warm_up
 from ui.memo import start_run
-from ui.sidebar import render_sidebar
+from ui.sidebar import default_model, render_sidebar
 
 # The page icon is a file of ours: a ":material/…:" or emoji icon makes every browser fetch the
 # favicon from an outside font server, and the dashboard makes no outside request.
@@ -30,7 +30,7 @@ PAGES = [
     st.Page("views/claims.py", title="Paper check", icon=":material/fact_check:"),
 ]
 
-warm_up()  # the compute workers start with the server's first page (ui/compute_pool.py)
+warm_up(default_model())  # the compute workers start with the first page (ui/compute_pool.py)
 start_run()  # this view's computations queue by when it started (ui/memo.py)
 navigation = st.navigation(PAGES)
 with Workspace.from_env().active():  # the app's one workspace: cache, runs, uploads
