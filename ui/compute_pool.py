@@ -223,7 +223,7 @@ class ComputePool:
                 except TimeoutError:
                     pass
                 except BrokenProcessPool as exc:
-                    self._restart()
+                    self._restart(executor)
                     raise WorkerDied(
                         "The computation's worker process ended before it finished (killed, or "
                         "out of memory?). Nothing it computed was kept; try again, or with "
@@ -260,11 +260,15 @@ class ComputePool:
         with contextlib.suppress(BaseException):
             future.result(timeout=CANCEL_WAIT_S)
 
-    def _restart(self) -> None:
+    def _restart(self, broken: ProcessPoolExecutor) -> None:
+        """Drop the broken executor (the next call starts a new one): only if it is still the
+        current one, so that a second caller of the same broken pool does not stop its
+        replacement."""
         with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            if self._executor is not broken:
+                return
+            self._executor = None
+        broken.shutdown(wait=False, cancel_futures=True)
 
     def shutdown(self) -> None:
         """Stop the workers (tests; the server's workers end with it)."""
