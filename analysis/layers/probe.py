@@ -154,10 +154,11 @@ def _logistic_cv(
     (ties to the smaller C); refit on every row with that C, started from the folds' mean
     coefficients — but ``LogisticRegressionCV`` converts its input to float64, and an L-BFGS
     iteration here is two passes over the rows × d matrix, bound by memory bandwidth: in float32
-    it took 1.3 ms instead of 2.2 ms at 3,000 × 1,024, which made the streamed route's 25 probes
-    1.7× faster. ``LogisticRegression`` keeps float32. The rounding (≈ 1e-7 relative) is far
-    below the solver's own tolerance (1e-4 on the gradient), so the chosen C and the predictions
-    are those of the float64 fits up to that tolerance.
+    it took 1.3 ms instead of 2.2 ms at 3,000 × 1,024, and the CV probes of four BERT-large-shaped
+    layers (3,750 rows) took 16.3 s instead of 24.4 s. ``LogisticRegression`` keeps float32. The
+    rounding (≈ 1e-7 relative) is below the solver's own tolerance (1e-4 on the gradient); on
+    those layers the scores moved by at most 0.0016, and where a fold's chosen C moved, it moved
+    to a neighbour on a flat stretch of the CV curve.
     """
     scores = np.full((len(splits), len(grid)), np.nan)
     coefs: list[list[tuple[np.ndarray, np.ndarray]]] = []
