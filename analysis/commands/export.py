@@ -18,9 +18,7 @@ from analysis.commands.options import (
     add_method_options,
     add_model_data,
     add_setting_flag,
-    data_spec_from_args,
-    method_options,
-    model_spec_from_args,
+    finetune_config,
     refuse_foreign_flags,
 )
 from analysis.config import POOLINGS, parse_ints
@@ -96,7 +94,6 @@ def _method_of(args: argparse.Namespace) -> str:
 
 
 def _recommended(args: argparse.Namespace):
-    from analysis.finetune.config import FinetuneConfig
 
     method = _method_of(args)
     refuse_foreign_flags(args, {method})
@@ -109,21 +106,7 @@ def _recommended(args: argparse.Namespace):
     if triple is None and args.head_layer is not None:
         used = layers or (1,)
         triple = (min(used), max(used), args.head_layer)
-    cfg = FinetuneConfig(
-        model=model_spec_from_args(args),
-        data=data_spec_from_args(args),
-        method=method,
-        layers=triple,
-        options=method_options(args, method),
-        steps=args.steps,
-        lr=args.lr,
-        classifier_lr=args.classifier_lr,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        seed=args.seed,
-        n_train=args.n_train,
-        pooling=args.pooling,
-    )
+    cfg = finetune_config(args, method=method, layers=triple, seed=args.seed)
     source = "strategy" if args.strategy else "heads" if method == "heads" else "method"
     provenance = {
         "source": source,

@@ -327,7 +327,19 @@ def finetune_config(
     layers: tuple[int, ...] | None,
     seed: int,
 ) -> FinetuneConfig:
-    """A FinetuneConfig from parsed options plus one method / layers / seed."""
+    """A FinetuneConfig from parsed options plus one method / layers / seed. The evaluation,
+    trajectory, weight-zeroing, device and precision flags are optional: a command whose parser
+    does not declare them (``export``: a recipe trains elsewhere) keeps FinetuneConfig's
+    defaults."""
+    optional: dict[str, Any] = {
+        name: getattr(args, name)
+        for name in ("n_eval", "eval_every", "trajectory_every", "device")
+        if hasattr(args, name)
+    }
+    if getattr(args, "zero_weights", None) is not None:
+        optional["zero_weights"] = absolute_path(args.zero_weights)
+    if hasattr(args, "no_mixed_precision"):
+        optional["mixed_precision"] = not args.no_mixed_precision
     return FinetuneConfig(
         model=model_spec_from_args(args),
         data=data_spec_from_args(args),
@@ -341,13 +353,8 @@ def finetune_config(
         max_length=args.max_length,
         seed=seed,
         n_train=args.n_train,
-        n_eval=args.n_eval,
-        eval_every=args.eval_every,
         pooling=args.pooling,
-        trajectory_every=args.trajectory_every,
-        zero_weights=None if args.zero_weights is None else absolute_path(args.zero_weights),
-        device=args.device,
-        mixed_precision=not args.no_mixed_precision,
+        **optional,
     )
 
 
