@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.resources
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -178,8 +179,22 @@ def check_family(config: PretrainedConfig) -> str:
     )
 
 
+# transformers' lazy modules are not safe to import from two threads at once: when the
+# dashboard's warm-up thread and a page's first model load both imported them, one of the two got
+# "cannot import name 'AutoConfig' from 'transformers'" from the half-initialised package (every
+# time, in a fresh process: tests/test_models.py). So the loads of one process take turns; only the
+# first pays the imports (≈ 2 s), later ones wait for at most one load.
+_LOAD_LOCK = threading.RLock()
+
+
 def load_model(spec: ModelSpec, device: torch.device | str | None = None) -> LoadedModel:
-    """Load a supported encoder by registry name, local folder or hub id (see module docstring)."""
+    """Load a supported encoder by registry name, local folder or hub id (see module docstring).
+    One load at a time per process (`_LOAD_LOCK`)."""
+    with _LOAD_LOCK:
+        return _load_model(spec, device)
+
+
+def _load_model(spec: ModelSpec, device: torch.device | str | None) -> LoadedModel:
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -257,13 +272,14 @@ def wrap_model(
 def n_layers_of(spec: ModelSpec) -> int | None:
     """L of a built-in or local model, read from its config alone (None for a hub id, or a config
     that does not load: the model's own loading says why)."""
-    from transformers import AutoConfig
-
     try:
         source, kind = resolve_source(spec.name)
         if kind == "hub":
             return None
-        config = AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
+        with _LOAD_LOCK:  # the imports too (see `_LOAD_LOCK`)
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
     except (OSError, ValueError, ModelError):
         return None
     layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)

@@ -128,3 +128,39 @@ def test_unreachable_hub_id_names_the_model(monkeypatch):
         match=r"no-such-org/no-such-model.*neither as a local folder nor on the model hub",
     ):
         load_model(ModelSpec("no-such-org/no-such-model"))
+
+
+RACE = """
+import sys, threading
+from analysis.config import ModelSpec
+from analysis.models import load_model, n_layers_of
+errors = []
+def go(f):
+    try:
+        f()
+    except Exception as exc:
+        errors.append(repr(exc))
+jobs = [lambda: load_model(ModelSpec(sys.argv[1]), device="cpu"),
+        lambda: n_layers_of(ModelSpec(sys.argv[1])),
+        lambda: load_model(ModelSpec(sys.argv[1]), device="cpu")]
+threads = [threading.Thread(target=go, args=(job,)) for job in jobs]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(errors)
+"""
+
+
+def test_first_loads_from_several_threads_at_once(tiny_bert_dir):
+    """A fresh process (nothing of transformers imported yet) loading from three threads at once,
+    as the dashboard's warm-up thread and its first page do: without the load lock one of them
+    got "cannot import name 'AutoConfig'" from the half-imported package, every time."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", RACE, str(tiny_bert_dir)],
+        cwd=root, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
