@@ -20,8 +20,10 @@ Regression (metric ``spearman``): ridge regression with α = 1 / C, C chosen the
 
 The inner CV walks the C grid with warm starts within each fold, 5–10× faster than refitting
 every (fold, C) pair: scikit-learn's ``RidgeCV`` for regression; for classification our own
-loop over ``LogisticRegression`` fits (`_logistic_cv`), because ``LogisticRegressionCV`` works
-in float64 only, and the float32 fits took 0.6× the time.
+loop (`_logistic_cv`) over `analysis.layers.logistic.L2Logistic` fits — scikit-learn's
+``LogisticRegression`` objective and L-BFGS settings without its per-step overhead (that
+module's docstring) — because ``LogisticRegressionCV`` works in float64 only, and the float32
+fits took 0.6× the time.
 Within `fit_probe` the states are standardised once with its whole train part's mean and std
 (not per inner fold): the inner folds see two moments' worth of leakage, which moves no CV
 score measurably; the outer folds never do (each is standardised on its own train part).
@@ -37,18 +39,18 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression, Ridge, RidgeCV
+from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.metrics import make_scorer
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
+from analysis.layers.logistic import MAX_ITER, L2Logistic
 from analysis.layers.metrics import ArrayLike, as_float64, as_labels
 from analysis.scores import task_score
 
 PROBE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)  # candidate C (inverse L2 strength)
 CV_FOLDS = 3
 FALLBACK_C = 1.0  # when the train part is too small to cross-validate (fewer than 2 per class)
-MAX_ITER = 300
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class ProbeFit:
     """
 
     scaler: StandardScaler
-    model: LogisticRegression | Ridge | RidgeCV
+    model: L2Logistic | Ridge | RidgeCV
     c: float
     cv_score: float
     cv_scores: tuple[float, ...]
@@ -145,7 +147,7 @@ def fit_probe(
 
 def _logistic_cv(
     z: np.ndarray, y: np.ndarray, splits: list, grid: tuple[float, ...], metric: str
-) -> tuple[LogisticRegression, int, np.ndarray]:
+) -> tuple[L2Logistic, int, np.ndarray]:
     """The inner CV of the logistic probe, in float32: (refit model, index of the best C, mean
     CV score per C).
 
@@ -159,11 +161,18 @@ def _logistic_cv(
     rounding (≈ 1e-7 relative) is below the solver's own tolerance (1e-4 on the gradient); on
     those layers the scores moved by at most 0.0016, and where a fold's chosen C moved, it moved
     to a neighbour on a flat stretch of the CV curve.
+
+    The fits are now `L2Logistic` (the same objective and optimiser, a leaner loss): the default
+    Layers table (MiniLM, 1,000 movie snippets) took 3.0 s instead of 4.5 s with identical
+    out-of-fold predictions; 1,000 TREC questions (6 classes) 11.8 s instead of 13.6 s, scores
+    within 0.003 (s.e. 0.011); the four BERT-large-shaped layers 18.5 s instead of 21.2 s, scores
+    within 0.0034 (s.e. 0.008) on the two weak layers, where L-BFGS stops on a flat optimum and
+    any rounding change moves where.
     """
     scores = np.full((len(splits), len(grid)), np.nan)
     coefs: list[list[tuple[np.ndarray, np.ndarray]]] = []
     for i, (train, held) in enumerate(splits):
-        model = LogisticRegression(C=grid[0], solver="lbfgs", max_iter=MAX_ITER, warm_start=True)
+        model = L2Logistic(C=grid[0], max_iter=MAX_ITER, warm_start=True)
         path = []
         for j, c in enumerate(grid):
             model.set_params(C=c)
@@ -173,7 +182,7 @@ def _logistic_cv(
         coefs.append(path)
     means = scores.mean(axis=0)
     best = int(np.nanargmax(means)) if np.isfinite(means).any() else 0
-    model = LogisticRegression(C=grid[best], solver="lbfgs", max_iter=MAX_ITER, warm_start=True)
+    model = L2Logistic(C=grid[best], max_iter=MAX_ITER, warm_start=True)
     shapes = {path[best][0].shape for path in coefs}
     if len(shapes) == 1:  # every fold saw every class: start from their mean
         model.coef_ = np.mean([path[best][0] for path in coefs], axis=0)
@@ -193,8 +202,8 @@ def _group_folds(
     return folds
 
 
-def _logistic(c: float) -> LogisticRegression:
-    return LogisticRegression(C=c, solver="lbfgs", max_iter=MAX_ITER)
+def _logistic(c: float) -> L2Logistic:
+    return L2Logistic(C=c, max_iter=MAX_ITER)
 
 
 def probe_score(
