@@ -22,7 +22,11 @@ Reported: figures shown, sessions with an error (an exception box, a refusal mes
 time-out), cross-talk, time to the first Layers figure (first / median / p95 / last, from the
 moment all sessions were opened) twice: as the browsers saw it, and when the server had it ready
 (the end of each session's layer-table computation, from the compute log; order statistics need
-no session labels). On this 2-core machine the 30 browsers render on the server's cores, at the
+no session labels). Third, the server's part alone ("served"): for each session, from its page
+reaching the server (its first script run, the log's ``view`` line) to that figure ready, and
+the same for the alone session — the wait of a student whose own browser loads the page. The
+"ready" times also hold how long the browsers took to load the page and connect, which here, with
+thirty niced browsers on the server's two cores, took seconds. On this 2-core machine the 30 browsers render on the server's cores, at the
 lowest priority: what they see lags what the server had ready by however long they waited for
 CPU, which on the students' own machines they would not. Also the peak resident set of the
 server with its compute workers (summed; sampled every 0.5 s with psutil; the server process
@@ -30,7 +34,8 @@ alone, and everything with the fine-tuning workers, are printed too), and comput
 shared (the server's ``$TUNESCOPE_COMPUTE_LOG``; see ui/memo.py). Bounded: every wait has a time-out and the whole
 class stops at ``--timeout`` seconds. The last line is ``class: sessions=… shown=… errors=…
 crosstalk=… alone_s=… first_s=… median_s=… p95_s=… last_s=… ready_first_s=… ready_median_s=…
-ready_p95_s=… ready_last_s=… peak_rss_mb=… computed=… shared=…``.
+ready_p95_s=… ready_last_s=… served_alone_s=… served_first_s=… served_median_s=… served_p95_s=…
+served_last_s=… peak_rss_mb=… computed=… shared=…``.
 """
 
 from __future__ import annotations
@@ -293,6 +298,7 @@ async def main_async(args) -> dict:
             alone_s = await alone(browser, url, args.n, 600)
             print(f"one session alone: first Layers figure in {alone_s:.1f} s", flush=True)
             t0, t0_wall = time.perf_counter(), time.time()
+            print(f"class starts at {t0_wall:.3f} (Unix time)", flush=True)
             deadline = time.time() + args.timeout
             results = await asyncio.gather(*(
                 one_session(browser, url, k, settings(k, args.n), t0, deadline, not args.no_runs)
@@ -309,24 +315,48 @@ async def main_async(args) -> dict:
     log = (
         (cache / "compute.log").read_text().splitlines() if (cache / "compute.log").exists() else []
     )
-    entries = [line.split("\t", 3) for line in log if line.count("\t") >= 3]
-    kinds = [kind for kind, _, _, _ in entries]
+    entries = [[*line.split("\t"), "-"][:5] for line in log if line.count("\t") >= 3]
+    kinds = [kind for kind, *_ in entries]
     computed = sorted(
-        ((float(sec), label) for kind, sec, _, label in entries if kind == "computed"),
+        ((float(sec), label) for kind, sec, _, label, _ in entries if kind == "computed"),
         reverse=True,
     )
     # When the server had each session's first figure ready: the class's "Layer metrics"
     # computations, which end just before the figure is sent (one per session, none shared).
     ready = sorted(
-        float(end) - t0_wall for kind, _, end, label in entries
+        float(end) - t0_wall for kind, _, end, label, _ in entries
         if kind == "computed" and label == "Layer metrics" and float(end) >= t0_wall
     )  # fmt: skip
+    served, alone_served = served_times(entries, t0_wall)
+    if args.keep_log and (cache / "compute.log").exists():
+        shutil.copyfile(cache / "compute.log", args.keep_log)
     shutil.rmtree(cache, ignore_errors=True)
     return {"alone_s": alone_s, "results": results, "peak_rss_mb": sampler.peak / 2**20,
             "peak_server_mb": sampler.peak_server / 2**20, "peak_all_mb": sampler.peak_all / 2**20,
             "computed": kinds.count("computed"), "shared": kinds.count("shared"),
             "busy_s": sum(sec for sec, _ in computed), "slowest": computed[:3],
-            "ready": ready}  # fmt: skip
+            "ready": ready, "served": served, "alone_served": alone_served}  # fmt: skip
+
+
+def served_times(entries: list[list[str]], t0_wall: float) -> tuple[list[float], float]:
+    """The server's part of each class session's wait: from the session's first script run (its
+    page reached the server: the log's first ``view`` line of that session) to the end of its
+    first "Layer metrics" computation, sorted; and the same for the last session of the alone
+    phase (before ``t0_wall``). What is left of a browser's time to the figure is its own page
+    load and drawing, which on this machine waits for the CPU the server leaves."""
+    views: dict[str, float] = {}
+    tables: dict[str, float] = {}
+    for kind, _, when, label, session in entries:
+        if session == "-":
+            continue
+        if kind == "view":
+            views.setdefault(session, float(when))
+        elif kind == "computed" and label == "Layer metrics":
+            tables.setdefault(session, float(when))
+    waits = {s: (views[s], end - views[s]) for s, end in tables.items() if s in views}
+    served = sorted(wait for start, wait in waits.values() if start >= t0_wall)
+    before = [(start, wait) for start, wait in waits.values() if start < t0_wall]
+    return served, max(before)[1] if before else float("nan")
 
 
 def main() -> None:
@@ -336,6 +366,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1200.0)
     parser.add_argument("--slots", type=int, default=None, help="the server's compute slots")
     parser.add_argument("--no-runs", action="store_true", help="queue no fine-tuning runs")
+    parser.add_argument("--keep-log", type=Path, default=None,
+                        help="copy the server's compute log (ui/memo.py) to this file")  # fmt: skip
     parser.add_argument(
         "--baseline", action="store_true",
         help="first run the class with one slot per session and the computations in the "
@@ -390,6 +422,11 @@ def summarise(out: dict, name: str) -> str:
     print(f"the server had them ready (its {len(ready)} class Layer-metrics computations ended): "
           f"first {q(0, ready):.1f} s, median {ready_median:.1f} s, p95 {q(0.95, ready):.1f} s, "
           f"last {q(1, ready):.1f} s")  # fmt: skip
+    served = out["served"]
+    served_median = statistics.median(served) if served else float("nan")
+    print(f"the server's part (from each session's page reaching it to its figure ready): "
+          f"first {q(0, served):.1f} s, median {served_median:.1f} s, p95 {q(0.95, served):.1f} "
+          f"s, last {q(1, served):.1f} s; alone {out['alone_served']:.1f} s")  # fmt: skip
     print(f"peak RSS {out['peak_rss_mb']:.0f} MB (the server and its compute workers; the server "
           f"process alone {out['peak_server_mb']:.0f} MB; with the fine-tuning workers "
           f"{out['peak_all_mb']:.0f} MB); computations run {out['computed']}, "
@@ -401,6 +438,9 @@ def summarise(out: dict, name: str) -> str:
         f"median_s={median:.1f} p95_s={q(0.95):.1f} last_s={q(1):.1f} "
         f"ready_first_s={q(0, ready):.1f} ready_median_s={ready_median:.1f} "
         f"ready_p95_s={q(0.95, ready):.1f} ready_last_s={q(1, ready):.1f} "
+        f"served_alone_s={out['alone_served']:.1f} served_first_s={q(0, served):.1f} "
+        f"served_median_s={served_median:.1f} served_p95_s={q(0.95, served):.1f} "
+        f"served_last_s={q(1, served):.1f} "
         f"peak_rss_mb={out['peak_rss_mb']:.0f} computed={out['computed']} shared={out['shared']}"
     )
 

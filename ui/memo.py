@@ -14,14 +14,19 @@ order their page views started (a view's later computations do not queue behind 
 after it), and each waiting page says how many computations are ahead of its own. A view
 asked for by several sessions at once is computed once: the later ones wait for the first one's
 result (`ProgressMemo.get`) instead of queueing a copy. ``$TUNESCOPE_COMPUTE_SLOTS`` sets the
-number of slots; ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets one line per computation
-(``computed``, ``shared`` or ``hit``, the seconds, when it ended (Unix time) and the label;
-`bench/bench_class.py` reads it).
+number of slots; ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets a tab-separated line per
+event: the kind (``view``: a script run started; ``asked``: a page asked for a computation that no
+one has; ``computed``, ``shared`` or ``hit``: how it was served), the seconds it took, when (Unix
+time; for ``computed``, when it ended), the label, and the session (a short tag of Streamlit's
+session id, ``-`` outside one). `bench/bench_class.py` reads it: a session's first ``view`` is
+when its page reached the server, so the server's part of each wait can be told from the
+browser's.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import itertools
 import os
 import threading
@@ -171,6 +176,7 @@ def start_run() -> None:
     """Called at the top of every script run (app.py): this run's computations queue by when it
     started (`ComputeQueue.turn`)."""
     st.session_state[_PRIORITY] = QUEUE.next_priority()
+    _log("view", "script run", 0.0)
 
 
 def run_priority() -> float | None:
@@ -192,8 +198,19 @@ def queued() -> Iterator[None]:
 def _log(kind: str, label: str, seconds: float) -> None:
     path = os.environ.get(LOG_ENV)
     if path:  # one short line, appended: safe from several threads on Linux
+        line = f"{kind}\t{seconds:.3f}\t{time.time():.3f}\t{label}\t{_session_tag()}\n"
         with open(path, "a", encoding="utf-8") as log:
-            log.write(f"{kind}\t{seconds:.3f}\t{time.time():.3f}\t{label}\n")
+            log.write(line)
+
+
+def _session_tag() -> str:
+    """Eight hex digits naming the current Streamlit session (``-`` outside one)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx(suppress_warning=True)
+    if ctx is None:
+        return "-"
+    return hashlib.blake2s(ctx.session_id.encode(), digest_size=4).hexdigest()
 
 
 def waiting_text(label: str, ahead: int) -> str:
@@ -256,6 +273,7 @@ class ProgressMemo(Generic[T]):
         priority: float | None,
     ) -> T:  # fmt: skip
         bar = bar or st.progress(0.0, text=label)
+        _log("asked", label, 0.0)
         try:
             with self.queue.turn(
                 lambda ahead: bar.progress(0.0, text=waiting_text(label, ahead)), priority

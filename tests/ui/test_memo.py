@@ -224,3 +224,21 @@ def test_a_refinement_asked_for_later_waits_behind_views_opened_before_it(monkey
     _threads([a, b, lambda: (time.sleep(0.1), hold.set())])
     first = ["a: figure", "b: figure", "a: repeats"]
     assert order == (first if later else ["a: figure", "a: repeats", "b: figure"])
+
+
+def test_the_compute_log_says_what_was_asked_computed_and_served(tmp_path, monkeypatch):
+    from ui.memo import LOG_ENV
+
+    log = tmp_path / "compute.log"
+    monkeypatch.setenv(LOG_ENV, str(log))
+    memo = ProgressMemo(max_entries=2, queue=ComputeQueue(1))
+    before = time.time()
+    memo.get("k", "Layer metrics", lambda progress: time.sleep(0.2) or 1)
+    memo.get("k", "Layer metrics", lambda progress: 2)
+    lines = [line.split("\t") for line in log.read_text().splitlines()]
+    assert [fields[0] for fields in lines] == ["asked", "computed", "hit"]
+    assert all(len(fields) == 5 and fields[3] == "Layer metrics" for fields in lines)
+    assert all(fields[4] == "-" for fields in lines)  # no Streamlit session here
+    asked, computed = float(lines[0][2]), float(lines[1][2])
+    assert before - 0.01 <= asked <= computed and float(lines[1][1]) >= 0.2
+    assert computed - asked >= 0.2
