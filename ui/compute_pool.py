@@ -18,9 +18,13 @@ computes through the disk cache, so what it returns is small (a table, statistic
 sent gigabytes through a pipe).
 
 - Workers start with ``spawn`` (the server is multithreaded; a fork would copy its held locks)
-  the first time a computation needs one, and then live as long as the server. Each loads a
-  model once (`worker_model`) and works in the server's workspace (the root goes with each
-  call).
+  and then live as long as the server. The first starts with the server's first page (`warm_up`)
+  and loads the sidebar's default model; each further one only when a computation finds every
+  started worker busy (up to ``workers``). Why not all at once: on this project's 2-core machine
+  a second worker's start-up (its imports and model, ≈ 4 s of CPU) beside the first made a lone
+  newcomer's first Layers figure 12.4–12.7 s instead of 10.2–10.6 s (`bench_first_figure.py`, two
+  slots vs one, side by side). Each worker loads a model once (`worker_model`) and works in the
+  server's workspace (the root goes with each call).
 - A script stopped while its computation runs (a closed tab, a rerun) cancels it, as Streamlit
   stops an in-process computation at its next progress call: the worker raises `Cancelled` at
   its next progress report (shared cancel flags), and the slot is free again once it has; the
@@ -102,6 +106,9 @@ def _run(call_id: int, root: str, fn: Callable[..., Any], args: tuple) -> Any:
         return fn(*args, progress=progress)
 
 
+_MAIN_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _plain_main() -> Iterator[None]:
     """Start processes while ``__main__`` names no file.
@@ -109,17 +116,20 @@ def _plain_main() -> Iterator[None]:
     Streamlit runs app.py (and each page) as the module ``__main__``, and a spawned process
     re-imports its parent's ``__main__`` file before anything else (multiprocessing's spawn
     "prepare" step): every compute worker would run the whole app again, bare. So the workers
-    are started, all at once (`ComputePool._start`), while a plain module stands in for
-    ``__main__``. A session whose script run starts in that instant sets its own ``__main__``,
-    which the restore then replaces; nothing reads it back (each run sets its own again).
+    are started (`ComputePool._start`, and any submit that may start one) while a plain module
+    stands in for ``__main__``, one thread at a time (`_MAIN_LOCK`: two overlapping swaps would
+    restore each other's stand-in). A session whose script run starts in that instant sets its
+    own ``__main__``, which the restore then replaces; nothing reads it back (each run sets its
+    own again).
     """
-    saved = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if saved is not None:
-            sys.modules["__main__"] = saved
+    with _MAIN_LOCK:
+        saved = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if saved is not None:
+                sys.modules["__main__"] = saved
 
 
 def _warm(model: str | None = None) -> None:
@@ -177,9 +187,8 @@ class ComputePool:
                     self.workers, mp_context=context, initializer=_init_worker,
                     initargs=(self._progress_queue, self._cancel),
                 )  # fmt: skip
-                with _plain_main():  # every worker starts now, each with its imports
-                    for _ in range(self.workers):
-                        executor.submit(_warm, model)
+                with _plain_main():  # the first worker starts now, with its imports
+                    executor.submit(_warm, model)
                 self._executor = executor
                 threading.Thread(
                     target=self._read_progress, args=(self._progress_queue,), daemon=True,
@@ -216,7 +225,8 @@ class ComputePool:
             executor = self._start()
             cancel = self._cancel
             cancel[call_id % CANCEL_FLAGS] = 0
-            future = executor.submit(_run, call_id, str(Workspace.current().root), fn, args)
+            with _plain_main():  # a submit that finds every worker busy starts another
+                future = executor.submit(_run, call_id, str(Workspace.current().root), fn, args)
             while True:
                 try:
                     value = future.result(timeout=POLL_S)

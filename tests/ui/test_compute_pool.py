@@ -90,3 +90,28 @@ def test_layers_page_through_the_workers_equals_the_in_process_page(tiny_bert_di
             ui.compute_pool._POOL.shutdown()
             ui.compute_pool._POOL = None
     assert json.loads(through_workers.to_json()) == json.loads(in_process.to_json())
+
+
+def test_a_second_worker_starts_only_when_a_computation_finds_the_first_busy(tmp_path):
+    """Two slots: the warm-up starts one worker; a call while it is busy starts the second
+    (a lone user's computations never pay a second start-up)."""
+    import threading
+
+    workers = ComputePool(2)
+    try:
+        workers.warm()
+        alone = {workers.call(count_to, 1)["pid"] for _ in range(3)}
+        assert len(alone) == 1  # one after another: always the first worker
+        pids = []
+        with Workspace(tmp_path / "ws").active():
+            threads = [
+                threading.Thread(target=lambda: pids.append(workers.call(count_to, 8)["pid"]))
+                for _ in range(2)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        assert len(set(pids)) == 2 and alone <= set(pids)  # at once: a second one joined
+    finally:
+        workers.shutdown()
