@@ -284,6 +284,27 @@ async def alone(browser, url: str, n: int, timeout: float) -> float:
     return seconds
 
 
+def unfinished(log: Path) -> int:
+    """Computations asked for in the compute log that have not ended (computed or failed)."""
+    counts: dict[tuple[str, str], int] = {}
+    lines = log.read_text().splitlines() if log.exists() else []
+    for kind, _, _, label, session in ([*line.split("\t"), "-"][:5] for line in lines):
+        if kind == "asked":
+            counts[session, label] = counts.get((session, label), 0) + 1
+        elif kind in ("computed", "failed"):
+            counts[session, label] = counts.get((session, label), 0) - 1
+    return sum(max(0, n) for n in counts.values())
+
+
+async def wait_idle(log: Path, timeout: float) -> float:
+    """Wait until the server has no computation left (the alone sessions' bands and picture go
+    on after their figure: the class must not start behind them); seconds waited."""
+    start = time.perf_counter()
+    while unfinished(log) and time.perf_counter() - start < timeout:
+        await asyncio.sleep(0.5)
+    return time.perf_counter() - start
+
+
 async def main_async(args) -> dict:
     from playwright.async_api import async_playwright
 
@@ -297,6 +318,9 @@ async def main_async(args) -> dict:
             browser = await p.chromium.launch(executable_path=niced_chromium(cache), args=FLAGS)
             alone_s = await alone(browser, url, args.n, 600)
             print(f"one session alone: first Layers figure in {alone_s:.1f} s", flush=True)
+            idle_s = await wait_idle(cache / "compute.log", 300)
+            print(f"the alone sessions' remaining computations ended {idle_s:.1f} s later",
+                  flush=True)  # fmt: skip
             t0, t0_wall = time.perf_counter(), time.time()
             print(f"class starts at {t0_wall:.3f} (Unix time)", flush=True)
             deadline = time.time() + args.timeout
@@ -321,13 +345,9 @@ async def main_async(args) -> dict:
         ((float(sec), label) for kind, sec, _, label, _ in entries if kind == "computed"),
         reverse=True,
     )
-    # When the server had each session's first figure ready: the class's "Layer metrics"
-    # computations, which end just before the figure is sent (one per session, none shared).
-    ready = sorted(
-        float(end) - t0_wall for kind, _, end, label, _ in entries
-        if kind == "computed" and label == "Layer metrics" and float(end) >= t0_wall
-    )  # fmt: skip
-    served, alone_served = served_times(entries, t0_wall)
+    # When the server had each session's first figure ready: the end of the "Layer metrics"
+    # computation of each class session's Layers page (one per session, none shared).
+    served, alone_served, ready = served_times(entries, t0_wall)
     if args.keep_log and (cache / "compute.log").exists():
         shutil.copyfile(cache / "compute.log", args.keep_log)
     shutil.rmtree(cache, ignore_errors=True)
@@ -338,25 +358,34 @@ async def main_async(args) -> dict:
             "ready": ready, "served": served, "alone_served": alone_served}  # fmt: skip
 
 
-def served_times(entries: list[list[str]], t0_wall: float) -> tuple[list[float], float]:
-    """The server's part of each class session's wait: from the session's first script run (its
-    page reached the server: the log's first ``view`` line of that session) to the end of its
-    first "Layer metrics" computation, sorted; and the same for the last session of the alone
-    phase (before ``t0_wall``). What is left of a browser's time to the figure is its own page
-    load and drawing, which on this machine waits for the CPU the server leaves."""
+def served_times(
+    entries: list[list[str]], t0_wall: float
+) -> tuple[list[float], float, list[float]]:
+    """From the compute log: the server's part of each class session's wait — from the session's
+    first script run (its page reached the server: its first ``view`` line) to the end of its
+    first "Layer metrics" computation — sorted; the same for the last session of the alone phase
+    (before ``t0_wall``); and when each class session's figure was ready (its table's end −
+    ``t0_wall``), sorted. Only sessions that extracted states count: a Layers page on settings of
+    its own (a Heads page reads the table its Layers page left in the cache, in no time). What is
+    left of a browser's time to the figure is its own page load and drawing, which on this
+    machine waits for the CPU the server leaves."""
     views: dict[str, float] = {}
     tables: dict[str, float] = {}
+    extracted: set[str] = set()
     for kind, _, when, label, session in entries:
         if session == "-":
             continue
         if kind == "view":
             views.setdefault(session, float(when))
+        elif kind == "computed" and label == "Extracting hidden states":
+            extracted.add(session)
         elif kind == "computed" and label == "Layer metrics":
             tables.setdefault(session, float(when))
-    waits = {s: (views[s], end - views[s]) for s, end in tables.items() if s in views}
-    served = sorted(wait for start, wait in waits.values() if start >= t0_wall)
-    before = [(start, wait) for start, wait in waits.values() if start < t0_wall]
-    return served, max(before)[1] if before else float("nan")
+    pages = {s: (views[s], end) for s, end in tables.items() if s in views and s in extracted}
+    served = sorted(end - start for start, end in pages.values() if start >= t0_wall)
+    ready = sorted(end - t0_wall for start, end in pages.values() if start >= t0_wall)
+    before = [(start, end - start) for start, end in pages.values() if start < t0_wall]
+    return served, max(before)[1] if before else float("nan"), ready
 
 
 def main() -> None:

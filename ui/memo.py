@@ -11,12 +11,13 @@ once, which share the cores and all finish together, minutes later. So every com
 takes a turn in one process-wide `ComputeQueue`: at most ``slots`` run at once (`default_slots`:
 half the cores, at least two; torch already spreads one computation over the cores), the rest
 wait in the order their page views started (a view's later computations do not queue behind
-views opened after it), and each waiting page says how many computations are ahead of its own. A view
-asked for by several sessions at once is computed once: the later ones wait for the first one's
-result (`ProgressMemo.get`) instead of queueing a copy. ``$TUNESCOPE_COMPUTE_SLOTS`` sets the
-number of slots; ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets a tab-separated line per
-event: the kind (``view``: a script run started; ``asked``: a page asked for a computation that no
-one has; ``computed``, ``shared`` or ``hit``: how it was served), the seconds it took, when (Unix
+views opened after it), and each waiting page says how many computations are ahead of its own.
+A view asked for by several sessions at once is computed once: the later ones wait for the first
+one's result (`ProgressMemo.get`) instead of queueing a copy. ``$TUNESCOPE_COMPUTE_SLOTS`` sets
+the number of slots; ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets a tab-separated line per
+event: the kind (``view``: a script run started; ``asked``: a page asked for a computation that
+no one has; ``computed``, ``shared`` or ``hit``: how it was served; ``failed``: it raised, or its
+page went away), the seconds it took (a computation's without its wait for a turn), when (Unix
 time; for ``computed``, when it ended), the label, and the session (a short tag of Streamlit's
 session id, ``-`` outside one). `bench/bench_class.py` reads it: a session's first ``view`` is
 when its page reached the server, so the server's part of each wait can be told from the
@@ -279,11 +280,12 @@ class ProgressMemo(Generic[T]):
     ) -> T:  # fmt: skip
         bar = bar or st.progress(0.0, text=label)
         _log("asked", label, 0.0)
+        clock = time.perf_counter()
         try:
             with self.queue.turn(
                 lambda ahead: bar.progress(0.0, text=waiting_text(label, ahead)), priority
             ):
-                clock = time.perf_counter()
+                clock = time.perf_counter()  # the computation's own time, without the wait
                 value = compute(
                     lambda f, m="": bar.progress(min(max(f, 0.0), 1.0), text=f"{label}: {m}")
                 )
@@ -293,6 +295,9 @@ class ProgressMemo(Generic[T]):
                 while len(self._items) > self.max_entries:
                     self._items.popitem(last=False)
             return value
+        except BaseException:
+            _log("failed", label, time.perf_counter() - clock)  # raised, or its page went away
+            raise
         finally:
             with self._lock:
                 self._running.pop(key).set()  # waiters look again: a value, or their own turn

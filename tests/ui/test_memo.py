@@ -242,3 +242,10 @@ def test_the_compute_log_says_what_was_asked_computed_and_served(tmp_path, monke
     asked, computed = float(lines[0][2]), float(lines[1][2])
     assert before - 0.01 <= asked <= computed and float(lines[1][1]) >= 0.2
     assert computed - asked >= 0.2
+
+    def fail(progress):
+        raise ValueError("one class only")
+
+    with pytest.raises(ValueError):
+        memo.get("bad", "Layer metrics", fail)
+    assert log.read_text().splitlines()[-1].split("\t")[0] == "failed"
