@@ -366,19 +366,20 @@ def served_times(
     first "Layer metrics" computation — sorted; the same for the last session of the alone phase
     (before ``t0_wall``); and when each class session's figure was ready (its table's end −
     ``t0_wall``), sorted. Only sessions that extracted states count: a Layers page on settings of
-    its own (a Heads page reads the table its Layers page left in the cache, in no time). What is
+    its own (a Heads page reads the states and table its Layers page left in the disk cache, in
+    no time, which the memo logs as a computation of under 0.2 s). What is
     left of a browser's time to the figure is its own page load and drawing, which on this
     machine waits for the CPU the server leaves."""
     views: dict[str, float] = {}
     tables: dict[str, float] = {}
     extracted: set[str] = set()
-    for kind, _, when, label, session in entries:
+    for kind, sec, when, label, session in entries:
         if session == "-":
             continue
         if kind == "view":
             views.setdefault(session, float(when))
-        elif kind == "computed" and label == "Extracting hidden states":
-            extracted.add(session)
+        elif kind == "computed" and label == "Extracting hidden states" and float(sec) >= 0.2:
+            extracted.add(session)  # (< 0.2 s: the states were read from the disk cache)
         elif kind == "computed" and label == "Layer metrics":
             tables.setdefault(session, float(when))
     pages = {s: (views[s], end) for s, end in tables.items() if s in views and s in extracted}

@@ -27,8 +27,9 @@ def test_served_times_pair_each_sessions_first_view_with_its_first_table():
         ("computed", "2", "1026.0", "Layer metrics", "bbbb"),  # 21 s
         ("view", "0", "1006.0", "script run", "cccc"),  # no figure yet: not counted
         ("computed", "2", "1040.0", "Layer metrics", "-"),  # outside a session
-        ("view", "0", "1050.0", "script run", "heads"),  # a Heads page: the table from the cache
-        ("computed", "0", "1050.1", "Layer metrics", "heads"),
+        ("view", "0", "1050.0", "script run", "heads"),  # a Heads page: both from the cache
+        ("computed", "0.01", "1050.1", "Extracting hidden states", "heads"),
+        ("computed", "0.0", "1050.1", "Layer metrics", "heads"),
     ]
     served, alone, ready = bench_class.served_times([list(r) for r in rows], t0)
     assert served == [7.0, 21.0]
