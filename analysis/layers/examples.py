@@ -61,7 +61,7 @@ def probe_predictions(
         predicted, held_out = fit.predict(x), False
     else:
         # The same probe (scaler + model with the chosen C), refit on each fold's complement.
-        model = clone(fit.model)  # a LogisticRegression at the chosen C, unfitted
+        model = clone(fit.model)  # an L2Logistic at the chosen C, unfitted
         if hasattr(model, "alphas"):  # RidgeCV → Ridge at the chosen α = 1 / C
             model = Ridge(alpha=1.0 / fit.c)
         with warnings.catch_warnings():

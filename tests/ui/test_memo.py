@@ -241,7 +241,7 @@ def test_the_compute_log_says_what_was_asked_computed_and_served(tmp_path, monke
     assert all(fields[4] == "-" for fields in lines)  # no Streamlit session here
     asked, computed = float(lines[0][2]), float(lines[1][2])
     assert before - 0.01 <= asked <= computed and float(lines[1][1]) >= 0.2
-    assert computed - asked >= 0.2
+    assert computed - asked >= 0.19  # (both rounded to the millisecond)
 
     def fail(progress):
         raise ValueError("one class only")
