@@ -26,7 +26,8 @@ no session labels). Third, the server's part alone ("served"): for each session,
 reaching the server (its first script run, the log's ``view`` line) to that figure ready, and
 the same for the alone session — the wait of a student whose own browser loads the page. The
 "ready" times also hold how long the browsers took to load the page and connect, which here, with
-thirty niced browsers on the server's two cores, took seconds. On this 2-core machine the 30 browsers render on the server's cores, at the
+thirty niced browsers on the server's two cores, took from 20 s to several minutes. On this
+2-core machine the 30 browsers render on the server's cores, at the
 lowest priority: what they see lags what the server had ready by however long they waited for
 CPU, which on the students' own machines they would not. Also the peak resident set of the
 server with its compute workers (summed; sampled every 0.5 s with psutil; the server process
