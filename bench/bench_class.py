@@ -21,8 +21,8 @@ machines, and must not take the server's cores.
 Reported: figures shown, sessions with an error (an exception box, a refusal message, a
 time-out), cross-talk, time to the first Layers figure (first / median / p95 / last, from the
 moment all sessions were opened) twice: as the browsers saw it, and when the server had it ready
-(the end of each session's layer-table computation, from the compute log; order statistics need
-no session labels). Third, the server's part alone ("served"): for each session, from its page
+(the end of each session's layer-table computation, from the compute log's per-session lines).
+Third, the server's part alone ("served"): for each session, from its page
 reaching the server (its first script run, the log's ``view`` line) to that figure ready, and
 the same for the alone session — the wait of a student whose own browser loads the page. The
 "ready" times also hold how long the browsers took to load the page and connect, which here, with
