@@ -285,11 +285,16 @@ async def alone(browser, url: str, n: int, timeout: float) -> float:
     return seconds
 
 
+def log_entries(log: Path) -> list[list[str]]:
+    """The compute log's lines as [kind, seconds, when, label, session] (``-``: no session)."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [[*line.split("\t"), "-"][:5] for line in lines if line.count("\t") >= 3]
+
+
 def unfinished(log: Path) -> int:
     """Computations asked for in the compute log that have not ended (computed or failed)."""
     counts: dict[tuple[str, str], int] = {}
-    lines = log.read_text().splitlines() if log.exists() else []
-    for kind, _, _, label, session in ([*line.split("\t"), "-"][:5] for line in lines):
+    for kind, _, _, label, session in log_entries(log):
         if kind == "asked":
             counts[session, label] = counts.get((session, label), 0) + 1
         elif kind in ("computed", "failed"):
@@ -337,10 +342,7 @@ async def main_async(args) -> dict:
             proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
-    log = (
-        (cache / "compute.log").read_text().splitlines() if (cache / "compute.log").exists() else []
-    )
-    entries = [[*line.split("\t"), "-"][:5] for line in log if line.count("\t") >= 3]
+    entries = log_entries(cache / "compute.log")
     kinds = [kind for kind, *_ in entries]
     computed = sorted(
         ((float(sec), label) for kind, sec, _, label, _ in entries if kind == "computed"),

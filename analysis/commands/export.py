@@ -94,7 +94,6 @@ def _method_of(args: argparse.Namespace) -> str:
 
 
 def _recommended(args: argparse.Namespace):
-
     method = _method_of(args)
     refuse_foreign_flags(args, {method})
     layers = parse_ints(args.layers, "--layers")

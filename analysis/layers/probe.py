@@ -44,7 +44,7 @@ from sklearn.metrics import make_scorer
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
-from analysis.layers.logistic import MAX_ITER, L2Logistic
+from analysis.layers.logistic import L2Logistic
 from analysis.layers.metrics import ArrayLike, as_float64, as_labels
 from analysis.scores import task_score
 
@@ -125,7 +125,7 @@ def fit_probe(
         # Hitting max_iter on near-separable layers is expected; the held-out score stands.
         warnings.simplefilter("ignore")
         if k < 2:
-            model = Ridge(alpha=1.0 / FALLBACK_C) if regression else _logistic(FALLBACK_C)
+            model = Ridge(alpha=1.0 / FALLBACK_C) if regression else L2Logistic(C=FALLBACK_C)
             return ProbeFit(scaler, model.fit(z, y), FALLBACK_C, np.nan, (), regression)
         scorer = make_scorer(lambda t, p: task_score(metric, t, p))
         splitter = (
@@ -172,7 +172,7 @@ def _logistic_cv(
     scores = np.full((len(splits), len(grid)), np.nan)
     coefs: list[list[tuple[np.ndarray, np.ndarray]]] = []
     for i, (train, held) in enumerate(splits):
-        model = L2Logistic(C=grid[0], max_iter=MAX_ITER, warm_start=True)
+        model = L2Logistic(C=grid[0], warm_start=True)
         path = []
         for j, c in enumerate(grid):
             model.set_params(C=c)
@@ -182,7 +182,7 @@ def _logistic_cv(
         coefs.append(path)
     means = scores.mean(axis=0)
     best = int(np.nanargmax(means)) if np.isfinite(means).any() else 0
-    model = L2Logistic(C=grid[best], max_iter=MAX_ITER, warm_start=True)
+    model = L2Logistic(C=grid[best], warm_start=True)
     shapes = {path[best][0].shape for path in coefs}
     if len(shapes) == 1:  # every fold saw every class: start from their mean
         model.coef_ = np.mean([path[best][0] for path in coefs], axis=0)
@@ -200,10 +200,6 @@ def _group_folds(
         scored = np.isin(group_ids, held)
         folds.append((np.flatnonzero(~scored), np.flatnonzero(scored)))
     return folds
-
-
-def _logistic(c: float) -> L2Logistic:
-    return L2Logistic(C=c, max_iter=MAX_ITER)
 
 
 def probe_score(

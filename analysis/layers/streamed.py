@@ -562,7 +562,7 @@ def streamed_layer_metrics(
     overlap = probe_ok and dense > 1 and (overlap_probes() if overlap is None else overlap)
     limits = contextlib.ExitStack()
     prober = None
-    if overlap:  # one core's BLAS thread for the Grams, one for the probe fits, side by side;
+    if overlap:  # one BLAS thread for the Grams and one for each of PROBE_THREADS probe fits;
         dense = fits = 1  # set once for the whole pass: no thread changes the other's count
         limits.enter_context(threadpool_limits(1, user_api="blas"))
         prober = limits.enter_context(ThreadPoolExecutor(PROBE_THREADS))
