@@ -10,6 +10,35 @@ def test_accuracy_by_hand():
     assert task_score("accuracy", [0, 1, 1, 0], [0, 1, 0, 0]) == pytest.approx(0.75)
 
 
+@pytest.mark.parametrize(
+    "true, pred",
+    [
+        (np.array([0, 2, 1, 1, 2, 0, 5]), np.array([0, 2, 2, 1, 0, 0, 5])),  # int64 class ids
+        (np.array([0, 1, 1], dtype=np.int32), np.array([1, 1, 1], dtype=np.int8)),  # mixed ints
+        (np.array([True, False, True]), np.array([True, True, True])),
+        (np.array(["pos", "neg", "neg"]), np.array(["pos", "pos", "neg"])),
+        (
+            np.array([0, 1, 1, 0]),
+            np.array([0.0, 1.0, 0.0, 0.0]),
+        ),  # int vs float: scikit-learn's path
+    ],
+)
+def test_accuracy_equals_scikit_learns_for_every_label_kind(true, pred):
+    """The fast share of matches for labels of one kind is scikit-learn's accuracy_score to the
+    last bit; other kinds go through scikit-learn itself."""
+    from sklearn.metrics import accuracy_score
+
+    assert task_score("accuracy", true, pred) == float(accuracy_score(true, pred))
+    rng = np.random.default_rng(0)
+    y, p = rng.integers(0, 3, 1001), rng.integers(0, 3, 1001)
+    assert task_score("accuracy", y, p) == float(accuracy_score(y, p))
+
+
+def test_accuracy_of_continuous_predictions_is_refused_as_scikit_learn_refuses_it():
+    with pytest.raises(ValueError):
+        task_score("accuracy", np.array([0, 1, 1]), np.array([0.2, 0.9, 0.4]))
+
+
 def test_f1_binary_by_hand():
     # TP = 2, FP = 1, FN = 1: precision = recall = 2/3, so F1 = 2/3.
     assert task_score("f1", [1, 1, 0, 0, 1], [1, 0, 1, 0, 1]) == pytest.approx(2 / 3)
