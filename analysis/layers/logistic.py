@@ -101,10 +101,17 @@ def _binary_loss(
     w: np.ndarray, z: np.ndarray, y: np.ndarray, _rows: int, l2: float
 ) -> tuple[float, np.ndarray]:
     """Objective and gradient for two classes; w = (coef (d,), intercept), y ∈ {0, 1}."""
-    coef = w[:-1]
-    raw = (z @ coef.astype(z.dtype)).astype(np.float64) + w[-1]
-    loss = np.mean(np.logaddexp(0.0, raw) - y * raw) + 0.5 * l2 * (coef @ coef)
-    residual = (scipy.special.expit(raw) - y) / len(y)
+    # In-place steps and sum / n for np.mean: the same arithmetic in fewer calls (a default
+    # layer table evaluates this ≈ 19,000 times, each ≈ 50 µs, mostly call overhead).
+    n, coef = len(y), w[:-1]
+    raw = (z @ coef.astype(z.dtype)).astype(np.float64)
+    raw += w[-1]
+    terms = np.logaddexp(0.0, raw)
+    terms -= y * raw
+    loss = terms.sum() / n + 0.5 * l2 * (coef @ coef)
+    residual = scipy.special.expit(raw)
+    residual -= y
+    residual /= n
     grad = np.empty_like(w)
     grad[:-1] = z.T @ residual.astype(z.dtype) + l2 * coef
     grad[-1] = residual.sum()
