@@ -20,7 +20,10 @@ sent gigabytes through a pipe).
 - Workers start with ``spawn`` (the server is multithreaded; a fork would copy its held locks)
   and then live as long as the server. The first starts with the server's first page (`warm_up`)
   and loads the sidebar's default model; each further one only when a computation finds every
-  started worker busy (up to ``workers``). Why not all at once: on this project's 2-core machine
+  started worker busy (up to ``workers``); a worker still starting up is not busy, so the first
+  page's computation waits for the rest of that start-up instead of starting a second worker
+  from nothing (`ComputePool`). Jobs are the functions of `ui.jobs`, which imports no Streamlit.
+  Why not all at once: on this project's 2-core machine
   a second worker's start-up (its imports and model, ≈ 4 s of CPU) beside the first made a lone
   newcomer's first Layers figure 12.4–12.7 s instead of 10.2–10.6 s (`bench_first_figure.py`, two
   slots vs one, side by side). Each worker loads a model once (`worker_model`) and works in the
@@ -44,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 import multiprocessing as mp
 import os
 import sys
@@ -53,6 +57,7 @@ import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,14 +140,23 @@ def _plain_main() -> Iterator[None]:
 def _warm(model: str | None = None) -> None:
     """A worker's start-up: the imports every computation needs (torch, transformers,
     scikit-learn) and the sidebar's default model, a few seconds paid once, before the first
-    page asks (a model that does not load is left to that page's own clear message)."""
+    page asks (a model that does not load is left to that page's own clear message).
+
+    What the first page asks for first is an extraction, so its imports and the model come
+    first; the layer table's (scikit-learn, scipy, pandas: 0.8 s) then load in a thread of this
+    worker, beside that extraction (whose torch kernels leave the interpreter free), instead of
+    before it. A job that imports them meanwhile waits for that import to finish."""
     import analysis.extract
-    import analysis.heads.collect
-    import analysis.layers.table  # noqa: F401
+    import analysis.heads.collect  # noqa: F401
 
     if model:
         with contextlib.suppress(Exception):
             _model(model, False)
+    threading.Thread(target=_import_table, daemon=True, name="tunescope-warm-imports").start()
+
+
+def _import_table() -> None:
+    import analysis.layers.table  # noqa: F401
 
 
 @functools.lru_cache(maxsize=2)
@@ -162,44 +176,84 @@ def worker_model(spec):
 # --- the server's side ---------------------------------------------------------------------------
 
 
+@dataclass
+class _Worker:
+    """One worker process (a single-process executor) and the calls it has in flight."""
+
+    executor: ProcessPoolExecutor
+    in_flight: int = 0
+
+
 class ComputePool:
-    """Worker processes for the dashboard's computations (module docstring)."""
+    """Worker processes for the dashboard's computations (module docstring).
+
+    Each worker is a one-process executor of its own, so that the pool, not the executor,
+    decides which worker a call goes to: a worker with nothing in flight (one still warming up
+    counts: the call waits behind its start-up), else a new worker while fewer than ``workers``
+    run, else the least busy. One executor for all workers would start a second process for a
+    call made while the first is still warming up: measured on the first Layers figure of a
+    fresh dashboard, that second worker's own imports and model load made the extraction 9.2 s
+    instead of 3.8 s.
+    """
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
             raise ValueError(f"A compute pool needs at least one worker (got {workers}).")
         self.workers = workers
         self._lock = threading.Lock()
-        self._executor: ProcessPoolExecutor | None = None
+        self._started: list[_Worker] = []
         self._progress_queue: Any = None
         self._cancel: Any = None
         self._latest: dict[int, tuple[float, str]] = {}
         self._ids = itertools.count()
         self.completed = 0  # calls that returned (tests, logs)
 
-    def _start(self, model: str | None = None) -> ProcessPoolExecutor:
+    @property
+    def started(self) -> int:
+        """Worker processes started and not ended."""
         with self._lock:
-            if self._executor is None:
-                context = mp.get_context("spawn")
-                self._progress_queue = context.Queue()
-                self._cancel = context.Array("b", CANCEL_FLAGS, lock=False)
-                executor = ProcessPoolExecutor(
-                    self.workers, mp_context=context, initializer=_init_worker,
-                    initargs=(self._progress_queue, self._cancel),
-                )  # fmt: skip
-                with _plain_main():  # the first worker starts now, with its imports
-                    executor.submit(_warm, model)
-                self._executor = executor
-                threading.Thread(
-                    target=self._read_progress, args=(self._progress_queue,), daemon=True,
-                    name="tunescope-compute-progress",
-                ).start()  # fmt: skip
-            return self._executor
+            return len(self._started)
+
+    def _new_worker(self, model: str | None = None) -> _Worker:
+        """Start a worker (under ``self._lock``): its process spawns now, with ``_warm(model)``
+        as its first job when a model is given."""
+        context = mp.get_context("spawn")
+        if self._progress_queue is None:
+            self._progress_queue = context.Queue()
+            self._cancel = context.Array("b", CANCEL_FLAGS, lock=False)
+            threading.Thread(
+                target=self._read_progress, args=(self._progress_queue,), daemon=True,
+                name="tunescope-compute-progress",
+            ).start()  # fmt: skip
+        executor = ProcessPoolExecutor(
+            1, mp_context=context, initializer=_init_worker,
+            initargs=(self._progress_queue, self._cancel),
+        )  # fmt: skip
+        with _plain_main():  # the process starts with this first submit
+            executor.submit(_warm, model)
+        worker = _Worker(executor)
+        self._started.append(worker)
+        return worker
+
+    def _claim(self) -> _Worker:
+        """The worker for the next call (class docstring), its in-flight count raised."""
+        with self._lock:
+            idle = [w for w in self._started if w.in_flight == 0]
+            if idle:
+                worker = idle[0]
+            elif len(self._started) < self.workers:
+                worker = self._new_worker()
+            else:
+                worker = min(self._started, key=lambda w: w.in_flight)
+            worker.in_flight += 1
+            return worker
 
     def warm(self, model: str | None = None) -> None:
-        """Start the workers now, each loading ``model``, without waiting (the first page's
-        computation then finds one ready instead of paying the start-up)."""
-        self._start(model)
+        """Start the first worker now, loading ``model``, without waiting (the first page's
+        computation then finds it ready, or waits for the rest of its start-up)."""
+        with self._lock:
+            if not self._started:
+                self._new_worker(model)
 
     def _read_progress(self, source: Any) -> None:
         while True:
@@ -221,19 +275,19 @@ class ComputePool:
         with self._lock:
             self._latest[call_id] = (0.0, "")
         shown = future = None
+        worker = self._claim()
         try:
-            executor = self._start()
             cancel = self._cancel
             cancel[call_id % CANCEL_FLAGS] = 0
-            with _plain_main():  # a submit that finds every worker busy starts another
-                future = executor.submit(_run, call_id, str(Workspace.current().root), fn, args)
+            root = str(Workspace.current().root)
+            future = worker.executor.submit(_run, call_id, root, fn, args)
             while True:
                 try:
                     value = future.result(timeout=POLL_S)
                 except TimeoutError:
                     pass
                 except BrokenProcessPool as exc:
-                    self._restart(executor)
+                    self._drop(worker)
                     raise WorkerDied(
                         "The computation's worker process ended before it finished (killed, or "
                         "out of memory?). Nothing it computed was kept; try again, or with "
@@ -257,6 +311,7 @@ class ComputePool:
         finally:
             with self._lock:
                 self._latest.pop(call_id, None)
+                worker.in_flight -= 1
 
     @staticmethod
     def _abandon(future: Future, cancel: Any, call_id: int) -> None:
@@ -270,23 +325,22 @@ class ComputePool:
         with contextlib.suppress(BaseException):
             future.result(timeout=CANCEL_WAIT_S)
 
-    def _restart(self, broken: ProcessPoolExecutor) -> None:
-        """Drop the broken executor (the next call starts a new one): only if it is still the
-        current one, so that a second caller of the same broken pool does not stop its
-        replacement."""
+    def _drop(self, broken: _Worker) -> None:
+        """Forget a worker whose process died (a later call starts a new one); only once, when
+        several of its callers see it broken."""
         with self._lock:
-            if self._executor is not broken:
+            if broken not in self._started:
                 return
-            self._executor = None
-        broken.shutdown(wait=False, cancel_futures=True)
+            self._started.remove(broken)
+        broken.executor.shutdown(wait=False, cancel_futures=True)
 
     def shutdown(self) -> None:
         """Stop the workers (tests; the server's workers end with it)."""
         with self._lock:
-            executor, self._executor = self._executor, None
+            started, self._started = self._started, []
             source, self._progress_queue = self._progress_queue, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        for worker in started:
+            worker.executor.shutdown(wait=True, cancel_futures=True)
         if source is not None:
             source.close()
 
@@ -321,17 +375,34 @@ def warm_up(model: str | None = None) -> None:
     if enabled():
         pool().warm(model)
         if model:
-            threading.Thread(target=_warm_here, args=(model,), daemon=True).start()
+            threading.Thread(
+                target=_warm_here, args=(model,), daemon=True, name=_WARM_THREAD
+            ).start()
+
+
+_WARM_THREAD = "tunescope-warm-model"
+
+
+class _NoContextWarning(logging.Filter):
+    """Drops Streamlit's "missing ScriptRunContext" warning for the warm-up thread, which uses
+    the model cache outside any page on purpose (the warning is meant for threads that draw)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName != _WARM_THREAD
 
 
 def _warm_here(model: str) -> None:
-    """Load ``model`` once in this process and let it go: the model classes' imports are then
-    done when the page's own (cached) load comes."""
+    """Load ``model`` into this process's shared model cache (`ui.loaders.get_model`), so that
+    the first page finds it there. That page does not wait for it to extract: its extraction
+    goes to the worker while this load runs (`ui.loaders.get_states`)."""
     from analysis.config import ModelSpec
-    from analysis.models import load_model
+    from ui.loaders import get_model
 
+    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(
+        _NoContextWarning()
+    )
     with contextlib.suppress(Exception):
-        load_model(ModelSpec(model))
+        get_model(ModelSpec(model))
 
 
 def compute(fn: Callable[..., Any], *args: Any, progress: Progress | None = None) -> Any:

@@ -14,19 +14,30 @@ from analysis.cache import canonical_json
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, to_dict
 from ui import compute_pool
 from ui.datasets import NothingChosen
+from ui.jobs import extract_job
 from ui.memo import ProgressMemo
+
+
+_LOADED: set[tuple[str, bool]] = set()  # models this process has loaded (get_model: no wait)
 
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=3)
 def _load_model(name: str, trust_remote_code: bool):
     from analysis.models import load_model
 
-    return load_model(ModelSpec(name, trust_remote_code=trust_remote_code))
+    loaded = load_model(ModelSpec(name, trust_remote_code=trust_remote_code))
+    _LOADED.add((name, trust_remote_code))
+    return loaded
 
 
 def get_model(spec: ModelSpec):
     """The process-wide shared LoadedModel (never trained: fine-tuning copies it)."""
     return _load_model(spec.name, spec.trust_remote_code)
+
+
+def model_loaded(spec: ModelSpec) -> bool:
+    """Whether this process has loaded ``spec`` already (a hint: an evicted model reloads)."""
+    return (spec.name, spec.trust_remote_code) in _LOADED
 
 
 @st.cache_resource(show_spinner="Loading the dataset…", max_entries=8)
@@ -56,27 +67,21 @@ def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
     from analysis.extract import extract_states, states_cached
 
     def load(progress):
-        loaded = get_model(cfg.model)
-        if compute_pool.enabled() and not states_cached(cfg, loaded):
+        if compute_pool.enabled() and not model_loaded(cfg.model):
+            # This process has not loaded the model yet (a fresh server, whose warm-up thread is
+            # loading it now): the worker, which has it, checks the disk cache itself and
+            # extracts on a miss, instead of the page waiting for its own model first. Measured
+            # on the first Layers figure of a fresh dashboard: the job was sent 4.7 s after the
+            # click, a second after the worker was ready.
             compute_pool.compute(extract_job, cfg, progress=progress)
+            loaded = get_model(cfg.model)
+        else:
+            loaded = get_model(cfg.model)
+            if compute_pool.enabled() and not states_cached(cfg, loaded):
+                compute_pool.compute(extract_job, cfg, progress=progress)
         return extract_states(cfg, progress=progress, loaded=loaded)
 
     return _STATES.get(canonical_json(to_dict(cfg)), label, load)
-
-
-def extract_job(cfg: ExtractConfig, progress) -> None:
-    """A compute worker's extraction: the states go into the disk cache (nothing comes back)."""
-    from analysis.extract import extract_states
-
-    extract_states(cfg, progress=progress, loaded=compute_pool.worker_model(cfg.model))
-
-
-def worker_states(cfg: ExtractConfig):
-    """In a compute worker: the states of ``cfg``, read from the disk cache (`get_states` put
-    them there before any job that needs them runs)."""
-    from analysis.extract import extract_states
-
-    return extract_states(cfg, loaded=compute_pool.worker_model(cfg.model))
 
 
 def show_error(exc: BaseException) -> None:

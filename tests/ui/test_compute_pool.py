@@ -66,10 +66,104 @@ def test_a_page_that_goes_away_cancels_its_computation_and_frees_the_worker(pool
     assert time.monotonic() - clock < 10
 
 
+def test_a_call_made_while_the_first_worker_starts_up_waits_for_it(tmp_path):
+    """Two slots, a call right after the warm-up (the worker still importing torch): it runs in
+    that worker once it is up, and no second worker starts from nothing beside it."""
+    workers = ComputePool(2)
+    try:
+        workers.warm()
+        first = workers.call(count_to, 1)["pid"]
+        assert workers.started == 1
+        assert workers.call(count_to, 1)["pid"] == first
+    finally:
+        workers.shutdown()
+    assert workers.started == 0
+
+
+def test_the_jobs_module_imports_no_streamlit():
+    """A compute worker imports each job's module before it runs the job: `ui.jobs` must stay
+    free of Streamlit (its import was 0.9 s of a worker's first job)."""
+    import subprocess
+    import sys
+
+    code = "import sys, ui.jobs; print('streamlit' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert out.stdout.strip() == "False"
+
+
+def test_the_warm_up_threads_context_warning_is_dropped_and_no_other():
+    import logging
+    import threading
+
+    from ui.compute_pool import _WARM_THREAD, _NoContextWarning
+
+    def record_from(name: str) -> logging.LogRecord:
+        box = []
+        thread = threading.Thread(
+            target=lambda: box.append(
+                logging.LogRecord("s", logging.WARNING, "", 0, "m", (), None)
+            ),
+            name=name,
+        )
+        thread.start()
+        thread.join()
+        return box[0]
+
+    assert not _NoContextWarning().filter(record_from(_WARM_THREAD))
+    assert _NoContextWarning().filter(record_from("ScriptRunner.scriptThread"))
+
+
+def test_a_fresh_server_sends_the_extraction_before_loading_its_own_model(
+    tiny_bert_dir, monkeypatch
+):
+    """With the workers on and the model not yet loaded here, the page's extraction goes to a
+    worker first (the worker has the model), and this process loads its own after."""
+    import ui.loaders
+    from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
+    from ui.memo import ProgressMemo
+
+    order = []
+    monkeypatch.setattr(ui.loaders, "_LOADED", set())
+    monkeypatch.setattr(ui.loaders, "_STATES", ProgressMemo(max_entries=6))
+    monkeypatch.setattr(ui.loaders.compute_pool, "enabled", lambda: True)
+
+    def compute(fn, cfg, progress=None):
+        order.append(fn.__name__)
+        fn(cfg, progress=progress or (lambda *a: None))  # here, in this process
+
+    def loader(who: str):
+        def load(spec):
+            order.append(who)
+            from analysis.models import load_model
+
+            return load_model(spec)
+
+        return load
+
+    monkeypatch.setattr(ui.loaders.compute_pool, "compute", compute)
+    monkeypatch.setattr(ui.loaders.compute_pool, "worker_model", loader("worker model"))
+    monkeypatch.setattr(ui.loaders, "get_model", loader("server model"))
+    cfg = ExtractConfig(ModelSpec(str(tiny_bert_dir)), DataSpec(), SampleSpec(n=12, seed=3))
+    states = ui.loaders.get_states(cfg)
+    assert order == ["extract_job", "worker model", "server model"]
+    # Once this process has the model, it checks the cache itself: a hit sends nothing.
+    order.clear()
+    ui.loaders._LOADED.add((cfg.model.name, cfg.model.trust_remote_code))
+    monkeypatch.setattr(ui.loaders, "_STATES", ProgressMemo(max_entries=6))  # not in memory
+    assert ui.loaders.get_states(cfg).n == states.n == 12
+    assert order == ["server model"]
+
+
 def test_layers_page_through_the_workers_equals_the_in_process_page(tiny_bert_dir, monkeypatch):
     """The page's extraction, layer table and repeats computed in compute workers give the very
     table the in-process route gives (and the workers' states land in the same cache)."""
     import ui.compute_pool
+    import ui.loaders
+
+    monkeypatch.setattr(ui.loaders, "_LOADED", set())  # a fresh server: the extraction first
 
     def table(processes: str):
         monkeypatch.setenv("TUNESCOPE_COMPUTE_PROCESSES", processes)
@@ -115,3 +209,23 @@ def test_a_second_worker_starts_only_when_a_computation_finds_the_first_busy(tmp
         assert len(set(pids)) == 2 and alone <= set(pids)  # at once: a second one joined
     finally:
         workers.shutdown()
+
+
+def test_a_model_that_does_not_load_gives_the_pages_message_through_the_workers(
+    tmp_path, monkeypatch
+):
+    """A fresh server sends the extraction to a worker before loading the model itself: a model
+    that cannot load then fails in the worker, and the page shows that failure's own message."""
+    import ui.compute_pool
+    import ui.loaders
+
+    monkeypatch.setattr(ui.loaders, "_LOADED", set())
+    monkeypatch.setenv("TUNESCOPE_COMPUTE_PROCESSES", "1")
+    try:
+        at = open_page(make_app(tmp_path / "no-such-model", monkeypatch), "views/layers.py")
+        assert any("does not exist" in message for message in errors(at)), errors(at)
+        assert not at.exception
+    finally:
+        if ui.compute_pool._POOL is not None:
+            ui.compute_pool._POOL.shutdown()
+            ui.compute_pool._POOL = None

@@ -19,6 +19,7 @@ from analysis.heads.select import HeadSelectionConfig
 from analysis.heads.selection_file import PAGERANK_VARIANTS, SCOPES, SELECTOR_LABELS, SELECTORS
 from analysis.heads.stats import HeadStats
 from ui import compute_pool
+from ui.jobs import head_stats_job
 from ui.loaders import get_model
 from ui.memo import ProgressMemo
 
@@ -105,8 +106,3 @@ def get_head_stats(cfg: HeadStatsConfig, label: str = "Head statistics") -> tupl
         return head_stats(cfg, progress=progress, loaded=get_model(cfg.extract.model))
 
     return _STATS.get(canonical_json(to_dict(cfg)), label, run)
-
-
-def head_stats_job(cfg: HeadStatsConfig, progress) -> tuple[HeadStats, dict]:
-    """A compute worker's head statistics (disk-cached by `analysis.heads.collect`)."""
-    return head_stats(cfg, progress=progress, loaded=compute_pool.worker_model(cfg.extract.model))

@@ -23,7 +23,8 @@ from analysis.layers.repeats import LayerRepeats, cached_layer_repeats
 from analysis.layers.table import cached_layer_metrics, states_key
 from ui import compute_pool
 from ui.compute_pool import compute
-from ui.loaders import get_data, worker_states
+from ui.jobs import metrics_job, predictions_job, repeats_job
+from ui.loaders import get_data
 from ui.memo import ProgressMemo, queued
 
 if TYPE_CHECKING:
@@ -75,20 +76,6 @@ def _in_worker(layer_states: LayerStates) -> bool:
     return compute_pool.enabled() and isinstance(layer_states.config, ExtractConfig)
 
 
-def metrics_job(cfg: ExtractConfig, seed: int, n_bins: int, progress) -> tuple[pd.DataFrame, bool]:
-    """A compute worker's layer table: (df, hit) of `cached_layer_metrics` on ``cfg``'s states."""
-    return cached_layer_metrics(worker_states(cfg), seed=seed, n_bins=n_bins, progress=progress)
-
-
-def repeats_job(
-    cfg: ExtractConfig, seed: int, repeats: int, n_bins: int, progress
-) -> tuple[LayerRepeats, bool]:
-    """A compute worker's layer repeats: (repeats, hit) of `cached_layer_repeats`."""
-    return cached_layer_repeats(
-        worker_states(cfg), seed=seed, repeats=repeats, n_bins=n_bins, progress=progress
-    )
-
-
 @st.cache_data(max_entries=64, show_spinner=False)
 def _projection(key: str, layer: int, method: str, seed: int, _states: torch.Tensor) -> np.ndarray:
     with queued():  # a turn in the server's compute queue, like every heavy computation
@@ -122,12 +109,6 @@ def _predictions(
         return probe_predictions(
             _layer_states.states[layer], _layer_states.labels, metric, seed=seed
         )
-
-
-def predictions_job(cfg: ExtractConfig, layer: int, seed: int, metric: str, progress):
-    """A compute worker's held-out probe predictions of one layer."""
-    states = worker_states(cfg)
-    return probe_predictions(states.states[layer], states.labels, metric, seed=seed)
 
 
 def predictions(layer_states: LayerStates, layer: int, seed: int) -> ProbePredictions:
