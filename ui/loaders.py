@@ -17,7 +17,6 @@ from ui.datasets import NothingChosen
 from ui.jobs import extract_job
 from ui.memo import ProgressMemo
 
-
 _LOADED: set[tuple[str, bool]] = set()  # models this process has loaded (get_model: no wait)
 
 
