@@ -123,17 +123,22 @@ def _multinomial_loss(
 ) -> tuple[float, np.ndarray]:
     """Objective and gradient for K = ``rows`` classes; w = (K, d + 1) ravelled (each row a
     class's coef and intercept), y the class codes 0..K−1."""
-    params = w.reshape(rows, -1)
+    n, params = len(y), w.reshape(rows, -1)
     coef = params[:, :-1]
-    raw = (z @ coef.T.astype(z.dtype)).astype(np.float64) + params[:, -1]
+    raw = (z @ coef.T.astype(z.dtype)).astype(np.float64)
+    raw += params[:, -1]
     top = raw.max(axis=1, keepdims=True)
-    residual = np.exp(raw - top)  # softmax, shifted for stability (scipy's logsumexp: 0.3 ms)
+    residual = np.subtract(raw, top)  # softmax, shifted for stability (scipy's logsumexp: 0.3 ms)
+    np.exp(residual, out=residual)
     total = residual.sum(axis=1, keepdims=True)
-    picked = np.arange(len(y))
-    loss = np.mean(top[:, 0] + np.log(total[:, 0]) - raw[picked, y]) + 0.5 * l2 * np.sum(coef**2)
+    picked = np.arange(n)
+    terms = np.log(total[:, 0])
+    terms += top[:, 0]
+    terms -= raw[picked, y]
+    loss = terms.sum() / n + 0.5 * l2 * np.sum(coef**2)
     residual /= total
     residual[picked, y] -= 1.0
-    residual /= len(y)
+    residual /= n
     grad = np.empty_like(params)
     grad[:, :-1] = (residual.T.astype(z.dtype) @ z) + l2 * coef
     grad[:, -1] = residual.sum(axis=0)
