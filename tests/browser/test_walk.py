@@ -84,7 +84,8 @@ def test_finetune_run_progress_pages_and_cancel(page):
     assert first_text  # progress was shown before the run finished
     # The finished run appears in the results figures (refreshed by their fragment).
     expect(page.get_by_text("Score vs trainable parameters")).to_be_visible(timeout=60_000)
-    assert page.locator(CHART).count() >= 2
+    # Its chart is drawn just after its heading: wait for it rather than count at once.
+    expect(page.locator(CHART).nth(1)).to_be_visible(timeout=60_000)
     screenshot_for_docs(page, "finetune")
     # A second, long run: cancel it while it runs; it is recorded as cancelled.
     _queue_run(page, steps=5000)
