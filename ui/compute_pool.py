@@ -152,7 +152,9 @@ def _warm(model: str | None = None) -> None:
     if model:
         with contextlib.suppress(Exception):
             _model(model, False)
-    threading.Thread(target=_import_table, daemon=True, name="tunescope-warm-imports").start()
+    # Not a daemon: a worker's exit waits for this import (≤ 3 s) rather than finalising the
+    # interpreter in the middle of it.
+    threading.Thread(target=_import_table, name="tunescope-warm-imports").start()
 
 
 def _import_table() -> None:
@@ -178,9 +180,13 @@ def worker_model(spec):
 
 @dataclass
 class _Worker:
-    """One worker process (a single-process executor) and the calls it has in flight."""
+    """One worker process (a single-process executor), its progress queue, and the calls it has
+    in flight. The queue is the worker's own: a process killed while it writes there (the
+    out-of-memory killer, a user's kill) leaves the queue's write lock held, and a queue shared
+    with the next worker hung that worker at its exit (seen in the tests)."""
 
     executor: ProcessPoolExecutor
+    progress: Any
     in_flight: int = 0
 
 
@@ -192,8 +198,8 @@ class ComputePool:
     counts: the call waits behind its start-up), else a new worker while fewer than ``workers``
     run, else the least busy. One executor for all workers would start a second process for a
     call made while the first is still warming up: measured on the first Layers figure of a
-    fresh dashboard, that second worker's own imports and model load made the extraction 9.2 s
-    instead of 3.8 s.
+    fresh dashboard, that second worker's own imports and model load made the extraction take
+    9.2–10.1 s instead of 3.8 s.
     """
 
     def __init__(self, workers: int) -> None:
@@ -202,7 +208,6 @@ class ComputePool:
         self.workers = workers
         self._lock = threading.Lock()
         self._started: list[_Worker] = []
-        self._progress_queue: Any = None
         self._cancel: Any = None
         self._latest: dict[int, tuple[float, str]] = {}
         self._ids = itertools.count()
@@ -218,20 +223,19 @@ class ComputePool:
         """Start a worker (under ``self._lock``): its process spawns now, with ``_warm(model)``
         as its first job when a model is given."""
         context = mp.get_context("spawn")
-        if self._progress_queue is None:
-            self._progress_queue = context.Queue()
+        if self._cancel is None:  # shared by every worker (no lock: one writer per flag at a time)
             self._cancel = context.Array("b", CANCEL_FLAGS, lock=False)
-            threading.Thread(
-                target=self._read_progress, args=(self._progress_queue,), daemon=True,
-                name="tunescope-compute-progress",
-            ).start()  # fmt: skip
+        progress = context.Queue()
+        threading.Thread(
+            target=self._read_progress, args=(progress,), daemon=True,
+            name="tunescope-compute-progress",
+        ).start()  # fmt: skip
         executor = ProcessPoolExecutor(
-            1, mp_context=context, initializer=_init_worker,
-            initargs=(self._progress_queue, self._cancel),
-        )  # fmt: skip
+            1, mp_context=context, initializer=_init_worker, initargs=(progress, self._cancel)
+        )
         with _plain_main():  # the process starts with this first submit
             executor.submit(_warm, model)
-        worker = _Worker(executor)
+        worker = _Worker(executor, progress)
         self._started.append(worker)
         return worker
 
@@ -280,7 +284,14 @@ class ComputePool:
             cancel = self._cancel
             cancel[call_id % CANCEL_FLAGS] = 0
             root = str(Workspace.current().root)
-            future = worker.executor.submit(_run, call_id, root, fn, args)
+            try:
+                future = worker.executor.submit(_run, call_id, root, fn, args)
+            except BrokenProcessPool:  # its process died while idle: nothing of this call ran
+                self._drop(worker)
+                with self._lock:
+                    worker.in_flight -= 1
+                worker = self._claim()
+                future = worker.executor.submit(_run, call_id, root, fn, args)
             while True:
                 try:
                     value = future.result(timeout=POLL_S)
@@ -333,16 +344,15 @@ class ComputePool:
                 return
             self._started.remove(broken)
         broken.executor.shutdown(wait=False, cancel_futures=True)
+        broken.progress.close()
 
     def shutdown(self) -> None:
         """Stop the workers (tests; the server's workers end with it)."""
         with self._lock:
             started, self._started = self._started, []
-            source, self._progress_queue = self._progress_queue, None
         for worker in started:
             worker.executor.shutdown(wait=True, cancel_futures=True)
-        if source is not None:
-            source.close()
+            worker.progress.close()
 
 
 _POOL: ComputePool | None = None

@@ -70,8 +70,8 @@ def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
             # This process has not loaded the model yet (a fresh server, whose warm-up thread is
             # loading it now): the worker, which has it, checks the disk cache itself and
             # extracts on a miss, instead of the page waiting for its own model first. Measured
-            # on the first Layers figure of a fresh dashboard: the job was sent 4.7 s after the
-            # click, a second after the worker was ready.
+            # on the first Layers figure of a fresh dashboard: the job went out a second after
+            # the worker was ready, when this process had its model.
             compute_pool.compute(extract_job, cfg, progress=progress)
             loaded = get_model(cfg.model)
         else:

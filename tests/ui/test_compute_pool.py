@@ -45,6 +45,19 @@ def test_a_dead_worker_fails_its_job_clearly_and_the_pool_recovers(pool):
     assert pool.call(count_to, 1)["pid"] != os.getpid()
 
 
+def test_a_worker_that_died_while_idle_is_replaced_at_the_next_call(pool):
+    """Killed between computations (the out-of-memory killer, a user's kill): the next call
+    runs in a new worker instead of failing on the dead one."""
+    import signal
+
+    first = pool.call(count_to, 1)["pid"]
+    os.kill(first, signal.SIGKILL)
+    time.sleep(1.0)  # the executor sees its process end
+    again = pool.call(count_to, 1)["pid"]
+    assert again not in (first, os.getpid())
+    assert pool.started == 1
+
+
 def test_a_page_that_goes_away_cancels_its_computation_and_frees_the_worker(pool):
     """Streamlit stops a script by raising from its next element call (our progress bar): the
     worker's computation stops too, at its next progress report, and the one worker is free."""
