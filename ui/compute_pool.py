@@ -221,7 +221,7 @@ class ComputePool:
 
     def _new_worker(self, model: str | None = None) -> _Worker:
         """Start a worker (under ``self._lock``): its process spawns now, with ``_warm(model)``
-        as its first job when a model is given."""
+        (the common imports, and ``model`` when one is given) as its first job."""
         context = mp.get_context("spawn")
         if self._cancel is None:  # shared by every worker (no lock: one writer per flag at a time)
             self._cancel = context.Array("b", CANCEL_FLAGS, lock=False)
