@@ -121,9 +121,9 @@ def _plain_main() -> Iterator[None]:
     Streamlit runs app.py (and each page) as the module ``__main__``, and a spawned process
     re-imports its parent's ``__main__`` file before anything else (multiprocessing's spawn
     "prepare" step): every compute worker would run the whole app again, bare. So the workers
-    are started (`ComputePool._start`, and any submit that may start one) while a plain module
-    stands in for ``__main__``, one thread at a time (`_MAIN_LOCK`: two overlapping swaps would
-    restore each other's stand-in). A session whose script run starts in that instant sets its
+    are started (`ComputePool._new_worker`: an executor's first submit starts its process)
+    while a plain module stands in for ``__main__``, one thread at a time (`_MAIN_LOCK`: two
+    overlapping swaps would restore each other's stand-in). A session whose script run starts in that instant sets its
     own ``__main__``, which the restore then replaces; nothing reads it back (each run sets its
     own again).
     """
@@ -288,8 +288,6 @@ class ComputePool:
                 future = worker.executor.submit(_run, call_id, root, fn, args)
             except BrokenProcessPool:  # its process died while idle: nothing of this call ran
                 self._drop(worker)
-                with self._lock:
-                    worker.in_flight -= 1
                 worker = self._claim()
                 future = worker.executor.submit(_run, call_id, root, fn, args)
             while True:
