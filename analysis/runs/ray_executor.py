@@ -319,6 +319,11 @@ class RayRunner:
 
     The queue loop calls ``free_slots`` → ``submit`` (for each claimed run) → ``pump`` (wait up to
     ``timeout`` for events, record them, pass on cancels) and ``close`` at the end.
+
+    The cluster is re-read (``refresh``: nodes come and go) every ``refresh_s`` in a thread of its
+    own, never in the queue loop: once the head is gone, Ray's calls to its GCS (``ray.nodes``)
+    block for a minute, and the loop must go on meanwhile to notice the loss (``check_head``, a
+    plain connection to the GCS port) and end.
     """
 
     device_label = "ray"
@@ -353,8 +358,9 @@ class RayRunner:
         self._task = ray.remote(max_retries=0)(_train_stream)
         self._data: OrderedDict[tuple, Any] = OrderedDict()  # file → ObjectRef of its bytes
         self._last_cancel_poll = 0.0
-        self._last_refresh = float("-inf")
         self.this_node: dict[str, float] = {}  # this machine's node: its CPU and GPU
+        self._closing = threading.Event()
+        self._status_lock = threading.Lock()  # a refresh writes no status file once closing
         try:
             self.info = self.refresh()
             self.info.check()
@@ -362,6 +368,10 @@ class RayRunner:
             if self.started_here:
                 ray.shutdown()
             raise
+        self._refresher = threading.Thread(
+            target=self._keep_refreshing, name="tunescope-ray-refresh", daemon=True
+        )
+        self._refresher.start()
         log(f"Ray cluster: {self.info.describe()}")
 
     # ---- the cluster ------------------------------------------------------------------------------
@@ -369,24 +379,39 @@ class RayRunner:
         """Re-read the cluster (nodes come and go) and write the status file."""
         import ray
 
-        self.info = current_cluster(self.address, self.cpus_per_run)
+        info = current_cluster(self.address, self.cpus_per_run)
         for node in ray.nodes():
             if node.get("NodeID") == self.node_id:
                 resources = node.get("Resources", {})
                 self.this_node = {k: float(resources.get(k, 0)) for k in ("CPU", "GPU")}
-        self._last_refresh = time.monotonic()
-        if self.status_root is not None:
-            write_status(
-                self.status_root,
-                {
-                    **dataclasses.asdict(self.info),
-                    "slots": self.info.slots,
-                    "in_flight": len(self.flights),
-                    "pid": os.getpid(),
-                    "updated": time.time(),
-                },
-            )
-        return self.info
+        self.info = info
+        with self._status_lock:
+            if self.status_root is not None and not self._closing.is_set():
+                write_status(
+                    self.status_root,
+                    {
+                        **dataclasses.asdict(info),
+                        "slots": info.slots,
+                        "in_flight": len(self.flights),
+                        "pid": os.getpid(),
+                        "updated": time.time(),
+                    },
+                )
+        return info
+
+    def _keep_refreshing(self) -> None:
+        """``refresh`` every ``refresh_s`` until closing (the refresh thread, class docstring).
+        A refresh that fails is tried again at the next turn; one that blocks on a lost head
+        blocks only this daemon thread."""
+        while not self._closing.wait(self.refresh_s):
+            if not head_alive(self.gcs):
+                return  # (the queue loop's `check_head` says so and ends)
+            try:
+                self.refresh()
+            except Exception as exc:  # e.g. a GCS call timing out while the head restarts
+                if self._closing.is_set():
+                    return
+                self.log(f"could not re-read the Ray cluster ({type(exc).__name__}: {exc})")
 
     def check_head(self, force: bool = False) -> None:
         """A `HeadLost` once the head's GCS port stops taking connections (looked at every
@@ -406,8 +431,6 @@ class RayRunner:
 
     def free_slots(self) -> int:
         self.check_head()
-        if time.monotonic() - self._last_refresh > self.refresh_s:
-            self.refresh()
         return self.info.slots - len(self.flights)
 
     def busy(self) -> bool:
@@ -597,10 +620,13 @@ class RayRunner:
                     ray.cancel(flight.stream, force=True)
             flight.recorder.failed(reason or "stopped: the Ray worker ended")
         self.flights.clear()
-        if self.status_root is not None:
-            with contextlib.suppress(OSError):
-                status_path(self.status_root).unlink()
+        with self._status_lock:
+            self._closing.set()
+            if self.status_root is not None:
+                with contextlib.suppress(OSError):
+                    status_path(self.status_root).unlink()
         if self.started_here:
+            self._refresher.join(timeout=10)  # (a cluster of our own: its GCS answers)
             ray.shutdown()
 
 

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -319,6 +320,37 @@ def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
     run = db.get_run(run_id)
     assert run["status"] == "failed" and "offers 0 CPUs" in run["error"]
     assert not runner.busy()
+
+
+def test_a_refresh_blocked_on_the_gcs_holds_up_neither_the_queue_loop_nor_close(
+    ray_cluster, root, monkeypatch
+):
+    """Once the head is gone, Ray's calls to its GCS block for a minute. The cluster is re-read in
+    a thread of its own, so the queue loop's calls return meanwhile (on the last reading), close
+    returns at once, and the late refresh writes no status file after close removed it."""
+    db = RunsDB(root / "runs.sqlite")
+    runner = RayRunner(db, log=lambda message: None, refresh_s=0.05, status_root=root)
+    assert ray_executor.status_path(root).exists()
+    blocked, release = threading.Event(), threading.Event()
+
+    def stuck(address, cpus_per_run):
+        blocked.set()
+        release.wait(30)
+        return ClusterInfo(address, 1, 99.0, 0.0, cpus_per_run)
+
+    monkeypatch.setattr(ray_executor, "current_cluster", stuck)
+    assert blocked.wait(5)
+    started = time.monotonic()
+    for _ in range(20):
+        assert runner.free_slots() == 2  # the session cluster's 2 CPUs, 1 per run
+        runner.pump(0.01)
+    runner.close()
+    assert time.monotonic() - started < 3
+    assert not ray_executor.status_path(root).exists()
+    release.set()
+    runner._refresher.join(5)
+    assert not runner._refresher.is_alive()
+    assert not ray_executor.status_path(root).exists()
 
 
 # -- the pure pieces ---------------------------------------------------------------------------
