@@ -33,3 +33,11 @@ def spin(seconds: float, progress) -> str:
         progress(0.5, "spinning")
         time.sleep(0.05)
     return "finished"
+
+
+def layer_helpers(progress) -> dict:
+    """The worker's layer-process setting and its layer-row helpers' PIDs (started by now, or
+    started here: `analysis.layers.rows.start_helpers` waits until they are up)."""
+    from analysis.layers import rows
+
+    return {"setting": os.environ.get(rows.PROCESSES_ENV), "helpers": rows.start_helpers()}

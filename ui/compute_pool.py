@@ -50,20 +50,21 @@ import itertools
 import logging
 import multiprocessing as mp
 import os
-import sys
 import threading
 import time
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.children import exit_with_parent, plain_main
 from analysis.progress import Cancelled, Progress, no_progress
 
 ENV = "TUNESCOPE_COMPUTE_PROCESSES"
+# = analysis.layers.rows.PROCESSES_ENV (not imported here: that module loads scikit-learn)
+LAYER_PROCESSES_ENV = "TUNESCOPE_LAYER_PROCESSES"
 POLL_S = 0.25  # how often a waiting script thread redraws its computation's progress
 CANCEL_FLAGS = 4096  # cancel flags shared with the workers (calls in flight are far fewer)
 CANCEL_WAIT_S = 30.0  # how long an abandoned call waits for its worker to stop
@@ -84,9 +85,11 @@ _progress_queue: Any = None  # the worker's end of the progress queue (set by `_
 _cancel: Any = None  # the shared cancel flags, one per call id modulo CANCEL_FLAGS
 
 
-def _init_worker(progress_queue: Any, cancel: Any) -> None:
+def _init_worker(progress_queue: Any, cancel: Any, server: int, layer_processes: int) -> None:
     global _progress_queue, _cancel
     _progress_queue, _cancel = progress_queue, cancel
+    exit_with_parent(server)  # a killed server leaves no idle worker behind
+    os.environ.setdefault(LAYER_PROCESSES_ENV, str(layer_processes))
     # Idle OpenMP threads sleep instead of spinning (as ./tasks.sh sets it): a spinning worker
     # would take the core the server draws with.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -111,32 +114,6 @@ def _run(call_id: int, root: str, fn: Callable[..., Any], args: tuple) -> Any:
         return fn(*args, progress=progress)
 
 
-_MAIN_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _plain_main() -> Iterator[None]:
-    """Start processes while ``__main__`` names no file.
-
-    Streamlit runs app.py (and each page) as the module ``__main__``, and a spawned process
-    re-imports its parent's ``__main__`` file before anything else (multiprocessing's spawn
-    "prepare" step): every compute worker would run the whole app again, bare. So the workers
-    are started (`ComputePool._new_worker`: an executor's first submit starts its process)
-    while a plain module stands in for ``__main__``, one thread at a time (`_MAIN_LOCK`: two
-    overlapping swaps would restore each other's stand-in). A session whose script run starts in that instant sets its
-    own ``__main__``, which the restore then replaces; nothing reads it back (each run sets its
-    own again).
-    """
-    with _MAIN_LOCK:
-        saved = sys.modules.get("__main__")
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            yield
-        finally:
-            if saved is not None:
-                sys.modules["__main__"] = saved
-
-
 def _warm(model: str | None = None) -> None:
     """A worker's start-up: the imports every computation needs (torch, transformers,
     scikit-learn) and the sidebar's default model, a few seconds paid once, before the first
@@ -159,6 +136,18 @@ def _warm(model: str | None = None) -> None:
 
 def _import_table() -> None:
     import analysis.layers.table  # noqa: F401
+    from analysis.layers.rows import start_helpers
+
+    with contextlib.suppress(Exception):  # (a table then fits its layers here alone)
+        start_helpers()
+
+
+def layer_processes(workers: int) -> int:
+    """Processes each worker's layer tables fit layers in (`analysis.layers.rows`): its share
+    of the cores, at least 2, so a lone table uses two cores even where the slots could use
+    every core between them; ``$TUNESCOPE_LAYER_PROCESSES`` overrides it."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(max(2, (cores or 1) // max(1, workers)), max(1, cores or 1))
 
 
 @functools.lru_cache(maxsize=2)
@@ -231,9 +220,12 @@ class ComputePool:
             name="tunescope-compute-progress",
         ).start()  # fmt: skip
         executor = ProcessPoolExecutor(
-            1, mp_context=context, initializer=_init_worker, initargs=(progress, self._cancel)
+            1,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(progress, self._cancel, os.getpid(), layer_processes(self.workers)),
         )
-        with _plain_main():  # the process starts with this first submit
+        with plain_main():  # the process starts with this first submit
             executor.submit(_warm, model)
         worker = _Worker(executor, progress)
         self._started.append(worker)

@@ -67,14 +67,9 @@ from analysis.layers.metrics import (
     split_indices,
     zeta,
 )
+from analysis.layers.rows import blas_threads
 from analysis.layers.streamed import stream_limit_mb, use_streamed
-from analysis.layers.table import (
-    blas_threads,
-    cached_layer_metrics,
-    finite,
-    layer_metrics,
-    metrics_recipe,
-)
+from analysis.layers.table import cached_layer_metrics, finite, layer_metrics, metrics_recipe
 from analysis.progress import Progress
 from analysis.scores import task_score
 

@@ -121,7 +121,7 @@ def gram_threads() -> int:
 
 def probe_threads() -> int:
     """BLAS threads for the probe's fits and ν / CCA / ϱ: ``$TUNESCOPE_BLAS_THREADS`` (default 1),
-    as the in-memory route's (`analysis.layers.table.blas_threads`): two threads made scikit-learn's L-BFGS fits
+    as the in-memory route's (`analysis.layers.rows.blas_threads`): two threads made scikit-learn's L-BFGS fits
     2.4× slower on this project's 2-core machine."""
     return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
 

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
-from threadpoolctl import threadpool_limits
 
 from analysis import strategies as gen
 from analysis.cache import DiskCache
@@ -22,26 +20,15 @@ from analysis.layers.metrics import (
     DEFAULT_BINS,
     METRICS,
     ArrayLike,
-    Split,
-    as_float64,
     as_labels,
     bin_scores,
-    cca_score,
     encode_classes,
-    nu,
-    rank_metric,
     rho,
     split_indices,
     zeta,
 )
-from analysis.layers.probe import (
-    CV_FOLDS,
-    OUTER_FOLDS,
-    PROBE_GRID,
-    ProbeCV,
-    cv_predictions,
-    outer_folds,
-)
+from analysis.layers.probe import CV_FOLDS, OUTER_FOLDS, PROBE_GRID, outer_folds
+from analysis.layers.rows import blas_threads, layer_rows
 from analysis.layers.streamed import route_recipe, streamed_metrics_of
 from analysis.progress import Progress
 
@@ -49,59 +36,6 @@ if TYPE_CHECKING:
     from analysis.extract import LayerStates
 
 COLUMNS = (*METRICS, "probe_c", "probe_se")  # a metrics frame's columns after ``layer``
-
-
-def blas_threads() -> threadpool_limits:
-    """Limit BLAS to TUNESCOPE_BLAS_THREADS threads (default 1) for the per-layer fits.
-
-    Each fit is small (d ≤ ~1,024); on a shared CPU, or beside torch's own OpenMP threads,
-    two spin-waiting BLAS threads ran the four metrics 13× slower than one (27 s vs 2.1 s for
-    MiniLM, N = 2,000, on this project's 2-core machine).
-    """
-    return threadpool_limits(
-        limits=int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")), user_api="blas"
-    )
-
-
-def _reporting(layers: range, report: Progress) -> Iterator[int]:
-    for layer in layers:
-        report(layer / len(layers), f"layer {layer} of {len(layers) - 1}")
-        yield layer
-    report(1.0, "all layers done")
-
-
-def layer_row(
-    layer: int,
-    h: np.ndarray,
-    classes: np.ndarray,
-    raw: np.ndarray,
-    split: Split,
-    metric: str,
-    which: Sequence[str],
-    seed: int,
-    folds: np.ndarray | None = None,
-) -> tuple[dict[str, float], ProbeCV | None]:
-    """One layer's metrics and its cross-validated probe; h: (N, d) float64. Metrics not in
-    ``which`` are NaN, and so are CCA (too few examples for its dev / test parts) and the probe
-    (``folds`` None: some class too small for stratified folds) when the sample is tiny.
-    folds: (N,) the probe's outer fold per example (`analysis.layers.probe.outer_folds`, shared
-    by every layer). probe_c: the median over the folds of the C the inner CV chose; probe_se:
-    the probe score's bootstrap s.e. (`analysis.layers.probe.score_se`)."""
-    cca_ok = len(split.dev) >= 2 and len(split.test) >= 2
-    row = {
-        "layer": layer,
-        "nu": nu(h, classes) if "nu" in which else np.nan,
-        "cca": cca_score(h, classes, split=split) if "cca" in which and cca_ok else np.nan,
-        "rank": rank_metric(h, classes) if "rank" in which else np.nan,
-        "probe": np.nan,
-        "probe_c": np.nan,
-        "probe_se": np.nan,
-    }
-    probe = None
-    if "probe" in which and folds is not None:
-        probe = cv_predictions(h, raw, metric, folds, seed=seed)
-        row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
-    return row, probe
 
 
 def layer_metrics(
@@ -145,15 +79,17 @@ def layer_metrics(
     predictions = np.full((n_layers, len(raw)), np.nan)
     c_folds: list[list[float]] = []
     rows = []
-    with blas_threads():
-        for layer in _reporting(range(n_layers), report):
-            row, probe = layer_row(
-                layer, as_float64(states[layer]), classes, raw, split, metric, which, seed, folds
-            )
-            rows.append(row)
-            if probe is not None:
-                predictions[layer] = probe.predictions
-            c_folds.append([] if probe is None else list(probe.c_folds))
+    report(0.0, f"fitting {n_layers} layers")
+    fitted = layer_rows(
+        states,
+        (classes, raw, split, metric, which, seed, folds),
+        done=lambda finished, total: report(finished / total, f"{finished} of {total} layers done"),
+    )
+    for layer, (row, probe) in enumerate(fitted):
+        rows.append(row)
+        if probe is not None:
+            predictions[layer] = probe.predictions
+        c_folds.append([] if probe is None else list(probe.c_folds))
     df = pd.DataFrame(rows, columns=["layer", *COLUMNS])
     df["layer"] = df["layer"].astype(int)
     df.attrs.update(

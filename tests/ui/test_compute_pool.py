@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from apptest_utils import errors, make_app, open_page
-from pool_jobs import count_to, die, refuse, spin
+from pool_jobs import count_to, die, layer_helpers, refuse, spin
 
+from analysis.layers import rows
 from analysis.workspace import Workspace
-from ui.compute_pool import ComputePool, WorkerDied
+from ui.compute_pool import LAYER_PROCESSES_ENV, ComputePool, WorkerDied, layer_processes
 
 
 @pytest.fixture
@@ -91,6 +92,42 @@ def test_a_call_made_while_the_first_worker_starts_up_waits_for_it(tmp_path):
     finally:
         workers.shutdown()
     assert workers.started == 0
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_worker_fits_layers_in_its_share_of_the_cores_and_its_helpers_end_with_it(
+    monkeypatch,
+):
+    """Each worker's layer tables use its share of the cores, at least two processes (a lone
+    table on a 2-core machine uses both); the helpers it started die with it, even killed."""
+    import signal
+
+    monkeypatch.delenv(LAYER_PROCESSES_ENV, raising=False)
+    assert LAYER_PROCESSES_ENV == rows.PROCESSES_ENV
+    assert [layer_processes(w) for w in (1, 2, 4)] == [
+        min(max(2, rows.usable_cores() // w), rows.usable_cores()) for w in (1, 2, 4)
+    ]
+    workers = ComputePool(2)
+    try:
+        workers.warm()
+        first = workers.call(layer_helpers)
+        assert first["setting"] == str(layer_processes(2))
+        assert len(first["helpers"]) == layer_processes(2) - 1
+        worker = workers.call(count_to, 1)["pid"]
+        os.kill(worker, signal.SIGKILL)
+        assert all(_gone(pid) for pid in first["helpers"])
+    finally:
+        workers.shutdown()
 
 
 def test_the_jobs_module_imports_no_streamlit():

@@ -1,0 +1,244 @@
+"""One layer's row of the layer table (`layer_row`), and the rows of several layers fitted side by
+side in helper processes (`layer_rows`).
+
+Why processes, not threads: a layer's row is mostly its cross-validated probe, 110 small
+L-BFGS fits (5 outer folds × (3 inner folds × 7 C values + 1 refit)) whose steps are short Python
+calls around small matrix-vector products. Two threads hold the GIL in turn and ran the probes
+at 0.62× the speed of one; BLAS threads do not help either (the products are small: `blas_threads`
+keeps them at one). So the layers are shared out between this process and ``processes − 1``
+helper processes (`helpers`), each fitting whole layers on one BLAS thread. The numbers are the
+same bit for bit: each layer gets the same float64 rows, folds and seed in whichever process fits
+it (`tests/layers/test_rows.py`).
+
+Sharing: the helpers take layers from the front, this process from the back; before each layer
+this process tries to cancel the helpers' claim on it, which succeeds while no helper has picked
+it up yet. So the work balances itself (layers differ in cost by up to 3×: a hard layer's fits
+take more L-BFGS steps) and each layer is fitted exactly once. Tables too small to gain
+(`PARALLEL_MIN_WORK` numbers in all) stay in this process.
+
+The helpers are spawned once per process and kept (a spawn and its imports cost about a second),
+and each ends with the process that started it (`analysis.children.exit_with_parent`);
+`start_helpers` starts them ahead of need (the dashboard's compute workers do, while their model
+loads). ``$TUNESCOPE_LAYER_PROCESSES`` sets how many processes fit layers (default every usable
+core, at most 8; 1: this process alone; each dashboard compute worker gets its share of the cores,
+at least 2: `ui.compute_pool`). This module imports no torch, so a helper starts in the time its
+numpy, scipy and scikit-learn imports take.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import multiprocessing.context
+import os
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from analysis.children import exit_with_parent, plain_main
+from analysis.layers.metrics import Split, as_float64, cca_score, nu, rank_metric
+from analysis.layers.probe import ProbeCV, cv_predictions
+
+PARALLEL_MIN_WORK = 1_000_000  # examples × d × layers below which the layers stay in this process
+PROCESSES_ENV = "TUNESCOPE_LAYER_PROCESSES"
+DEFAULT_MAX_PROCESSES = 8
+
+Row = tuple[dict[str, float], "ProbeCV | None"]
+
+
+def blas_threads() -> threadpool_limits:
+    """Limit BLAS to TUNESCOPE_BLAS_THREADS threads (default 1) for the per-layer fits.
+
+    Each fit is small (d ≤ ~1,024); on a shared CPU, or beside torch's own OpenMP threads,
+    two spin-waiting BLAS threads ran the four metrics 13× slower than one (27 s vs 2.1 s for
+    MiniLM, N = 2,000, on this project's 2-core machine).
+    """
+    return threadpool_limits(
+        limits=int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")), user_api="blas"
+    )
+
+
+def layer_row(
+    layer: int,
+    h: np.ndarray,
+    classes: np.ndarray,
+    raw: np.ndarray,
+    split: Split,
+    metric: str,
+    which: Sequence[str],
+    seed: int,
+    folds: np.ndarray | None = None,
+) -> Row:
+    """One layer's metrics and its cross-validated probe; h: (N, d) float64. Metrics not in
+    ``which`` are NaN, and so are CCA (too few examples for its dev / test parts) and the probe
+    (``folds`` None: some class too small for stratified folds) when the sample is tiny.
+    folds: (N,) the probe's outer fold per example (`analysis.layers.probe.outer_folds`, shared
+    by every layer). probe_c: the median over the folds of the C the inner CV chose; probe_se:
+    the probe score's bootstrap s.e. (`analysis.layers.probe.score_se`)."""
+    cca_ok = len(split.dev) >= 2 and len(split.test) >= 2
+    row = {
+        "layer": layer,
+        "nu": nu(h, classes) if "nu" in which else np.nan,
+        "cca": cca_score(h, classes, split=split) if "cca" in which and cca_ok else np.nan,
+        "rank": rank_metric(h, classes) if "rank" in which else np.nan,
+        "probe": np.nan,
+        "probe_c": np.nan,
+        "probe_se": np.nan,
+    }
+    probe = None
+    if "probe" in which and folds is not None:
+        probe = cv_predictions(h, raw, metric, folds, seed=seed)
+        row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
+    return row, probe
+
+
+def _helper_row(layer: int, states: np.ndarray, *args) -> Row:
+    """`layer_row` in a helper process: its states as sent (float32 or float64), made float64
+    here exactly as this process would."""
+    with blas_threads():
+        return layer_row(layer, as_float64(states), *args)
+
+
+def _sendable(states) -> np.ndarray:
+    """A layer's states as a numpy array in their own dtype (a torch tensor's numpy view)."""
+    if hasattr(states, "detach"):  # a torch tensor (not imported here)
+        states = states.detach().cpu().numpy()
+    return np.asarray(states)
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+def processes() -> int:
+    """Processes that fit a table's layers: ``$TUNESCOPE_LAYER_PROCESSES``, else the usable
+    cores up to `DEFAULT_MAX_PROCESSES` (each helper holds about 150 MB of imports; a table has
+    7–25 layers, so more processes would each fit one or two)."""
+    value = os.environ.get(PROCESSES_ENV, "").strip()
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise ValueError(f"{PROCESSES_ENV} must be a whole number (got {value!r}).") from None
+    return min(usable_cores(), DEFAULT_MAX_PROCESSES)
+
+
+def usable_cores() -> int:
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return max(1, len(cores) if cores else (os.cpu_count() or 1))
+
+
+# Which layers the last `layer_rows` call of this process fitted here and which in the helpers
+# (for the bench's printout and the tests).
+last_share: dict[str, list[int]] = {"here": [], "helpers": []}
+
+
+class _DaemonProcess(multiprocessing.context.SpawnProcess):
+    """A helper: spawned (no fork of a threaded process) and daemonic. At the exit of a process
+    that multiprocessing started (a compute worker), multiprocessing joins that process's
+    non-daemonic children *before* the threading shutdown that would stop their pool, so a
+    plain pool's helpers would be waited for forever; daemonic ones are terminated instead
+    (they hold nothing worth keeping)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.daemon = True
+
+
+class _DaemonSpawn(multiprocessing.context.SpawnContext):
+    Process = _DaemonProcess
+
+
+_LOCK = threading.Lock()
+_HELPERS: concurrent.futures.ProcessPoolExecutor | None = None
+_SIZE = 0
+_STARTED: list[concurrent.futures.Future] = []  # each helper's first job: its PID
+
+
+def helpers(count: int) -> concurrent.futures.ProcessPoolExecutor:
+    """This process's pool of ``count`` helper processes: all started at its creation (while
+    ``__main__`` names no file: `analysis.children.plain_main`), then kept; a pool that broke,
+    say a helper killed, is replaced."""
+    global _HELPERS, _SIZE
+    with _LOCK:
+        broken = _HELPERS is not None and getattr(_HELPERS, "_broken", False)
+        if _HELPERS is None or broken or count != _SIZE:
+            if _HELPERS is not None:
+                _HELPERS.shutdown(wait=False, cancel_futures=True)
+            _HELPERS = concurrent.futures.ProcessPoolExecutor(
+                count, _DaemonSpawn(), initializer=exit_with_parent, initargs=(os.getpid(),)
+            )
+            _SIZE = count
+            with plain_main():  # each submit starts a process while none is idle
+                _STARTED[:] = [_HELPERS.submit(_ready) for _ in range(count)]
+        return _HELPERS
+
+
+def start_helpers() -> list[int]:
+    """Start the helpers now (each imports this module's numpy, scipy and scikit-learn) and wait
+    until they are up: their PIDs (none when one process fits the layers)."""
+    count = processes() - 1
+    if count < 1:
+        return []
+    helpers(count)
+    return [future.result() for future in list(_STARTED)]
+
+
+def layer_rows(
+    states: Sequence,
+    arguments: tuple,
+    *,
+    done: Callable[[int, int], None] | None = None,
+) -> list[Row]:
+    """`layer_row` of every layer of ``states`` ((L+1, N, d), numpy or torch), in layer order:
+    ``layer_row(layer, states[layer] as float64, *arguments)``, the layers shared between this
+    process and `processes()` − 1 helper processes (module docstring); ``done(finished, total)``
+    is called in this process as layers finish.
+    """
+    n_layers = len(states)
+    report = done or (lambda finished, total: None)
+    count = min(processes(), n_layers)
+    work = n_layers * int(np.prod(states[0].shape))
+    rows: list[Row | None] = [None] * n_layers
+    if count < 2 or work < PARALLEL_MIN_WORK:
+        with blas_threads():
+            for layer in range(n_layers):
+                rows[layer] = layer_row(layer, as_float64(states[layer]), *arguments)
+                report(layer + 1, n_layers)
+        last_share.update(here=list(range(n_layers)), helpers=[])
+        return rows  # type: ignore[return-value]
+    pool = helpers(processes() - 1)
+    claims = {
+        layer: pool.submit(_helper_row, layer, _sendable(states[layer]), *arguments)
+        for layer in range(n_layers)
+    }
+    finished = 0
+    try:
+        with blas_threads():
+            for layer in reversed(range(n_layers)):
+                if not claims[layer].cancel():
+                    break  # a helper has it, and every layer before it
+                del claims[layer]
+                rows[layer] = layer_row(layer, as_float64(states[layer]), *arguments)
+                finished += 1
+                report(finished + sum(f.done() for f in claims.values()), n_layers)
+        pending = set(claims.values())
+        while pending:
+            ready, pending = concurrent.futures.wait(
+                pending, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            finished += len(ready)
+            report(finished, n_layers)
+        for layer, future in claims.items():
+            try:
+                rows[layer] = future.result()
+            except concurrent.futures.process.BrokenProcessPool:  # a helper died (killed, OOM)
+                with blas_threads():
+                    rows[layer] = layer_row(layer, as_float64(states[layer]), *arguments)
+    finally:
+        for future in claims.values():
+            future.cancel()
+    last_share.update(here=sorted(set(range(n_layers)) - set(claims)), helpers=sorted(claims))
+    return rows  # type: ignore[return-value]
