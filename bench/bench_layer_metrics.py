@@ -4,6 +4,12 @@
     python bench/bench_layer_metrics.py --real         # real MiniLM states via analysis.extract
     python bench/bench_layer_metrics.py --real --data trec6 --n 2000
 
+Last, the whole table in one process against the layers shared with helper processes
+(`analysis/layers/rows.py`, ``--processes``, default every usable core up to 8), ``--rounds``
+times each, alternating, after the helpers have started; the last line is
+``layer table: processes=… one_s=… shared_s=… ratio=… same=…`` (medians; ``same``: the two
+tables equal bit for bit).
+
 Synthetic states: (7, N, 384), two classes whose separation peaks in the middle layers, plus a
 large shared offset and a few outlier dimensions, like a small BERT's pooled states.
 """
@@ -22,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.layers import metrics, table
 from analysis.layers import probe as probes
+from analysis.layers import rows as rows_module
 
 
 def synthetic_states(
@@ -77,6 +84,8 @@ def main() -> None:
     parser.add_argument("--data", default="movie-snippets")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--processes", type=int, default=None, help="(default: rows.processes())")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
     if args.real:
@@ -91,7 +100,9 @@ def main() -> None:
     # Per metric, each over every layer, the way layer_metrics runs them.
     split = metrics.split_indices(labels, args.seed)
     times = dict.fromkeys(metrics.METRICS, 0.0)
-    with table.blas_threads():  # as layer_metrics runs them (TUNESCOPE_BLAS_THREADS, default 1)
+    with (
+        rows_module.blas_threads()
+    ):  # as layer_metrics runs them (TUNESCOPE_BLAS_THREADS, default 1)
         blas = {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
         for layer in range(n_layers1):
             time_layer(states[layer], labels, split, metric, times)
@@ -109,6 +120,36 @@ def main() -> None:
     print(f"layer_metrics, all four metrics, all layers: {total:.2f} s")
     rho = {k: round(v, 3) for k, v in s["rho"].items()}
     print(f"l_star {s['l_star']}, zeta {s['zeta']:.3g}, rho {rho}")
+    side_by_side(states, labels, metric, args)
+
+
+def side_by_side(states, labels, metric: str, args) -> None:
+    """The table in one process vs shared with helpers, alternating (module docstring)."""
+    import os
+    import statistics
+
+    from analysis.layers import rows
+
+    count = args.processes or rows.processes()
+    os.environ[rows.PROCESSES_ENV] = str(count)
+    started = time.perf_counter()
+    helpers = rows.start_helpers()
+    print(f"{len(helpers)} helper(s) up in {time.perf_counter() - started:.2f} s")
+    times: dict[str, list[float]] = {"1": [], str(count): []}
+    tables = {}
+    for _ in range(args.rounds):
+        for setting in times:
+            os.environ[rows.PROCESSES_ENV] = setting
+            t = time.perf_counter()
+            tables[setting] = table.layer_metrics(states, labels, metric, args.seed)
+            times[setting].append(time.perf_counter() - t)
+    print(f"  last split: {rows.last_share}; seconds {times}")
+    one, shared = statistics.median(times["1"]), statistics.median(times[str(count)])
+    same = tables["1"].equals(tables[str(count)])
+    print(
+        f"layer table: processes={count} one_s={one:.2f} shared_s={shared:.2f} "
+        f"ratio={shared / one:.2f} same={same}"
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ also reports its CPU time (all threads), whose ratio is the steadier comparison.
 
 Every measured stage runs in a fresh subprocess and reports its own peak resident set size
 (``getrusage(RUSAGE_SELF).ru_maxrss``: it includes the interpreter, torch and everything the stage
-touched, memory-mapped pages too). The page cache is not part of it.
+touched, memory-mapped pages too), plus the peak of each helper process it has started (the
+probes' helpers, `analysis/layers/rows.py`). The page cache is not part of it.
 
 Goals: extraction ≤ 1.1× the bare forward; peak RSS ≤ 3 GB at N = 100,000 × 25 × 1,024; the layer
 metrics at that size ≤ 60 s on this CPU, linear in N (part (b) runs N = 10,000, 30,000 and
@@ -61,7 +62,20 @@ STRENGTH = (0.1, 1.5)
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This stage's peak RSS plus its live helper processes' (the layer table's probe helpers,
+    `analysis.layers.rows`: each one's own peak, VmHWM; a sum of peaks, so an upper bound)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    helpers = 0.0
+    for task in Path("/proc").glob(f"{os.getpid()}/task/*/children"):
+        for pid in task.read_text().split():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    helpers += int(line.split()[1]) / 1024
+    return own + helpers
 
 
 def emit(result: dict) -> None:

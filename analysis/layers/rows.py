@@ -32,6 +32,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -99,6 +100,17 @@ def _helper_row(layer: int, states: np.ndarray, *args) -> Row:
     here exactly as this process would."""
     with blas_threads():
         return layer_row(layer, as_float64(states), *args)
+
+
+def fit_probe(
+    values: np.ndarray, labels: np.ndarray, metric: str, folds: np.ndarray, seed: int, threads: int
+) -> tuple[ProbeCV, float]:
+    """`cv_predictions` of one layer's probe rows on ``threads`` BLAS threads, and its seconds
+    (the streamed route sends its probes here, to a helper: `analysis.layers.streamed`)."""
+    start = time.perf_counter()
+    with threadpool_limits(threads, user_api="blas"):
+        probe = cv_predictions(as_float64(values), labels, metric, folds, seed=seed)
+    return probe, time.perf_counter() - start
 
 
 def _sendable(states) -> np.ndarray:

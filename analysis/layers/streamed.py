@@ -64,6 +64,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,7 @@ import scipy.linalg.blas
 from threadpoolctl import threadpool_limits
 
 from analysis.cache import StoredTensor
+from analysis.layers import rows as row_helpers
 from analysis.layers.metrics import (
     DEFAULT_BINS,
     METRICS,
@@ -86,7 +88,9 @@ from analysis.layers.metrics import (
     encode_classes,
     split_indices,
 )
-from analysis.layers.probe import cv_predictions, outer_folds
+from analysis.layers.probe import outer_folds
+from analysis.layers.rows import fit_probe
+from analysis.layers.rows import helpers as layer_helpers
 from analysis.progress import Progress, no_progress
 
 if TYPE_CHECKING:
@@ -102,6 +106,9 @@ COLUMNS = ("nu", "cca", "rank", "probe", "probe_c", "probe_se")
 # and share the cores with the Grams' one BLAS thread, instead of one fit at a time leaving a
 # core idle once the Grams are done.
 PROBE_THREADS = 2
+# With helper processes (`analysis.layers.rows`) the probes queue up to this many layers ahead
+# (their rows: ≤ 8 × 15 MB at the default cap) while this process builds the Grams.
+PROBE_PENDING = 8
 
 States = StoredTensor | ArrayLike  # (L+1, N, d): on disk, or an array / tensor
 # The table takes the streamed route when one layer's states, as float64, exceed this (MB).
@@ -126,10 +133,13 @@ def probe_threads() -> int:
     return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
 
 
-def _done(entry: tuple[dict, Any]) -> tuple[dict, Any]:
-    """(row, its probe) once the probe's fit has finished."""
-    row, future = entry
-    return row, future.result()
+def layer_rows_helpers(work: int) -> int:
+    """Helper processes for the streamed probes (`analysis.layers.rows.helpers`): its
+    ``processes() − 1`` when the probes' rows hold at least ``PARALLEL_MIN_WORK`` numbers in all
+    (else none: a helper's start-up would cost more than it saves)."""
+    if work < row_helpers.PARALLEL_MIN_WORK:
+        return 0
+    return row_helpers.processes() - 1
 
 
 def overlap_probes() -> bool:
@@ -561,23 +571,35 @@ def streamed_layer_metrics(
     dense, fits = gram_threads(), probe_threads()
     overlap = probe_ok and dense > 1 and (overlap_probes() if overlap is None else overlap)
     limits = contextlib.ExitStack()
-    prober = None
-    if overlap:  # one BLAS thread for the Grams and one for each of PROBE_THREADS probe fits;
+    prober: Any = None
+    in_flight = PROBE_THREADS  # probes fitted meanwhile, at most
+    helpers = 0
+    if overlap:  # one BLAS thread for the Grams and one for each probe fit in flight;
         dense = fits = 1  # set once for the whole pass: no thread changes the other's count
         limits.enter_context(threadpool_limits(1, user_api="blas"))
-        prober = limits.enter_context(ThreadPoolExecutor(PROBE_THREADS))
-    pending: deque[tuple[dict, Any]] = deque()  # (row, future of its probe) still being fitted
+        helpers = layer_rows_helpers(len(probe_rows_) * d * n_layers)
+        if helpers:  # fits in helper processes: no interpreter lock shared with the Grams
+            prober, in_flight = layer_helpers(helpers), PROBE_PENDING
+        else:
+            prober = limits.enter_context(ThreadPoolExecutor(PROBE_THREADS))
+    pending: deque[tuple[dict, Any, np.ndarray]] = deque()  # (row, future, rows) being fitted
     fit_clock = [0.0]
+    probe_labels = raw[probe_rows_]
 
-    def fit(values: np.ndarray) -> Any:
-        start = time.perf_counter()
-        with threadpool_limits(fits, user_api="blas"):
-            result = cv_predictions(values, raw[probe_rows_], metric, folds, seed=seed)
-        fit_clock[0] += time.perf_counter() - start
-        return result
+    def fit(values: np.ndarray) -> tuple[Any, float]:
+        return fit_probe(values, probe_labels, metric, folds, seed, fits)
 
-    def finish(row: dict, probe: Any) -> None:
+    def finish(row: dict, done: tuple[Any, float]) -> None:
+        probe, seconds = done
+        fit_clock[0] += seconds
         row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
+
+    def collect(entry: tuple[dict, Any, np.ndarray]) -> None:
+        row, future, values = entry
+        try:
+            finish(row, future.result())
+        except BrokenProcessPool:  # a helper died (killed, out of memory): fit it here
+            finish(row, fit(values))
 
     with limits:  # (the prober shuts down, and the thread count is restored, on any exit)
         for layer in range(n_layers):
@@ -614,18 +636,33 @@ def streamed_layer_metrics(
                 }
             timing["nu_cca_rank"] += time.perf_counter() - clock
             clock = time.perf_counter()
-            while len(pending) >= PROBE_THREADS:  # earlier layers' probes, fitted meanwhile
-                finish(*_done(pending.popleft()))
-            if probe_ok and prober is not None:
-                pending.append((row, prober.submit(fit, gathers[0].values)))
+            while len(pending) >= in_flight:  # earlier layers' probes, fitted meanwhile
+                collect(pending.popleft())
+            if probe_ok and helpers:
+                values = gathers[0].values
+                future = prober.submit(fit_probe, values, probe_labels, metric, folds, seed, fits)
+                pending.append((row, future, values))
+            elif probe_ok and prober is not None:
+                pending.append((row, prober.submit(fit, gathers[0].values), gathers[0].values))
             elif probe_ok:
                 finish(row, fit(gathers[0].values))
             timing["probe"] += time.perf_counter() - clock
             rows.append(row)
             del moments, gathers
         clock = time.perf_counter()
-        while pending:
-            finish(*_done(pending.popleft()))
+        # The Grams are done: this process fits the probes no one has started yet, from the
+        # last layer back, while the helpers finish theirs (a fit that has started cannot be
+        # cancelled, so none is fitted twice).
+        here = set()
+        for k in reversed(range(len(pending))):
+            row, future, values = pending[k]
+            if future.cancel():
+                finish(row, fit(values))
+                here.add(k)
+        for k, entry in enumerate(pending):
+            if k not in here:
+                collect(entry)
+        pending.clear()
         timing["probe"] += time.perf_counter() - clock
     timing["probe_fits"] = fit_clock[0]  # the fits' own time (beside the Grams when overlapped)
     report(1.0, "all layers done")
@@ -646,7 +683,7 @@ def streamed_layer_metrics(
         route="streamed",
         timing={k: round(v, 3) for k, v in timing.items()},
         gram_gflop=round(gram_rows * d * d / 1e9, 3),  # the Gram updates' flops (syrk: N d² each)
-        threads={"gram": dense, "probe": fits, "overlap": bool(overlap)},
+        threads={"gram": dense, "probe": fits, "overlap": bool(overlap), "helpers": helpers},
         probe_cap=probe_cap,
         probe_n=len(probe_rows_) if probe_ok else 0,
         route_note=(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -230,6 +234,26 @@ def test_probe_beside_the_grams_gives_the_same_table(monkeypatch):
     side = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
     turns = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=False)
     pd.testing.assert_frame_equal(side, turns)
-    assert side.attrs["threads"] == {"gram": 1, "probe": 1, "overlap": True}
-    assert turns.attrs["threads"] == {"gram": 2, "probe": 1, "overlap": False}
+    assert side.attrs["threads"] == {"gram": 1, "probe": 1, "overlap": True, "helpers": 0}
+    assert turns.attrs["threads"] == {"gram": 2, "probe": 1, "overlap": False, "helpers": 0}
     assert side["probe"].notna().all() and side.attrs["gram_gflop"] > 0
+
+
+def test_probes_in_helper_processes_give_the_same_table(monkeypatch):
+    """The probes fitted in a helper process (and, once the Grams are done, the ones it has not
+    started fitted here) give the same table as threads; a killed helper is replaced."""
+    from analysis.layers import rows
+
+    monkeypatch.setenv("TUNESCOPE_GRAM_THREADS", "2")
+    monkeypatch.setenv(rows.PROCESSES_ENV, "2")
+    states, labels = bert_like(n=300, n_layers=5)
+    threads = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
+    monkeypatch.setattr(rows, "PARALLEL_MIN_WORK", 0)
+    helped = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
+    assert helped.attrs["threads"] == {"gram": 1, "probe": 1, "overlap": True, "helpers": 1}
+    pd.testing.assert_frame_equal(helped, threads)
+    (pid,) = rows.start_helpers()
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(1.0)  # (the pool notices)
+    again = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
+    pd.testing.assert_frame_equal(again, threads)
