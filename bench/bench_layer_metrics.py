@@ -134,7 +134,9 @@ def side_by_side(states, labels, metric: str, args) -> None:
     os.environ[rows.PROCESSES_ENV] = str(count)
     started = time.perf_counter()
     helpers = rows.start_helpers()
-    print(f"{len(helpers)} helper(s) up in {time.perf_counter() - started:.2f} s")
+    print(
+        f"{len(helpers)} helper(s) up after {time.perf_counter() - started:.2f} s (started by the table above, if it shared its layers)"
+    )
     times: dict[str, list[float]] = {"1": [], str(count): []}
     tables = {}
     for _ in range(args.rounds):

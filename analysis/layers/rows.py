@@ -34,6 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -214,18 +215,25 @@ def layer_rows(
     count = min(processes(), n_layers)
     work = n_layers * int(np.prod(states[0].shape))
     rows: list[Row | None] = [None] * n_layers
-    if count < 2 or work < PARALLEL_MIN_WORK:
+    claims: dict[int, concurrent.futures.Future] = {}
+    if count >= 2 and work >= PARALLEL_MIN_WORK:
+        try:
+            pool = helpers(processes() - 1)
+            for layer in range(n_layers):
+                claims[layer] = pool.submit(
+                    _helper_row, layer, _sendable(states[layer]), *arguments
+                )
+        except BrokenProcessPool:  # a helper died just now: this process fits every layer
+            for future in claims.values():
+                future.cancel()
+            claims = {}
+    if not claims:
         with blas_threads():
             for layer in range(n_layers):
                 rows[layer] = layer_row(layer, as_float64(states[layer]), *arguments)
                 report(layer + 1, n_layers)
         last_share.update(here=list(range(n_layers)), helpers=[])
         return rows  # type: ignore[return-value]
-    pool = helpers(processes() - 1)
-    claims = {
-        layer: pool.submit(_helper_row, layer, _sendable(states[layer]), *arguments)
-        for layer in range(n_layers)
-    }
     finished = 0
     try:
         with blas_threads():
@@ -246,7 +254,7 @@ def layer_rows(
         for layer, future in claims.items():
             try:
                 rows[layer] = future.result()
-            except concurrent.futures.process.BrokenProcessPool:  # a helper died (killed, OOM)
+            except BrokenProcessPool:  # a helper died (killed, out of memory): fit it here
                 with blas_threads():
                     rows[layer] = layer_row(layer, as_float64(states[layer]), *arguments)
     finally:

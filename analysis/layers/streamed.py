@@ -41,11 +41,16 @@ folds and fits).
 **Cost** per layer: N d² / 2 multiply-adds for the Gram matrices (staged rows, one BLAS ``dsyrk``
 per full stage, in place: `CellMoments`; ``$TUNESCOPE_GRAM_THREADS`` threads, default every core)
 plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe's 5
-fits on 0.8 × ``probe_cap`` rows each; by default the probes of the last ``PROBE_THREADS`` (2)
-layers are fitted while the next layer is read and its Grams built (`overlap_probes`), every
-phase on one BLAS thread. Memory: 3C Gram matrices (3C · d² · 8 bytes: 48 MiB for C = 2,
-d = 1,024), their row stages (``STAGE_BYTES``, 64 MiB), two chunks and the gathered rows of
-three layers (probe_cap · d · 4 bytes each) — none of it grows with N.
+fits on 0.8 × ``probe_cap`` rows each. By default the probes are fitted while the next layers
+are read and their Grams built (`overlap_probes`), every phase on one BLAS thread: in the layer
+table's helper processes (`analysis.layers.rows`; up to ``PROBE_PENDING`` layers queued, and once
+the Grams are done this process fits the queued probes no helper has started), or, where one
+process fits layers or the probes are small, in ``PROBE_THREADS`` (2) threads of this one, whose
+Python steps then share its interpreter lock (at 100,000 × 25 × 1,024 on 2 cores: 97.0 s with a
+helper against 139.2 s with threads, one after the other). Memory: 3C Gram matrices
+(3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), their row stages (``STAGE_BYTES``, 64 MiB), two
+chunks and the gathered rows of the layers whose probes are in flight (probe_cap · d · 4 bytes
+each, ≤ 15 MB at the default cap), plus a helper's imports (≈ 200 MB) — none of it grows with N.
 
 **Repeats and subsets.** ``index`` (M,) lists the positions of the sample's examples among the N
 stored rows, repeats allowed: the result equals `layer_metrics(states[:, index], labels[index])`
@@ -601,7 +606,10 @@ def streamed_layer_metrics(
         except BrokenProcessPool:  # a helper died (killed, out of memory): fit it here
             finish(row, fit(values))
 
-    with limits:  # (the prober shuts down, and the thread count is restored, on any exit)
+    # On any exit (a cancel, an error): the queued probes are dropped, the thread prober shuts
+    # down and the thread count is restored.
+    limits.callback(lambda: [future.cancel() for _, future, _ in pending])
+    with limits:
         for layer in range(n_layers):
             clock = time.perf_counter()
             report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
