@@ -122,7 +122,9 @@ def _warm(model: str | None = None) -> None:
     What the first page asks for first is an extraction, so its imports and the model come
     first; the layer table's (scikit-learn, scipy, pandas: 0.8 s) then load in a thread of this
     worker, beside that extraction (whose torch kernels leave the interpreter free), instead of
-    before it. A job that imports them meanwhile waits for that import to finish."""
+    before it. A job that imports them meanwhile waits for that import to finish. That thread
+    then starts the worker's layer helpers (`analysis.layers.rows.start_helpers`: the processes
+    a layer table shares its layers with, `layer_processes`), so the first table finds them up."""
     import analysis.extract
     import analysis.heads.collect  # noqa: F401
 
