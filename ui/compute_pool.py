@@ -95,9 +95,15 @@ def _init_worker(progress_queue: Any, cancel: Any, server: int, layer_processes:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def _run(call_id: int, root: str, fn: Callable[..., Any], args: tuple) -> Any:
-    """One computation in a worker: ``fn(*args, progress=…)`` in the workspace ``root``."""
+def _run(
+    call_id: int, root: str, fn: Callable[..., Any], args: tuple, processes: int | None = None
+) -> Any:
+    """One computation in a worker: ``fn(*args, progress=…)`` in the workspace ``root``, its
+    layer tables on ``processes`` processes (None: as the worker's environment says)."""
     from analysis.workspace import Workspace
+
+    if processes is not None:
+        os.environ[LAYER_PROCESSES_ENV] = str(processes)
 
     last = [0.0]
 
@@ -144,6 +150,19 @@ def _import_table() -> None:
         start_helpers()
 
 
+def call_layer_processes(share: int, alone: bool) -> int | None:
+    """Processes one call's layer tables may use: the worker's ``share`` while no other worker
+    computes, else 1. A lone newcomer's table then uses both cores of a 2-core machine, while in
+    a class (every worker busy) the helpers would only take CPU from the server that draws every
+    session's page. With helpers in every call, a class of 30 on this 2-core machine had 6 of 30
+    sessions time out and its figures served at a median 76.9 s (`bench/bench_class.py`; last
+    round, without helpers, on a quieter machine: none and 38.9 s). None where
+    ``$TUNESCOPE_LAYER_PROCESSES`` is set: the user's setting holds in every call."""
+    if os.environ.get(LAYER_PROCESSES_ENV, "").strip():
+        return None
+    return share if alone else 1
+
+
 def layer_processes(workers: int) -> int:
     """Processes each worker's layer tables fit layers in (`analysis.layers.rows`): its share
     of the cores, at least 2, so a lone table uses two cores even where the slots could use
@@ -179,6 +198,7 @@ class _Worker:
     executor: ProcessPoolExecutor
     progress: Any
     in_flight: int = 0
+    layer_processes: int = 1  # processes its layer tables may use while no other worker computes
 
 
 class ComputePool:
@@ -221,20 +241,24 @@ class ComputePool:
             target=self._read_progress, args=(progress,), daemon=True,
             name="tunescope-compute-progress",
         ).start()  # fmt: skip
+        # Only the first worker keeps layer helpers: a further one runs beside it, and its
+        # helpers would hold their memory (≈ 200 MB each) for the rare moment it is alone.
+        share = layer_processes(self.workers) if not self._started else 1
         executor = ProcessPoolExecutor(
             1,
             mp_context=context,
             initializer=_init_worker,
-            initargs=(progress, self._cancel, os.getpid(), layer_processes(self.workers)),
+            initargs=(progress, self._cancel, os.getpid(), share),
         )
         with plain_main():  # the process starts with this first submit
             executor.submit(_warm, model)
-        worker = _Worker(executor, progress)
+        worker = _Worker(executor, progress, layer_processes=share)
         self._started.append(worker)
         return worker
 
-    def _claim(self) -> _Worker:
-        """The worker for the next call (class docstring), its in-flight count raised."""
+    def _claim(self) -> tuple[_Worker, int | None]:
+        """The worker for the next call (class docstring), its in-flight count raised, and the
+        processes this call's layer tables may use (`call_layer_processes`)."""
         with self._lock:
             idle = [w for w in self._started if w.in_flight == 0]
             if idle:
@@ -243,8 +267,9 @@ class ComputePool:
                 worker = self._new_worker()
             else:
                 worker = min(self._started, key=lambda w: w.in_flight)
+            alone = all(w.in_flight == 0 for w in self._started if w is not worker)
             worker.in_flight += 1
-            return worker
+            return worker, call_layer_processes(worker.layer_processes, alone)
 
     def warm(self, model: str | None = None) -> None:
         """Start the first worker now, loading ``model``, without waiting (the first page's
@@ -273,17 +298,17 @@ class ComputePool:
         with self._lock:
             self._latest[call_id] = (0.0, "")
         shown = future = None
-        worker = self._claim()
+        worker, processes = self._claim()
         try:
             cancel = self._cancel
             cancel[call_id % CANCEL_FLAGS] = 0
             root = str(Workspace.current().root)
             try:
-                future = worker.executor.submit(_run, call_id, root, fn, args)
+                future = worker.executor.submit(_run, call_id, root, fn, args, processes)
             except BrokenProcessPool:  # its process died while idle: nothing of this call ran
                 self._drop(worker)
-                worker = self._claim()
-                future = worker.executor.submit(_run, call_id, root, fn, args)
+                worker, processes = self._claim()
+                future = worker.executor.submit(_run, call_id, root, fn, args, processes)
             while True:
                 try:
                     value = future.result(timeout=POLL_S)

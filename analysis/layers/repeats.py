@@ -55,23 +55,21 @@ from analysis.layers.metrics import (
     DEFAULT_BINS,
     METRICS,
     ArrayLike,
-    Split,
-    as_float64,
     as_labels,
     bin_scores,
-    cca_score,
     encode_classes,
-    nu,
-    rank_metric,
     rho,
-    split_indices,
     zeta,
 )
-from analysis.layers.rows import blas_threads
+from analysis.layers.rows import (  # noqa: F401  (re-exported: resampled_row, split_by_example)
+    resampled_row,
+    resampled_rows,
+    share_layers,
+    split_by_example,
+)
 from analysis.layers.streamed import stream_limit_mb, use_streamed
 from analysis.layers.table import cached_layer_metrics, finite, layer_metrics, metrics_recipe
 from analysis.progress import Progress
-from analysis.scores import task_score
 
 if TYPE_CHECKING:
     from analysis.extract import LayerStates
@@ -103,25 +101,6 @@ def bootstrap_indices(classes: np.ndarray, rng: np.random.Generator) -> np.ndarr
         if len(members)
     ]
     return np.sort(np.concatenate(parts))
-
-
-def split_by_example(
-    indices: np.ndarray, classes: np.ndarray, seed: int
-) -> tuple[Split, np.ndarray]:
-    """The train / dev / test split of a resample's rows, drawn over its distinct examples.
-
-    indices: (N,) the resample (example index per row); classes: (N_total,) codes of every
-    example. Returns (split over the rows 0..N−1, groups (N,): which distinct example each row
-    copies). Every copy of an example lands in the part its example was drawn into.
-    """
-    distinct, groups = np.unique(indices, return_inverse=True)
-    by_example = split_indices(classes[distinct], seed)
-    part = np.zeros(len(distinct), dtype=np.int64)
-    part[by_example.dev] = 1
-    part[by_example.test] = 2
-    row_part = part[groups]
-    split = Split(*(np.flatnonzero(row_part == p) for p in range(3)))
-    return split, groups
 
 
 def jackknife_groups(classes: np.ndarray, seed: int, groups: int = JACKKNIFE_GROUPS) -> np.ndarray:
@@ -209,36 +188,6 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def resampled_row(
-    h: np.ndarray,
-    rows: np.ndarray,
-    classes: np.ndarray,
-    raw: np.ndarray,
-    predictions: np.ndarray | None,
-    metric: str,
-    which: Sequence[str],
-    split_seed: int,
-) -> list[float]:
-    """nu, cca, rank, probe of one layer on the rows ``rows`` (a resample, copies allowed, or a
-    jackknife subsample); h: (N, d) the layer's states, classes / raw (N,), predictions (N,) the
-    probe's out-of-fold predictions (None: no probe). CCA's split is drawn over the distinct
-    examples (`split_by_example`)."""
-    x = as_float64(h[rows])
-    y = classes[rows]
-    out = [np.nan] * 4
-    if "nu" in which:
-        out[0] = nu(x, y)
-    if "cca" in which:
-        split, _ = split_by_example(rows, classes, split_seed)
-        if len(split.dev) >= 2 and len(split.test) >= 2:
-            out[1] = cca_score(x, y, split=split)
-    if "rank" in which:
-        out[2] = rank_metric(x, y)
-    if "probe" in which and predictions is not None and np.isfinite(predictions).all():
-        out[3] = task_score(metric, raw[rows], predictions[rows].astype(raw.dtype, copy=False))
-    return out
-
-
 def layer_repeats(
     states: ArrayLike,
     labels: ArrayLike,
@@ -259,7 +208,7 @@ def layer_repeats(
     seeded with (seed, r) for its resample and CCA's split. table: the full-sample
     `analysis.layers.table.layer_metrics` frame of these states with ``seed`` (its values are the
     estimates and its ``probe_predictions`` are resampled); computed when None. ``progress`` is
-    told the repeat and the layer.
+    told how many layers are done.
     """
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"Repeats must be a whole number ≥ 1 (got {repeats!r}).")
@@ -284,15 +233,23 @@ def layer_repeats(
         for g in range(int(groups.max()) + 1):
             draws.append((np.flatnonzero(groups != g), int(seed) + g))
     out = np.full((len(draws), n_layers, len(METRICS)), np.nan)
-    with blas_threads():
-        for layer in range(n_layers):
-            report(layer / n_layers, f"{repeats} repeats: layer {layer} of {n_layers - 1}")
-            h = states[layer]
-            h = h.numpy() if isinstance(h, torch.Tensor) else np.asarray(h)
-            pred = None if predictions is None else np.asarray(predictions[layer])
-            for i, (rows, split_seed) in enumerate(draws):
-                out[i, layer] = resampled_row(h, rows, classes, raw, pred, metric, which,
-                                              split_seed)  # fmt: skip
+    calls = []
+    for layer in range(n_layers):
+        h = states[layer]
+        h = h.numpy() if isinstance(h, torch.Tensor) else np.asarray(h)
+        pred = None if predictions is None else np.asarray(predictions[layer])
+        calls.append((h, draws, classes, raw, pred, metric, which))
+    report(0.0, f"{repeats} repeats of {n_layers} layers")
+    per_layer = share_layers(  # the layers shared with helper processes (`analysis.layers.rows`)
+        resampled_rows,
+        calls,
+        work=n_layers * int(np.prod(calls[0][0].shape)),
+        done=lambda finished, total: report(
+            finished / total, f"{repeats} repeats: {finished} of {total} layers done"
+        ),
+    )
+    for layer, values in enumerate(per_layer):
+        out[:, layer] = values
     report(1.0, f"{repeats} repeats done")
     return LayerRepeats(
         values=out[:repeats],

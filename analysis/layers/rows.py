@@ -1,5 +1,7 @@
 """One layer's row of the layer table (`layer_row`), and the rows of several layers fitted side by
-side in helper processes (`layer_rows`).
+side in helper processes (`layer_rows`, through `share_layers`). The same sharing serves the layer
+repeats (`resampled_rows`: one layer's ν / CCA / ϱ on every bootstrap resample) and the streamed
+route's probes (`fit_probe`, sent to the same helpers by `analysis.layers.streamed`).
 
 Why processes, not threads: a layer's row is mostly its cross-validated probe, 110 small
 L-BFGS fits (5 outer folds × (3 inner folds × 7 C values + 1 refit)) whose steps are short Python
@@ -12,8 +14,8 @@ it (`tests/layers/test_rows.py`).
 
 Sharing: the helpers take layers from the front, this process from the back; before each layer
 this process tries to cancel the helpers' claim on it, which succeeds while no helper has picked
-it up yet. So the work balances itself (layers differ in cost by up to 3×: a hard layer's fits
-take more L-BFGS steps) and each layer is fitted exactly once. Tables too small to gain
+it up yet. So the work balances itself (layers differ in cost: a hard layer's fits take more
+L-BFGS steps) and each layer is fitted exactly once. Tables too small to gain
 (`PARALLEL_MIN_WORK` numbers in all) stay in this process.
 
 The helpers are spawned once per process and kept (a spawn and its imports cost about a second),
@@ -40,8 +42,16 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from analysis.children import exit_with_parent, plain_main
-from analysis.layers.metrics import Split, as_float64, cca_score, nu, rank_metric
+from analysis.layers.metrics import (
+    Split,
+    as_float64,
+    cca_score,
+    nu,
+    rank_metric,
+    split_indices,
+)
 from analysis.layers.probe import ProbeCV, cv_predictions
+from analysis.scores import task_score
 
 PARALLEL_MIN_WORK = 1_000_000  # examples × d × layers below which the layers stay in this process
 PROCESSES_ENV = "TUNESCOPE_LAYER_PROCESSES"
@@ -207,58 +217,141 @@ def layer_rows(
 ) -> list[Row]:
     """`layer_row` of every layer of ``states`` ((L+1, N, d), numpy or torch), in layer order:
     ``layer_row(layer, states[layer] as float64, *arguments)``, the layers shared between this
-    process and `processes()` − 1 helper processes (module docstring); ``done(finished, total)``
+    process and `processes()` − 1 helper processes (`share_layers`); ``done(finished, total)``
     is called in this process as layers finish.
     """
-    n_layers = len(states)
+    calls = [(layer, _sendable(states[layer]), *arguments) for layer in range(len(states))]
+    work = len(states) * int(np.prod(states[0].shape))
+    return share_layers(_helper_row, calls, work=work, done=done)
+
+
+def share_layers(
+    function: Callable,
+    calls: Sequence[tuple],
+    *,
+    work: int,
+    done: Callable[[int, int], None] | None = None,
+) -> list:
+    """``[function(*call) for call in calls]``, in order, the calls shared between this process
+    and the helpers (module docstring): the helpers take them from the front, this process from
+    the back, each call made once, in whichever process, with the same arguments. ``function``
+    is a module-level function (helpers import it by name) that sets its own BLAS threads;
+    ``work`` (numbers in all) below `PARALLEL_MIN_WORK` keeps every call here."""
+    n_calls = len(calls)
     report = done or (lambda finished, total: None)
-    count = min(processes(), n_layers)
-    work = n_layers * int(np.prod(states[0].shape))
-    rows: list[Row | None] = [None] * n_layers
+    out: list = [None] * n_calls
     claims: dict[int, concurrent.futures.Future] = {}
-    if count >= 2 and work >= PARALLEL_MIN_WORK:
+    if min(processes(), n_calls) >= 2 and work >= PARALLEL_MIN_WORK:
         try:
             pool = helpers(processes() - 1)
-            for layer in range(n_layers):
-                claims[layer] = pool.submit(
-                    _helper_row, layer, _sendable(states[layer]), *arguments
-                )
-        except BrokenProcessPool:  # a helper died just now: this process fits every layer
+            for k, call in enumerate(calls):
+                claims[k] = pool.submit(function, *call)
+        except BrokenProcessPool:  # a helper died just now: this process makes every call
             for future in claims.values():
                 future.cancel()
             claims = {}
     if not claims:
-        with blas_threads():
-            for layer in range(n_layers):
-                rows[layer] = layer_row(layer, as_float64(states[layer]), *arguments)
-                report(layer + 1, n_layers)
-        last_share.update(here=list(range(n_layers)), helpers=[])
-        return rows  # type: ignore[return-value]
+        for k, call in enumerate(calls):
+            out[k] = function(*call)
+            report(k + 1, n_calls)
+        last_share.update(here=list(range(n_calls)), helpers=[])
+        return out
     finished = 0
     try:
-        with blas_threads():
-            for layer in reversed(range(n_layers)):
-                if not claims[layer].cancel():
-                    break  # a helper has it, and every layer before it
-                del claims[layer]
-                rows[layer] = layer_row(layer, as_float64(states[layer]), *arguments)
-                finished += 1
-                report(finished + sum(f.done() for f in claims.values()), n_layers)
+        for k in reversed(range(n_calls)):
+            if not claims[k].cancel():
+                break  # a helper has it, and every call before it
+            del claims[k]
+            out[k] = function(*calls[k])
+            finished += 1
+            report(finished + sum(f.done() for f in claims.values()), n_calls)
         pending = set(claims.values())
         while pending:
             ready, pending = concurrent.futures.wait(
                 pending, return_when=concurrent.futures.FIRST_COMPLETED
             )
             finished += len(ready)
-            report(finished, n_layers)
-        for layer, future in claims.items():
+            report(finished, n_calls)
+        for k, future in claims.items():
             try:
-                rows[layer] = future.result()
-            except BrokenProcessPool:  # a helper died (killed, out of memory): fit it here
-                with blas_threads():
-                    rows[layer] = layer_row(layer, as_float64(states[layer]), *arguments)
+                out[k] = future.result()
+            except BrokenProcessPool:  # a helper died (killed, out of memory): made here
+                out[k] = function(*calls[k])
     finally:
         for future in claims.values():
             future.cancel()
-    last_share.update(here=sorted(set(range(n_layers)) - set(claims)), helpers=sorted(claims))
-    return rows  # type: ignore[return-value]
+    last_share.update(here=sorted(set(range(n_calls)) - set(claims)), helpers=sorted(claims))
+    return out
+
+
+# -- the layer repeats' rows (`analysis.layers.repeats`) -------------------------------------------
+
+
+def split_by_example(
+    indices: np.ndarray, classes: np.ndarray, seed: int
+) -> tuple[Split, np.ndarray]:
+    """The train / dev / test split of a resample's rows, drawn over its distinct examples.
+
+    indices: (N,) the resample (example index per row); classes: (N_total,) codes of every
+    example. Returns (split over the rows 0..N−1, groups (N,): which distinct example each row
+    copies). Every copy of an example lands in the part its example was drawn into.
+    """
+    distinct, groups = np.unique(indices, return_inverse=True)
+    by_example = split_indices(classes[distinct], seed)
+    part = np.zeros(len(distinct), dtype=np.int64)
+    part[by_example.dev] = 1
+    part[by_example.test] = 2
+    row_part = part[groups]
+    split = Split(*(np.flatnonzero(row_part == p) for p in range(3)))
+    return split, groups
+
+
+def resampled_row(
+    h: np.ndarray,
+    rows: np.ndarray,
+    classes: np.ndarray,
+    raw: np.ndarray,
+    predictions: np.ndarray | None,
+    metric: str,
+    which: Sequence[str],
+    split_seed: int,
+) -> list[float]:
+    """nu, cca, rank, probe of one layer on the rows ``rows`` (a resample, copies allowed, or a
+    jackknife subsample); h: (N, d) the layer's states, classes / raw (N,), predictions (N,) the
+    probe's out-of-fold predictions (None: no probe). CCA's split is drawn over the distinct
+    examples (`split_by_example`)."""
+    x = as_float64(h[rows])
+    y = classes[rows]
+    out = [np.nan] * 4
+    if "nu" in which:
+        out[0] = nu(x, y)
+    if "cca" in which:
+        split, _ = split_by_example(rows, classes, split_seed)
+        if len(split.dev) >= 2 and len(split.test) >= 2:
+            out[1] = cca_score(x, y, split=split)
+    if "rank" in which:
+        out[2] = rank_metric(x, y)
+    if "probe" in which and predictions is not None and np.isfinite(predictions).all():
+        out[3] = task_score(metric, raw[rows], predictions[rows].astype(raw.dtype, copy=False))
+    return out
+
+
+def resampled_rows(
+    h: np.ndarray,
+    draws: Sequence[tuple[np.ndarray, int]],
+    classes: np.ndarray,
+    raw: np.ndarray,
+    predictions: np.ndarray | None,
+    metric: str,
+    which: Sequence[str],
+) -> np.ndarray:
+    """(len(draws), 4): `resampled_row` of one layer for each (rows, split seed) draw, on
+    `blas_threads` (one call of `share_layers`)."""
+    with blas_threads():
+        return np.array(
+            [
+                resampled_row(h, rows, classes, raw, predictions, metric, which, split_seed)
+                for rows, split_seed in draws
+            ],
+            dtype=np.float64,
+        ).reshape(len(draws), 4)

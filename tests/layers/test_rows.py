@@ -1,6 +1,6 @@
-"""The layer table's rows fitted side by side in helper processes: the same numbers bit for bit as
-one process, the work shared, a killed helper costing nothing, and helpers ending with their
-parent."""
+"""The layer table's rows (and the layer repeats) fitted side by side in helper processes: the
+same numbers bit for bit as one process, the work shared, a killed helper costing nothing, and
+helpers ending with their parent."""
 
 from __future__ import annotations
 
@@ -144,3 +144,16 @@ def test_helpers_end_with_the_process_that_started_them(tmp_path):
         time.sleep(0.1)
     os.kill(helper, signal.SIGKILL)
     pytest.fail("the helper outlived its parent by 10 s")
+
+
+def test_layer_repeats_shared_with_a_helper_equal_one_process_bit_for_bit(parallel, monkeypatch):
+    from analysis.layers.repeats import layer_repeats
+
+    states, labels = states_and_labels(n_layers=4, n=240)
+    shared = layer_repeats(states, labels, seed=2, repeats=6)
+    assert rows.last_share["helpers"] and rows.last_share["here"]
+    monkeypatch.setenv(rows.PROCESSES_ENV, "1")
+    alone = layer_repeats(states, labels, seed=2, repeats=6)
+    np.testing.assert_array_equal(shared.values, alone.values)
+    np.testing.assert_array_equal(shared.jackknife, alone.jackknife)
+    assert np.isfinite(shared.values[:, :, :3]).all()

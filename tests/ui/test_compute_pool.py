@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -108,8 +109,9 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
 def test_a_worker_fits_layers_in_its_share_of_the_cores_and_its_helpers_end_with_it(
     monkeypatch,
 ):
-    """Each worker's layer tables use its share of the cores, at least two processes (a lone
-    table on a 2-core machine uses both); the helpers it started die with it, even killed."""
+    """The first worker's layer tables use its share of the cores, at least two processes (a lone
+    table on a 2-core machine uses both), while no other worker computes; beside a busy worker a
+    call fits alone. The helpers die with their worker, even killed."""
     import signal
 
     monkeypatch.delenv(LAYER_PROCESSES_ENV, raising=False)
@@ -123,6 +125,15 @@ def test_a_worker_fits_layers_in_its_share_of_the_cores_and_its_helpers_end_with
         first = workers.call(layer_helpers)
         assert first["setting"] == str(layer_processes(2))
         assert len(first["helpers"]) == layer_processes(2) - 1
+        # While that worker computes, a call in the second worker fits alone, with no helper.
+        busy = threading.Thread(target=workers.call, args=(spin, 3.0))
+        busy.start()
+        time.sleep(0.5)
+        beside = workers.call(layer_helpers)
+        busy.join()
+        assert beside == {"setting": "1", "helpers": []} and workers.started == 2
+        again = workers.call(layer_helpers)  # alone again: the first worker, its helpers
+        assert again == first
         worker = workers.call(count_to, 1)["pid"]
         os.kill(worker, signal.SIGKILL)
         assert all(_gone(pid) for pid in first["helpers"])

@@ -55,7 +55,7 @@ def get_layer_repeats(
     layer_states: LayerStates, seed: int, repeats: int, n_bins: int = DEFAULT_BINS
 ) -> tuple[LayerRepeats, bool]:
     """(repeats, hit) of analysis.layers.repeats.cached_layer_repeats, with a progress bar that
-    names the repeat and the layer on a miss (in a compute worker, as `get_layer_metrics`)."""
+    counts the layers done on a miss (in a compute worker, as `get_layer_metrics`)."""
 
     def run(progress):
         if _in_worker(layer_states):
