@@ -22,6 +22,12 @@ from collections.abc import Iterator
 POLL_S = 1.0
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS says), at least 1."""
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return max(1, len(cores) if cores else (os.cpu_count() or 1))
+
+
 def exit_with_parent(parent: int) -> None:
     """End this process (exit status 0, no clean-up: it has nothing to save) once ``parent``,
     the PID of the process that started it, is gone."""

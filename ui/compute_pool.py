@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.children import exit_with_parent, plain_main
+from analysis.children import exit_with_parent, plain_main, usable_cores
 from analysis.progress import Cancelled, Progress, no_progress
 
 ENV = "TUNESCOPE_COMPUTE_PROCESSES"
@@ -167,8 +167,8 @@ def layer_processes(workers: int) -> int:
     """Processes each worker's layer tables fit layers in (`analysis.layers.rows`): its share
     of the cores, at least 2, so a lone table uses two cores even where the slots could use
     every core between them; ``$TUNESCOPE_LAYER_PROCESSES`` overrides it."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(max(2, (cores or 1) // max(1, workers)), max(1, cores or 1))
+    cores = usable_cores()
+    return min(max(2, cores // max(1, workers)), cores)
 
 
 @functools.lru_cache(maxsize=2)

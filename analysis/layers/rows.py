@@ -41,7 +41,7 @@ from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from analysis.children import exit_with_parent, plain_main
+from analysis.children import exit_with_parent, plain_main, usable_cores
 from analysis.layers.metrics import (
     Split,
     as_float64,
@@ -146,11 +146,6 @@ def processes() -> int:
         except ValueError:
             raise ValueError(f"{PROCESSES_ENV} must be a whole number (got {value!r}).") from None
     return min(usable_cores(), DEFAULT_MAX_PROCESSES)
-
-
-def usable_cores() -> int:
-    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    return max(1, len(cores) if cores else (os.cpu_count() or 1))
 
 
 # Which layers the last `layer_rows` call of this process fitted here and which in the helpers

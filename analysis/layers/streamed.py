@@ -646,12 +646,10 @@ def streamed_layer_metrics(
             clock = time.perf_counter()
             while len(pending) >= in_flight:  # earlier layers' probes, fitted meanwhile
                 collect(pending.popleft())
-            if probe_ok and helpers:
+            if probe_ok and prober is not None:  # (helper processes or threads alike)
                 values = gathers[0].values
                 future = prober.submit(fit_probe, values, probe_labels, metric, folds, seed, fits)
                 pending.append((row, future, values))
-            elif probe_ok and prober is not None:
-                pending.append((row, prober.submit(fit, gathers[0].values), gathers[0].values))
             elif probe_ok:
                 finish(row, fit(gathers[0].values))
             timing["probe"] += time.perf_counter() - clock

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysis.children import usable_cores
 from analysis.config import help_of
 from analysis.io import atomic_write_json, read_json
 from analysis.runs.db import RunsDB, db_path
@@ -61,11 +62,6 @@ RETAKE_PATIENCE_S = 2.0  # how long an idle worker tries to take its lock back (
 
 CPU_WORKERS_ENV = "TUNESCOPE_CPU_WORKERS"
 SMALL_MODEL_PARAMS = 50_000_000  # up to this size, one CPU worker per core (bench_packing.py)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return max(1, len(os.sched_getaffinity(0)))
 
 
 def estimate_params(spec) -> int | None:
