@@ -23,7 +23,11 @@ every (fold, C) pair: scikit-learn's ``RidgeCV`` for regression; for classificat
 loop (`_logistic_cv`) over `analysis.layers.logistic.L2Logistic` fits — scikit-learn's
 ``LogisticRegression`` objective and L-BFGS settings without its per-step overhead (that
 module's docstring) — because ``LogisticRegressionCV`` works in float64 only, and the float32
-fits took 0.6× the time.
+fits took 0.6× the time. The 15 inner fits of a layer's 5 outer folds walk their grids side by
+side, and then the 5 refits (`analysis.layers.logistic_batch`): each takes its own L-BFGS-B
+iterates, and the products of all fits waiting in a round are two matrix products over the
+layer's rows, read once (at 3,750 × 1,024, 2.0–2.2× faster than one fit at a time; the same
+fits up to the rounding of their products).
 Within `fit_probe` the states are standardised once with its whole train part's mean and std
 (not per inner fold): the inner folds see two moments' worth of leakage, which moves no CV
 score measurably; the outer folds never do (each is standardised on its own train part).
@@ -45,6 +49,14 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
 from analysis.layers.logistic import L2Logistic
+from analysis.layers.logistic_batch import (
+    SharedRows,
+    SubsetFit,
+    decisions,
+    fit_subsets,
+    predict,
+    walk_paths,
+)
 from analysis.layers.metrics import ArrayLike, as_float64, as_labels
 from analysis.scores import task_score
 
@@ -102,92 +114,135 @@ def fit_probe(
     weak regularisation). None: every row is its own example.
     """
     x = as_float64(states)
-    y = as_labels(labels)
+    return fit_probes(x, labels, [np.arange(len(x))], metric, seed, grid, folds, groups)[0]
+
+
+def fit_probes(
+    states: ArrayLike,
+    labels: ArrayLike,
+    trains: list[np.ndarray],
+    metric: str,
+    seed: int = 0,
+    grid: tuple[float, ...] = PROBE_GRID,
+    folds: int = CV_FOLDS,
+    groups: ArrayLike | None = None,
+) -> list[ProbeFit]:
+    """`fit_probe` on each train part ``trains[t]`` (row indices into states (N, d)), every
+    part's logistic fits side by side (`_logistic_cv`); the same fits as one `fit_probe` per
+    part."""
+    x = as_float64(states)
+    y_all = as_labels(labels)
     regression = metric == "spearman"
-    group_ids = None if groups is None else np.unique(as_labels(groups), return_inverse=True)[1]
-    first = (
-        np.arange(len(y))
-        if group_ids is None
-        else np.unique(group_ids, return_index=True)[1]  # one row per distinct example
-    )
-    if regression:
-        y = y.astype(np.float64)
-        smallest = len(first) // 2
-    else:
-        _, counts = np.unique(y[first], return_counts=True)
-        if len(np.unique(y)) < 2:
-            raise ValueError("The probe needs at least two classes in its train part.")
-        smallest = int(counts.min()) if len(counts) >= 2 else 0
-    scaler = StandardScaler().fit(x)
-    z = scaler.transform(x)
-    k = min(folds, smallest)
-    with warnings.catch_warnings():
-        # Hitting max_iter on near-separable layers is expected; the held-out score stands.
-        warnings.simplefilter("ignore")
-        if k < 2:
-            model = Ridge(alpha=1.0 / FALLBACK_C) if regression else L2Logistic(C=FALLBACK_C)
-            return ProbeFit(scaler, model.fit(z, y), FALLBACK_C, np.nan, (), regression)
-        scorer = make_scorer(lambda t, p: task_score(metric, t, p))
-        splitter = (
-            KFold(k, shuffle=True, random_state=seed)
-            if regression
-            else StratifiedKFold(k, shuffle=True, random_state=seed)
+    group_all = None if groups is None else np.unique(as_labels(groups), return_inverse=True)[1]
+    done: list[ProbeFit | None] = []
+    searches: list[tuple[int, StandardScaler, np.ndarray, np.ndarray, list]] = []
+    for t, rows in enumerate(trains):
+        y = y_all[rows]
+        group_ids = None if group_all is None else group_all[rows]
+        first = (
+            np.arange(len(y))
+            if group_ids is None
+            else np.unique(group_ids, return_index=True)[1]  # one row per distinct example
         )
-        cv = splitter if group_ids is None else _group_folds(splitter, y, group_ids, first)
         if regression:
-            # RidgeCV tries the alphas in order; largest α (smallest C) first breaks ties that way.
-            model = RidgeCV(alphas=[1.0 / c for c in grid], cv=cv, scoring=scorer).fit(z, y)
-            return ProbeFit(
-                scaler, model, 1.0 / float(model.alpha_), float(model.best_score_), (), True
+            y = y.astype(np.float64)
+            smallest = len(first) // 2
+        else:
+            _, counts = np.unique(y[first], return_counts=True)
+            if len(np.unique(y)) < 2:
+                raise ValueError("The probe needs at least two classes in its train part.")
+            smallest = int(counts.min()) if len(counts) >= 2 else 0
+        scaler = StandardScaler().fit(x[rows])
+        k = min(folds, smallest)
+        with warnings.catch_warnings():
+            # Hitting max_iter on near-separable layers is expected; the held-out score stands.
+            warnings.simplefilter("ignore")
+            if k < 2:
+                z = scaler.transform(x[rows])
+                model = Ridge(alpha=1.0 / FALLBACK_C) if regression else L2Logistic(C=FALLBACK_C)
+                done.append(ProbeFit(scaler, model.fit(z, y), FALLBACK_C, np.nan, (), regression))
+                continue
+            splitter = (
+                KFold(k, shuffle=True, random_state=seed)
+                if regression
+                else StratifiedKFold(k, shuffle=True, random_state=seed)
             )
-        splits = list(cv.split(z, y) if hasattr(cv, "split") else cv)
-        model, best, means = _logistic_cv(z.astype(np.float32), y, splits, grid, metric)
-    return ProbeFit(scaler, model, grid[best], float(means[best]), tuple(means.tolist()), False)
+            cv = splitter if group_ids is None else _group_folds(splitter, y, group_ids, first)
+            if regression:
+                # RidgeCV tries the alphas in order; largest α (smallest C) first breaks ties so.
+                scorer = make_scorer(lambda t_, p_: task_score(metric, t_, p_))
+                z = scaler.transform(x[rows])
+                model = RidgeCV(alphas=[1.0 / c for c in grid], cv=cv, scoring=scorer).fit(z, y)
+                done.append(ProbeFit(
+                    scaler, model, 1.0 / float(model.alpha_), float(model.best_score_), (), True
+                ))  # fmt: skip
+                continue
+            splits = list(cv.split(np.zeros(len(y)), y) if hasattr(cv, "split") else cv)
+        done.append(None)
+        searches.append((t, scaler, np.asarray(rows), y, splits))
+    if searches:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = _logistic_cv(x, searches, grid, metric)
+        for (t, scaler, *_), (model, best, means) in zip(searches, found, strict=True):
+            done[t] = ProbeFit(
+                scaler, model, grid[best], float(means[best]), tuple(means.tolist()), False
+            )
+    return done  # type: ignore[return-value]
 
 
 def _logistic_cv(
-    z: np.ndarray, y: np.ndarray, splits: list, grid: tuple[float, ...], metric: str
-) -> tuple[L2Logistic, int, np.ndarray]:
-    """The inner CV of the logistic probe, in float32: (refit model, index of the best C, mean
-    CV score per C).
+    x: np.ndarray, searches: list, grid: tuple[float, ...], metric: str
+) -> list[tuple[L2Logistic, int, np.ndarray]]:
+    """The inner CV of the logistic probe for several train parts at once: per part, (refit
+    model, index of the best C, mean CV score per C).
 
-    What scikit-learn's ``LogisticRegressionCV`` does — per fold, walk the C grid upwards with
-    warm starts (L-BFGS), score each C on the fold's held-out rows; the best mean score wins
-    (ties to the smaller C); refit on every row with that C, started from the folds' mean
-    coefficients — but ``LogisticRegressionCV`` converts its input to float64, and an L-BFGS
-    iteration here is two passes over the rows × d matrix, bound by memory bandwidth: in float32
-    it took 1.3 ms instead of 2.2 ms at 3,000 × 1,024, and the CV probes of four BERT-large-shaped
-    layers (3,750 rows) took 16.3 s instead of 24.4 s. ``LogisticRegression`` keeps float32. The
-    rounding (≈ 1e-7 relative) is below the solver's own tolerance (1e-4 on the gradient); on
-    those layers the scores moved by at most 0.0016, and where a fold's chosen C moved, it moved
-    to a neighbour on a flat stretch of the CV curve.
+    searches: (t, scaler, rows, y, splits) per part — its rows of x (N, d) float64, their labels,
+    its fitted `StandardScaler`, and its inner folds (index pairs into ``rows``).
 
-    The fits are now `L2Logistic` (the same objective and optimiser, a leaner loss): the default
-    Layers table (MiniLM, 1,000 movie snippets) took 3.0 s instead of 4.5 s with identical
-    out-of-fold predictions; 1,000 TREC questions (6 classes) 11.8 s instead of 13.6 s, scores
-    within 0.003 (s.e. 0.011); the four BERT-large-shaped layers 18.5 s instead of 21.2 s, scores
-    within 0.0034 (s.e. 0.008) on the two weak layers, where L-BFGS stops on a flat optimum and
-    any rounding change moves where.
+    What scikit-learn's ``LogisticRegressionCV`` does — per inner fold, walk the C grid upwards
+    with warm starts (L-BFGS), score each C on the fold's held-out rows; the best mean score wins
+    (ties to the smaller C); refit on every row of the part with that C, started from the folds'
+    mean coefficients. The fits are `L2Logistic`'s (scikit-learn's ``LogisticRegression``
+    objective and L-BFGS settings; that module's docstring) on the part's standardised states,
+    in float32 like the single fits before them (an L-BFGS step reads the rows twice and is bound
+    by memory bandwidth: float32 took 0.6× the time). Every fold of every part at the same C is
+    fitted side by side (`analysis.layers.logistic.fit_subsets`): each fit takes its own L-BFGS-B
+    iterates, but the waiting fits' products are taken together over the layer's rows, read
+    once. The out-of-fold scores use the same shared rows.
     """
-    scores = np.full((len(splits), len(grid)), np.nan)
-    coefs: list[list[tuple[np.ndarray, np.ndarray]]] = []
-    for i, (train, held) in enumerate(splits):
-        model = L2Logistic(C=grid[0], warm_start=True)
-        path = []
-        for j, c in enumerate(grid):
-            model.set_params(C=c)
-            model.fit(z[train], y[train])
-            scores[i, j] = task_score(metric, y[held], model.predict(z[held]))
-            path.append((model.coef_.copy(), model.intercept_.copy()))
-        coefs.append(path)
-    means = scores.mean(axis=0)
-    best = int(np.nanargmax(means)) if np.isfinite(means).any() else 0
-    model = L2Logistic(C=grid[best], warm_start=True)
-    shapes = {path[best][0].shape for path in coefs}
-    if len(shapes) == 1:  # every fold saw every class: start from their mean
-        model.coef_ = np.mean([path[best][0] for path in coefs], axis=0)
-        model.intercept_ = np.mean([path[best][1] for path in coefs], axis=0)
-    return model.fit(z, y), best, means
+    shared = SharedRows(x)
+    inner = []  # (part, fold, held rows of x, SubsetFit) for every inner fold of every part
+    for p, (_, scaler, rows, y, splits) in enumerate(searches):
+        for i, (train, held) in enumerate(splits):
+            model = L2Logistic(C=grid[0], warm_start=True)
+            fit = SubsetFit(rows[train], y[train], scaler.mean_, scaler.scale_, model)
+            inner.append((p, i, (rows[held], y[held]), fit))
+    fits = [fit for *_, fit in inner]
+    paths = walk_paths(shared, fits, [list(grid)] * len(fits))  # (coef_, intercept_) per C
+    # every inner fit at every C scored on its held-out rows: one product for all
+    raws = decisions(
+        shared, [fit for fit in fits for _ in grid], [step for path in paths for step in path]
+    )
+    scores = [np.full((len(s[4]), len(grid)), np.nan) for s in searches]
+    coefs: list[list[list[tuple[np.ndarray, np.ndarray]]]] = [[[] for _ in s[4]] for s in searches]
+    for n, ((p, i, (held, y_held), fit), path) in enumerate(zip(inner, paths, strict=True)):
+        for j, raw in enumerate(raws[n * len(grid) : (n + 1) * len(grid)]):
+            scores[p][i, j] = task_score(metric, y_held, predict(fit.model, raw[held]))
+        coefs[p][i] = path
+    refits, picks = [], []
+    for p, (_, scaler, rows, y, _) in enumerate(searches):
+        means = scores[p].mean(axis=0)
+        best = int(np.nanargmax(means)) if np.isfinite(means).any() else 0
+        model = L2Logistic(C=grid[best], warm_start=True)
+        fold_paths = coefs[p]
+        if len({path[best][0].shape for path in fold_paths}) == 1:  # every fold saw every class
+            model.coef_ = np.mean([path[best][0] for path in fold_paths], axis=0)
+            model.intercept_ = np.mean([path[best][1] for path in fold_paths], axis=0)
+        refits.append(SubsetFit(rows, y, scaler.mean_, scaler.scale_, model))
+        picks.append((best, means))
+    fit_subsets(shared, refits)
+    return [(fit.model, best, means) for fit, (best, means) in zip(refits, picks, strict=True)]
 
 
 def _group_folds(
@@ -282,12 +337,13 @@ def cv_predictions(
         raise ValueError(f"The probe got {len(x)} states, {len(y)} labels, {len(fold_ids)} folds.")
     regression = metric == "spearman"
     predictions = np.empty(len(y), dtype=np.float64 if regression else y.dtype)
-    chosen = []
-    for k in np.unique(fold_ids):
+    outer = np.unique(fold_ids)
+    trains = [np.flatnonzero(fold_ids != k) for k in outer]
+    fits = fit_probes(x, y, trains, metric, seed=seed, grid=grid, folds=inner)
+    for k, fit in zip(outer, fits, strict=True):
         held = fold_ids == k
-        fit = fit_probe(x[~held], y[~held], metric, seed=seed, grid=grid, folds=inner)
         predictions[held] = fit.predict(x[held])
-        chosen.append(fit.c)
+    chosen = [fit.c for fit in fits]
     score = task_score(metric, y, predictions)
     return ProbeCV(predictions, float(score), tuple(chosen), score_se(predictions, y, metric, seed))
 

@@ -510,6 +510,79 @@ def cca_from_moments(m: CellMoments, lay: _Layout, grid: Sequence[float]) -> flo
     return score(2, *pairs[best])
 
 
+# --- one layer --------------------------------------------------------------------------------
+
+
+def _layer_pass(
+    states: States, layer: int, weights: np.ndarray, gather: np.ndarray | None, chunk_rows: int
+) -> tuple[CellMoments, np.ndarray | None]:
+    """One pass over ``states[layer]``: the cells' moments (Grams flushed) and, when ``gather``
+    (P,) lists stored rows, those rows' states (P, d) float32 for the probe."""
+    d = n_states(states)[2]
+    moments = CellMoments(weights)
+    rows = RowGather(gather, d) if gather is not None else None
+    for start, chunk in layer_chunks(states, layer, chunk_rows):
+        moments.add(start, chunk)
+        if rows is not None:
+            rows.add(start, chunk)
+    moments.check_finite("ν")
+    moments.grams  # noqa: B018  (flushes the last stages: their time is the Grams')
+    return moments, None if rows is None else rows.values
+
+
+def _moment_row(
+    layer: int, moments: CellMoments, lay: _Layout, which: Sequence[str], cca_ok: bool
+) -> dict[str, float]:
+    """The layer's row of ν, CCA and ϱ from its moments (probe columns NaN, filled later)."""
+    from analysis.layers.metrics import CCA_GRID
+
+    counts, sums, grams = _class_moments(moments, lay)
+    return {
+        "layer": layer,
+        "nu": nu_from_moments(counts, sums, grams, moments.shift) if "nu" in which else np.nan,
+        "cca": cca_from_moments(moments, lay, CCA_GRID) if cca_ok else np.nan,
+        "rank": rank_from_moments(counts, sums, grams, moments.shift)
+        if "rank" in which
+        else np.nan,
+        "probe": np.nan,
+        "probe_c": np.nan,
+        "probe_se": np.nan,
+    }
+
+
+def _stored_layer(
+    stored: StoredTensor,
+    layer: int,
+    lay: _Layout,
+    which: Sequence[str],
+    cca_ok: bool,
+    probe: tuple[np.ndarray, np.ndarray, str, np.ndarray, int] | None,
+    chunk_rows: int,
+) -> tuple[dict[str, float], dict[str, float], int]:
+    """A whole layer of stored states, in whichever process `rows.share_layers` gives it to, on
+    one BLAS thread: (its row, its phases' seconds, rows sent to the Grams). probe: (stored rows
+    to gather, their labels, metric, outer folds, seed), or None for no probe."""
+    timing = {}
+    with threadpool_limits(1, user_api="blas"):
+        clock = time.perf_counter()
+        moments, values = _layer_pass(
+            stored, layer, lay.weights, None if probe is None else probe[0], chunk_rows
+        )
+        timing["read_and_moments"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        row = _moment_row(layer, moments, lay, which, cca_ok)
+        timing["nu_cca_rank"] = time.perf_counter() - clock
+        staged = moments.rows_staged
+        del moments
+        clock = time.perf_counter()
+        if probe is not None:
+            _, labels, metric, folds, seed = probe
+            fitted, _ = fit_probe(values, labels, metric, folds, seed, 1)
+            row.update(probe=fitted.score, probe_c=fitted.c, probe_se=fitted.se)
+        timing["probe"] = timing["probe_fits"] = time.perf_counter() - clock
+    return row, timing, staged
+
+
 # --- every layer --------------------------------------------------------------------------------
 
 
@@ -535,8 +608,6 @@ def streamed_layer_metrics(
     `probe_rows` of d: 10,000 examples up to d = 384, fewer above), probe_n (rows the
     cross-validated probe predicted).
     """
-    from analysis.layers.metrics import CCA_GRID
-
     unknown = set(which) - set(METRICS)
     if unknown:
         raise ValueError(f"Unknown metrics {sorted(unknown)}: choose from {', '.join(METRICS)}.")
@@ -570,107 +641,21 @@ def streamed_layer_metrics(
     probe_ok = "probe" in which and folds is not None
 
     report = progress or no_progress
-    rows = []
-    timing = {"read_and_moments": 0.0, "nu_cca_rank": 0.0, "probe": 0.0}  # seconds
-    gram_rows = 0
+    probe = (positions[probe_rows_], raw[probe_rows_], metric, folds, seed) if probe_ok else None
     dense, fits = gram_threads(), probe_threads()
     overlap = probe_ok and dense > 1 and (overlap_probes() if overlap is None else overlap)
-    limits = contextlib.ExitStack()
-    prober: Any = None
-    in_flight = PROBE_THREADS  # probes fitted meanwhile, at most
-    helpers = 0
-    if overlap:  # one BLAS thread for the Grams and one for each probe fit in flight;
-        dense = fits = 1  # set once for the whole pass: no thread changes the other's count
-        limits.enter_context(threadpool_limits(1, user_api="blas"))
-        helpers = layer_rows_helpers(len(probe_rows_) * d * n_layers)
-        if helpers:  # fits in helper processes: no interpreter lock shared with the Grams
-            prober, in_flight = layer_helpers(helpers), PROBE_PENDING
-        else:
-            prober = limits.enter_context(ThreadPoolExecutor(PROBE_THREADS))
-    pending: deque[tuple[dict, Any, np.ndarray]] = deque()  # (row, future, rows) being fitted
-    fit_clock = [0.0]
-    probe_labels = raw[probe_rows_]
-
-    def fit(values: np.ndarray) -> tuple[Any, float]:
-        return fit_probe(values, probe_labels, metric, folds, seed, fits)
-
-    def finish(row: dict, done: tuple[Any, float]) -> None:
-        probe, seconds = done
-        fit_clock[0] += seconds
-        row.update(probe=probe.score, probe_c=probe.c, probe_se=probe.se)
-
-    def collect(entry: tuple[dict, Any, np.ndarray]) -> None:
-        row, future, values = entry
-        try:
-            finish(row, future.result())
-        except BrokenProcessPool:  # a helper died (killed, out of memory): fit it here
-            finish(row, fit(values))
-
-    # On any exit (a cancel, an error): the queued probes are dropped, the thread prober shuts
-    # down and the thread count is restored.
-    limits.callback(lambda: [future.cancel() for _, future, _ in pending])
-    with limits:
-        for layer in range(n_layers):
-            clock = time.perf_counter()
-            report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
-            moments = CellMoments(weights)
-            gathers = [RowGather(positions[probe_rows_], d)] if probe_ok else []
-            with threadpool_limits(dense, user_api="blas"):
-                for start, chunk in layer_chunks(states, layer, chunk_rows):
-                    moments.add(start, chunk)
-                    for gather in gathers:
-                        gather.add(start, chunk)
-                moments.check_finite("ν")
-                moments.grams  # noqa: B018  (flushes the last stages: their time is the Grams')
-            timing["read_and_moments"] += time.perf_counter() - clock
-            gram_rows += moments.rows_staged
-            clock = time.perf_counter()
-            # The d × d algebra (eigvalsh, Cholesky) is many small BLAS calls: on the probes'
-            # thread count (two spinning threads on a loaded 2-core machine ran it 75× slower).
-            with threadpool_limits(fits, user_api="blas"):
-                counts, sums, grams = _class_moments(moments, lay)
-                row = {
-                    "layer": layer,
-                    "nu": nu_from_moments(counts, sums, grams, moments.shift)
-                    if "nu" in which
-                    else np.nan,
-                    "cca": cca_from_moments(moments, lay, CCA_GRID) if cca_ok else np.nan,
-                    "rank": rank_from_moments(counts, sums, grams, moments.shift)
-                    if "rank" in which
-                    else np.nan,
-                    "probe": np.nan,
-                    "probe_c": np.nan,
-                    "probe_se": np.nan,
-                }
-            timing["nu_cca_rank"] += time.perf_counter() - clock
-            clock = time.perf_counter()
-            while len(pending) >= in_flight:  # earlier layers' probes, fitted meanwhile
-                collect(pending.popleft())
-            if probe_ok and prober is not None:  # (helper processes or threads alike)
-                values = gathers[0].values
-                future = prober.submit(fit_probe, values, probe_labels, metric, folds, seed, fits)
-                pending.append((row, future, values))
-            elif probe_ok:
-                finish(row, fit(gathers[0].values))
-            timing["probe"] += time.perf_counter() - clock
-            rows.append(row)
-            del moments, gathers
-        clock = time.perf_counter()
-        # The Grams are done: this process fits the probes no one has started yet, from the
-        # last layer back, while the helpers finish theirs (a fit that has started cannot be
-        # cancelled, so none is fitted twice).
-        here = set()
-        for k in reversed(range(len(pending))):
-            row, future, values = pending[k]
-            if future.cancel():
-                finish(row, fit(values))
-                here.add(k)
-        for k, entry in enumerate(pending):
-            if k not in here:
-                collect(entry)
-        pending.clear()
-        timing["probe"] += time.perf_counter() - clock
-    timing["probe_fits"] = fit_clock[0]  # the fits' own time (beside the Grams when overlapped)
+    helpers = layer_rows_helpers(len(probe_rows_) * d * n_layers) if overlap else 0
+    shared = bool(helpers) and isinstance(states, StoredTensor)
+    if overlap:  # one BLAS thread for every phase: the cores are shared out by processes
+        dense = fits = 1
+    if shared:
+        rows, timing, gram_rows = _shared_layers(
+            states, lay, which, cca_ok, probe, chunk_rows, report
+        )
+    else:
+        rows, timing, gram_rows = _pipelined_layers(
+            states, lay, which, cca_ok, probe, chunk_rows, report, (dense, fits), overlap, helpers
+        )
     report(1.0, "all layers done")
     df = pd.DataFrame(rows, columns=["layer", *COLUMNS])
     df["layer"] = df["layer"].astype(int)
@@ -689,7 +674,13 @@ def streamed_layer_metrics(
         route="streamed",
         timing={k: round(v, 3) for k, v in timing.items()},
         gram_gflop=round(gram_rows * d * d / 1e9, 3),  # the Gram updates' flops (syrk: N d² each)
-        threads={"gram": dense, "probe": fits, "overlap": bool(overlap), "helpers": helpers},
+        threads={
+            "gram": dense,
+            "probe": fits,
+            "overlap": bool(overlap),
+            "helpers": helpers,
+            "shared_layers": shared,
+        },
         probe_cap=probe_cap,
         probe_n=len(probe_rows_) if probe_ok else 0,
         route_note=(
@@ -699,3 +690,130 @@ def streamed_layer_metrics(
         ),
     )
     return df
+
+
+def _shared_layers(
+    stored: StoredTensor,
+    lay: _Layout,
+    which: Sequence[str],
+    cca_ok: bool,
+    probe: tuple | None,
+    chunk_rows: int,
+    report: Progress,
+) -> tuple[list[dict], dict[str, float], int]:
+    """Stored states: whole layers shared between this process and the layer helpers
+    (`analysis.layers.rows.share_layers`), each process reading its layers from the file and
+    making every metric of them (`_stored_layer`). (rows, summed phase seconds, Gram rows)."""
+    n_layers = n_states(stored)[0]
+    calls = [(stored, layer, lay, which, cca_ok, probe, chunk_rows) for layer in range(n_layers)]
+
+    def done(finished: int, total: int) -> None:
+        report(finished / total, f"{finished} of {total} layers (streamed, shared)")
+
+    report(0.0, f"layer 0 of {n_layers - 1} (streamed, shared)")
+    results = row_helpers.share_layers(
+        _stored_layer, calls, work=row_helpers.PARALLEL_MIN_WORK, done=done
+    )
+    timing = {key: 0.0 for key in ("read_and_moments", "nu_cca_rank", "probe", "probe_fits")}
+    for _, seconds, _ in results:
+        for key in timing:
+            timing[key] += seconds[key]
+    return [row for row, _, _ in results], timing, sum(staged for *_, staged in results)
+
+
+def _pipelined_layers(
+    states: States,
+    lay: _Layout,
+    which: Sequence[str],
+    cca_ok: bool,
+    probe: tuple | None,
+    chunk_rows: int,
+    report: Progress,
+    threads: tuple[int, int],
+    overlap: bool,
+    helpers: int,
+) -> tuple[list[dict], dict[str, float], int]:
+    """The layers one after the other in this process, each layer's probe fitted while the next
+    layers are read (``overlap``: in ``helpers`` helper processes, else `PROBE_THREADS`
+    threads) or right after its own pass. (rows, phase seconds, Gram rows)."""
+    n_layers = n_states(states)[0]
+    dense, fits = threads
+    rows = []
+    timing = {"read_and_moments": 0.0, "nu_cca_rank": 0.0, "probe": 0.0}  # seconds
+    gram_rows = 0
+    limits = contextlib.ExitStack()
+    prober: Any = None
+    in_flight = PROBE_THREADS  # probes fitted meanwhile, at most
+    if overlap:  # set once for the whole pass: no thread changes the other's count
+        limits.enter_context(threadpool_limits(1, user_api="blas"))
+        if helpers:  # fits in helper processes: no interpreter lock shared with the Grams
+            prober, in_flight = layer_helpers(helpers), PROBE_PENDING
+        else:
+            prober = limits.enter_context(ThreadPoolExecutor(PROBE_THREADS))
+    pending: deque[tuple[dict, Any, np.ndarray]] = deque()  # (row, future, rows) being fitted
+    fit_clock = [0.0]
+
+    def fit(values: np.ndarray) -> tuple[Any, float]:
+        _, labels, metric, folds, seed = probe
+        return fit_probe(values, labels, metric, folds, seed, fits)
+
+    def finish(row: dict, done: tuple[Any, float]) -> None:
+        fitted, seconds = done
+        fit_clock[0] += seconds
+        row.update(probe=fitted.score, probe_c=fitted.c, probe_se=fitted.se)
+
+    def collect(entry: tuple[dict, Any, np.ndarray]) -> None:
+        row, future, values = entry
+        try:
+            finish(row, future.result())
+        except BrokenProcessPool:  # a helper died (killed, out of memory): fit it here
+            finish(row, fit(values))
+
+    # On any exit (a cancel, an error): the queued probes are dropped, the thread prober shuts
+    # down and the thread count is restored.
+    limits.callback(lambda: [future.cancel() for _, future, _ in pending])
+    with limits:
+        for layer in range(n_layers):
+            clock = time.perf_counter()
+            report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
+            with threadpool_limits(dense, user_api="blas"):
+                moments, values = _layer_pass(
+                    states, layer, lay.weights, None if probe is None else probe[0], chunk_rows
+                )
+            timing["read_and_moments"] += time.perf_counter() - clock
+            gram_rows += moments.rows_staged
+            clock = time.perf_counter()
+            # The d × d algebra (eigvalsh, Cholesky) is many small BLAS calls: on the probes'
+            # thread count (two spinning threads on a loaded 2-core machine ran it 75× slower).
+            with threadpool_limits(fits, user_api="blas"):
+                row = _moment_row(layer, moments, lay, which, cca_ok)
+            del moments
+            timing["nu_cca_rank"] += time.perf_counter() - clock
+            clock = time.perf_counter()
+            while len(pending) >= in_flight:  # earlier layers' probes, fitted meanwhile
+                collect(pending.popleft())
+            if probe is not None and prober is not None:  # (helper processes or threads alike)
+                _, labels, metric, folds, seed = probe
+                future = prober.submit(fit_probe, values, labels, metric, folds, seed, fits)
+                pending.append((row, future, values))
+            elif probe is not None:
+                finish(row, fit(values))
+            timing["probe"] += time.perf_counter() - clock
+            rows.append(row)
+        clock = time.perf_counter()
+        # The Grams are done: this process fits the probes no one has started yet, from the
+        # last layer back, while the helpers finish theirs (a fit that has started cannot be
+        # cancelled, so none is fitted twice).
+        here = set()
+        for k in reversed(range(len(pending))):
+            row, future, values = pending[k]
+            if future.cancel():
+                finish(row, fit(values))
+                here.add(k)
+        for k, entry in enumerate(pending):
+            if k not in here:
+                collect(entry)
+        pending.clear()
+        timing["probe"] += time.perf_counter() - clock
+    timing["probe_fits"] = fit_clock[0]  # the fits' own time (beside the Grams when overlapped)
+    return rows, timing, gram_rows

@@ -234,8 +234,12 @@ def test_probe_beside_the_grams_gives_the_same_table(monkeypatch):
     side = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
     turns = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=False)
     pd.testing.assert_frame_equal(side, turns)
-    assert side.attrs["threads"] == {"gram": 1, "probe": 1, "overlap": True, "helpers": 0}
-    assert turns.attrs["threads"] == {"gram": 2, "probe": 1, "overlap": False, "helpers": 0}
+    assert side.attrs["threads"] == {
+        "gram": 1, "probe": 1, "overlap": True, "helpers": 0, "shared_layers": False
+    }  # fmt: skip
+    assert turns.attrs["threads"] == {
+        "gram": 2, "probe": 1, "overlap": False, "helpers": 0, "shared_layers": False
+    }  # fmt: skip
     assert side["probe"].notna().all() and side.attrs["gram_gflop"] > 0
 
 
@@ -250,10 +254,58 @@ def test_probes_in_helper_processes_give_the_same_table(monkeypatch):
     threads = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
     monkeypatch.setattr(rows, "PARALLEL_MIN_WORK", 0)
     helped = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
-    assert helped.attrs["threads"] == {"gram": 1, "probe": 1, "overlap": True, "helpers": 1}
+    assert helped.attrs["threads"] == {
+        "gram": 1, "probe": 1, "overlap": True, "helpers": 1, "shared_layers": False
+    }  # fmt: skip
     pd.testing.assert_frame_equal(helped, threads)
     (pid,) = rows.start_helpers()
     os.kill(pid, signal.SIGKILL)
     time.sleep(1.0)  # (the pool notices)
     again = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
     pd.testing.assert_frame_equal(again, threads)
+
+
+def stored_states(tmp_path, states: np.ndarray):
+    """``states`` written to a cache entry: the `StoredTensor` the streamed route reads."""
+    specs = {"states": TensorSpec("F32", states.shape, row_dim=1)}
+
+    def write(writer):
+        for layer in range(states.shape[0]):
+            writer.write("states", states[layer], 0, index=layer)
+        return {}
+
+    cache = DiskCache(tmp_path)
+    cache.get_or_write("states", {"r": 2}, specs, write)
+    return cache.stored("states", {"r": 2})["states"]
+
+
+def test_stored_layers_shared_with_helpers_give_the_same_table(monkeypatch, tmp_path):
+    """Stored states: whole layers go to the helper processes (each reads its layers from the
+    file): the same table as one process, the phases' seconds summed over the processes; a
+    helper killed between two tables loses nothing."""
+    from analysis.layers import rows
+
+    monkeypatch.setenv("TUNESCOPE_GRAM_THREADS", "2")
+    monkeypatch.setenv(rows.PROCESSES_ENV, "2")
+    states, labels = bert_like(n=300, n_layers=5, n_classes=3, seed=7)
+    stored = stored_states(tmp_path, states)
+    alone = streamed.streamed_layer_metrics(stored, labels, seed=3, chunk_rows=64, overlap=True)
+    assert not alone.attrs["threads"]["shared_layers"]  # too small to share: one process
+    monkeypatch.setattr(rows, "PARALLEL_MIN_WORK", 0)
+    seen = []
+    shared = streamed.streamed_layer_metrics(
+        stored, labels, seed=3, chunk_rows=64, overlap=True,
+        progress=lambda share, text: seen.append((share, text)),
+    )  # fmt: skip
+    assert shared.attrs["threads"] == {
+        "gram": 1, "probe": 1, "overlap": True, "helpers": 1, "shared_layers": True
+    }  # fmt: skip
+    pd.testing.assert_frame_equal(shared, alone)
+    assert rows.last_share["helpers"] and rows.last_share["here"]  # both processes took layers
+    assert set(shared.attrs["timing"]) >= {"read_and_moments", "nu_cca_rank", "probe"}
+    assert seen[-1][0] == 1.0 and any("of 6 layers" in text for _, text in seen)
+    (pid,) = rows.start_helpers()
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(1.0)  # (the pool notices)
+    again = streamed.streamed_layer_metrics(stored, labels, seed=3, chunk_rows=64, overlap=True)
+    pd.testing.assert_frame_equal(again, alone)
