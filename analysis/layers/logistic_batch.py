@@ -28,6 +28,7 @@ round differently on differently aligned memory).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,21 +112,30 @@ def _two_columns(a: np.ndarray) -> np.ndarray:
     return np.concatenate([a, np.zeros_like(a)])
 
 
+_TORCH_THREADS = threading.Lock()
+
+
 class _one_torch_thread:
     """torch's intra-op threads set to one for the block (the probe's products run on one thread,
-    as its BLAS calls do: `analysis.layers.rows.blas_threads`), restored after."""
+    as its BLAS calls do: `analysis.layers.rows.blas_threads`), restored after. The setting is
+    process-wide, so blocks of several threads of one process take turns (a lock): none restores
+    the count while another's product runs, and every product runs on exactly one thread."""
 
     def __init__(self, torch: Any) -> None:
         self.torch = torch
 
     def __enter__(self) -> None:
+        _TORCH_THREADS.acquire()
         self.before = self.torch.get_num_threads()
         if self.before != 1:
             self.torch.set_num_threads(1)
 
     def __exit__(self, *exc: object) -> None:
-        if self.before != 1:
-            self.torch.set_num_threads(self.before)
+        try:
+            if self.before != 1:
+                self.torch.set_num_threads(self.before)
+        finally:
+            _TORCH_THREADS.release()
 
 
 @dataclass
