@@ -30,8 +30,11 @@ probes' helpers, `analysis/layers/rows.py`). The page cache is not part of it.
 Goals: extraction ≤ 1.1× the bare forward; peak RSS ≤ 3 GB at N = 100,000 × 25 × 1,024; the layer
 metrics at that size ≤ 60 s on this CPU, linear in N (part (b) runs N = 10,000, 30,000 and
 100,000). The Gram phase's achieved GFLOP/s (rows · d² flops per cell, a symmetric rank-k update)
-is printed next to the machine's `X.T @ X` (float64, 8,192 × 1,024, the same BLAS threads),
-measured in the same process right before and after the metrics. The last line is
+is printed next to the machine's `X.T @ X` (float64, 8,192 × 1,024, on every core's BLAS thread),
+measured in the same process right before and after the metrics. States in a file share their
+layers between processes (one BLAS thread each: `analysis.layers.streamed`), so the Gram phase's
+seconds are summed over them: its rate a core, and that times the processes (the rate the
+machine got, their Gram phases running side by side) against the limit. The last line is
 ``scale: n=… layers=… d=… metrics_s=… peak_rss_mb=… gram_gflops=… limit_gflops=…``.
 """
 
@@ -289,6 +292,8 @@ def stage_metrics_b(args) -> None:
     limit_before = xtx_limit(gram_threads())
     start = time.perf_counter()
     df, hit = cached_layer_metrics(layer_states, cache=cache)
+    threads = df.attrs["threads"]
+    processes = 1 + threads["helpers"] if threads.get("shared_layers") else 1
     seconds = time.perf_counter() - start
     assert not hit
     limit_after = xtx_limit(gram_threads())
@@ -298,9 +303,15 @@ def stage_metrics_b(args) -> None:
         "probe_n": df.attrs.get("probe_n"), "timing": timing,
         "l_star": int(df.loc[df["layer"] >= 1, "nu"].idxmin()),
         "gram_gflop": df.attrs["gram_gflop"], "threads": df.attrs["threads"],
-        "gram_gflops": df.attrs["gram_gflop"] / timing["read_and_moments"],
+        # per core: the Gram phase's seconds are summed over the processes that shared the
+        # layers; the machine's rate counts those processes side by side (as the limit's
+        # threads are)
+        "gram_gflops_core": df.attrs["gram_gflop"] / timing["read_and_moments"],
+        "gram_gflops": df.attrs["gram_gflop"] / timing["read_and_moments"] * processes,
+        "processes": processes,
         "limit_gflops": max(limit_before, limit_after),
         "limit_before": limit_before, "limit_after": limit_after,
+        "threads_limit": gram_threads(),
     })  # fmt: skip
 
 
@@ -390,14 +401,18 @@ def part_b(args, work: Path) -> dict:
               f"(peak RSS {w['peak_rss_mb']:.0f} MB); load + content check {m['load_s']:.1f} s; "
               f"metrics ({m['route']}, probe on {m['probe_n']:,}) {m['metrics_s']:.1f} s "
               f"(peak RSS {m['peak_rss_mb']:.0f} MB); ℓ* = {m['l_star']}; {load_average()}")  # fmt: skip
-        print(f"      Gram phase (read + moments, {m['threads']['gram']} BLAS threads): "
+        where = (f"{m['processes']} processes sharing the layers, 1 BLAS thread each; seconds "
+                 "summed over them" if m["processes"] > 1
+                 else f"{m['threads']['gram']} BLAS threads")  # fmt: skip
+        print(f"      Gram phase (read + moments; {where}): "
               f"{t['read_and_moments']:.1f} s for {m['gram_gflop']:,.0f} GFLOP = "
-              f"{m['gram_gflops']:.1f} GFLOP/s vs X.T @ X (8,192 x 1,024 float64, same threads, "
-              f"this process, before / after) {m['limit_before']:.1f} / {m['limit_after']:.1f} "
-              f"GFLOP/s: {m['gram_gflops'] / m['limit_gflops']:.2f} of the limit")  # fmt: skip
+              f"{m['gram_gflops_core']:.1f} GFLOP/s a core, {m['gram_gflops']:.1f} on "
+              f"{m['processes']} vs X.T @ X (8,192 x 1,024 float64, {m['threads_limit']} BLAS "
+              f"threads, this process, before / after) {m['limit_before']:.1f} / "
+              f"{m['limit_after']:.1f} GFLOP/s: {m['gram_gflops'] / m['limit_gflops']:.2f} of the limit")  # fmt: skip
         print(f"      ν / CCA / ϱ (d x d algebra) {t['nu_cca_rank']:.1f} s; probe "
-              f"({m['threads']['probe']} BLAS thread(s), CV on {m['probe_n']:,} rows, N-independent) "
-              f"{t['probe']:.1f} s")  # fmt: skip
+              f"(CV on {m['probe_n']:,} rows, N-independent) {t['probe']:.1f} s waited for, its "
+              f"fits {t.get('probe_fits', float('nan')):.1f} s")  # fmt: skip
     first = sizes[0]
     print(f"    growth with N (relative to N = {first:,}):")
     for n in sizes:

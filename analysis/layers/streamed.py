@@ -41,13 +41,16 @@ folds and fits).
 **Cost** per layer: N d² / 2 multiply-adds for the Gram matrices (staged rows, one BLAS ``dsyrk``
 per full stage, in place: `CellMoments`; ``$TUNESCOPE_GRAM_THREADS`` threads, default every core)
 plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe's 5
-fits on 0.8 × ``probe_cap`` rows each. By default the probes are fitted while the next layers
-are read and their Grams built (`overlap_probes`), every phase on one BLAS thread: in the layer
-table's helper processes (`analysis.layers.rows`; up to ``PROBE_PENDING`` layers queued, and once
+fits on 0.8 × ``probe_cap`` rows each. By default (`overlap_probes`) every phase runs on one BLAS
+thread and the cores are shared out by processes: states stored in a file go to the layer
+table's helper processes by whole layers (`_shared_layers`: each process reads its layers from the
+file and makes every metric of them; the same numbers as one process, bit for bit; at 100,000 ×
+25 × 1,024 on 2 cores 55.6 s against 85.4 s for the route below with the previous probe code);
+states in memory are read here and their probes fitted while the next layers are read and their
+Grams built (`_pipelined_layers`): in the helpers (up to ``PROBE_PENDING`` layers queued, and once
 the Grams are done this process fits the queued probes no helper has started), or, where one
 process fits layers or the probes are small, in ``PROBE_THREADS`` (2) threads of this one, whose
-Python steps then share its interpreter lock (at 100,000 × 25 × 1,024 on 2 cores: 97.0 s with a
-helper against 139.2 s with threads, one after the other). Memory: 3C Gram matrices
+Python steps then share its interpreter lock. Memory: 3C Gram matrices
 (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), their row stages (``STAGE_BYTES``, 64 MiB), two
 chunks and the gathered rows of the layers whose probes are in flight (probe_cap · d · 4 bytes
 each, ≤ 15 MB at the default cap), plus a helper's imports (≈ 200 MB) — none of it grows with N.

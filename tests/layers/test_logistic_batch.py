@@ -176,5 +176,5 @@ def test_walking_the_c_grid_side_by_side_equals_one_c_at_a_time(products):
         for path, fit in zip(paths, stepped, strict=True):
             same(products, path[j][0], fit.model.coef_)
             same(products, path[j][1], fit.model.intercept_)
-    assert all(fit.model.C == grid[-1] for fit in walked)
+    assert [fit.model.C for fit in walked] == [grid[-1]] * len(walked)
     assert walk_paths(shared, [], []) == []
