@@ -64,13 +64,18 @@ class SharedRows:
     def __init__(self, x: np.ndarray) -> None:
         x64 = np.asarray(x, dtype=np.float64)
         self.centre = x64.mean(axis=0)  # (d,)
-        self.rows = np.subtract(x64, self.centre).astype(np.float32)  # (N, d)
         self._torch: Any = None
-        if self.rows.size >= TORCH_MIN_NUMBERS:
+        if x64.size >= TORCH_MIN_NUMBERS:
             import torch
 
             self._torch = torch
-            self._rows_t = torch.from_numpy(self.rows).clone()  # torch's own (aligned) memory
+            self._rows_t = torch.empty(x64.shape, dtype=torch.float32)  # torch's (aligned) memory
+            self.rows = self._rows_t.numpy()  # (N, d), the same memory
+        else:
+            self.rows = np.empty(x64.shape, dtype=np.float32)
+        for start in range(0, len(x64), 4096):  # no float64 temporary of the whole matrix
+            np.subtract(x64[start : start + 4096], self.centre, out=self.rows[start : start + 4096],
+                        casting="same_kind")  # fmt: skip
 
     def weights(self, fit: SubsetFit, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(weights on the shared rows (K, d), offsets (K,)) of z-space params (K, d + 1)."""

@@ -206,10 +206,11 @@ def _logistic_cv(
     mean coefficients. The fits are `L2Logistic`'s (scikit-learn's ``LogisticRegression``
     objective and L-BFGS settings; that module's docstring) on the part's standardised states,
     in float32 like the single fits before them (an L-BFGS step reads the rows twice and is bound
-    by memory bandwidth: float32 took 0.6× the time). Every fold of every part at the same C is
-    fitted side by side (`analysis.layers.logistic.fit_subsets`): each fit takes its own L-BFGS-B
-    iterates, but the waiting fits' products are taken together over the layer's rows, read
-    once. The out-of-fold scores use the same shared rows.
+    by memory bandwidth: float32 took 0.6× the time). Every inner fold of every part walks its C
+    grid side by side with the others, and then every part's refit
+    (`analysis.layers.logistic_batch`): each fit takes its own L-BFGS-B iterates, but the
+    waiting fits' products are taken together over the layer's rows, read once. The inner
+    folds' held-out scores come from the same shared rows, one product per C.
     """
     shared = SharedRows(x)
     inner = []  # (part, fold, held rows of x, SubsetFit) for every inner fold of every part
@@ -220,15 +221,13 @@ def _logistic_cv(
             inner.append((p, i, (rows[held], y[held]), fit))
     fits = [fit for *_, fit in inner]
     paths = walk_paths(shared, fits, [list(grid)] * len(fits))  # (coef_, intercept_) per C
-    # every inner fit at every C scored on its held-out rows: one product for all
-    raws = decisions(
-        shared, [fit for fit in fits for _ in grid], [step for path in paths for step in path]
-    )
     scores = [np.full((len(s[4]), len(grid)), np.nan) for s in searches]
-    coefs: list[list[list[tuple[np.ndarray, np.ndarray]]]] = [[[] for _ in s[4]] for s in searches]
-    for n, ((p, i, (held, y_held), fit), path) in enumerate(zip(inner, paths, strict=True)):
-        for j, raw in enumerate(raws[n * len(grid) : (n + 1) * len(grid)]):
+    for j in range(len(grid)):  # every inner fit at C_j scored on its held-out rows
+        raws = decisions(shared, fits, [path[j] for path in paths])
+        for (p, i, (held, y_held), fit), raw in zip(inner, raws, strict=True):
             scores[p][i, j] = task_score(metric, y_held, predict(fit.model, raw[held]))
+    coefs: list[list[list[tuple[np.ndarray, np.ndarray]]]] = [[[] for _ in s[4]] for s in searches]
+    for (p, i, _, _), path in zip(inner, paths, strict=True):
         coefs[p][i] = path
     refits, picks = [], []
     for p, (_, scaler, rows, y, _) in enumerate(searches):
