@@ -553,27 +553,36 @@ def _moment_row(
     }
 
 
+@dataclass(frozen=True)
+class _Pass:
+    """What every layer's pass needs: the cells' layout, the metrics asked, whether CCA has its
+    dev and test parts, the probe's inputs — (stored rows to gather, their labels, metric, outer
+    folds, seed), or None for no probe — and the rows read per chunk."""
+
+    lay: _Layout
+    which: Sequence[str]
+    cca_ok: bool
+    probe: tuple[np.ndarray, np.ndarray, str, np.ndarray, int] | None
+    chunk_rows: int
+
+    @property
+    def gather(self) -> np.ndarray | None:
+        return None if self.probe is None else self.probe[0]
+
+
 def _stored_layer(
-    stored: StoredTensor,
-    layer: int,
-    lay: _Layout,
-    which: Sequence[str],
-    cca_ok: bool,
-    probe: tuple[np.ndarray, np.ndarray, str, np.ndarray, int] | None,
-    chunk_rows: int,
+    stored: StoredTensor, layer: int, job: _Pass
 ) -> tuple[dict[str, float], dict[str, float], int]:
     """A whole layer of stored states, in whichever process `rows.share_layers` gives it to, on
-    one BLAS thread: (its row, its phases' seconds, rows sent to the Grams). probe: (stored rows
-    to gather, their labels, metric, outer folds, seed), or None for no probe."""
+    one BLAS thread: (its row, its phases' seconds, rows sent to the Grams)."""
     timing = {}
+    probe = job.probe
     with threadpool_limits(1, user_api="blas"):
         clock = time.perf_counter()
-        moments, values = _layer_pass(
-            stored, layer, lay.weights, None if probe is None else probe[0], chunk_rows
-        )
+        moments, values = _layer_pass(stored, layer, job.lay.weights, job.gather, job.chunk_rows)
         timing["read_and_moments"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        row = _moment_row(layer, moments, lay, which, cca_ok)
+        row = _moment_row(layer, moments, job.lay, job.which, job.cca_ok)
         timing["nu_cca_rank"] = time.perf_counter() - clock
         staged = moments.rows_staged
         del moments
@@ -651,13 +660,12 @@ def streamed_layer_metrics(
     shared = bool(helpers) and isinstance(states, StoredTensor)
     if overlap:  # one BLAS thread for every phase: the cores are shared out by processes
         dense = fits = 1
+    job = _Pass(lay, which, cca_ok, probe, chunk_rows)
     if shared:
-        rows, timing, gram_rows = _shared_layers(
-            states, lay, which, cca_ok, probe, chunk_rows, report
-        )
+        rows, timing, gram_rows = _shared_layers(states, job, report)
     else:
         rows, timing, gram_rows = _pipelined_layers(
-            states, lay, which, cca_ok, probe, chunk_rows, report, (dense, fits), overlap, helpers
+            states, job, report, (dense, fits), overlap, helpers
         )
     report(1.0, "all layers done")
     df = pd.DataFrame(rows, columns=["layer", *COLUMNS])
@@ -696,19 +704,13 @@ def streamed_layer_metrics(
 
 
 def _shared_layers(
-    stored: StoredTensor,
-    lay: _Layout,
-    which: Sequence[str],
-    cca_ok: bool,
-    probe: tuple | None,
-    chunk_rows: int,
-    report: Progress,
+    stored: StoredTensor, job: _Pass, report: Progress
 ) -> tuple[list[dict], dict[str, float], int]:
     """Stored states: whole layers shared between this process and the layer helpers
     (`analysis.layers.rows.share_layers`), each process reading its layers from the file and
     making every metric of them (`_stored_layer`). (rows, summed phase seconds, Gram rows)."""
     n_layers = n_states(stored)[0]
-    calls = [(stored, layer, lay, which, cca_ok, probe, chunk_rows) for layer in range(n_layers)]
+    calls = [(stored, layer, job) for layer in range(n_layers)]
 
     def done(finished: int, total: int) -> None:
         report(finished / total, f"{finished} of {total} layers (streamed, shared)")
@@ -726,11 +728,7 @@ def _shared_layers(
 
 def _pipelined_layers(
     states: States,
-    lay: _Layout,
-    which: Sequence[str],
-    cca_ok: bool,
-    probe: tuple | None,
-    chunk_rows: int,
+    job: _Pass,
     report: Progress,
     threads: tuple[int, int],
     overlap: bool,
@@ -741,6 +739,7 @@ def _pipelined_layers(
     threads) or right after its own pass. (rows, phase seconds, Gram rows)."""
     n_layers = n_states(states)[0]
     dense, fits = threads
+    probe = job.probe
     rows = []
     timing = {"read_and_moments": 0.0, "nu_cca_rank": 0.0, "probe": 0.0}  # seconds
     gram_rows = 0
@@ -781,7 +780,7 @@ def _pipelined_layers(
             report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
             with threadpool_limits(dense, user_api="blas"):
                 moments, values = _layer_pass(
-                    states, layer, lay.weights, None if probe is None else probe[0], chunk_rows
+                    states, layer, job.lay.weights, job.gather, job.chunk_rows
                 )
             timing["read_and_moments"] += time.perf_counter() - clock
             gram_rows += moments.rows_staged
@@ -789,7 +788,7 @@ def _pipelined_layers(
             # The d × d algebra (eigvalsh, Cholesky) is many small BLAS calls: on the probes'
             # thread count (two spinning threads on a loaded 2-core machine ran it 75× slower).
             with threadpool_limits(fits, user_api="blas"):
-                row = _moment_row(layer, moments, lay, which, cca_ok)
+                row = _moment_row(layer, moments, job.lay, job.which, job.cca_ok)
             del moments
             timing["nu_cca_rank"] += time.perf_counter() - clock
             clock = time.perf_counter()
