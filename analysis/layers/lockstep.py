@@ -11,7 +11,7 @@ Why: the probe's fits (`analysis.layers.probe`) are many small logistic regressi
 of one layer's states. One evaluation of one fit is two passes over its rows × d matrix, bound by
 memory bandwidth (a float32 matrix-vector product at 3,000 × 1,024 reads 12 MB for 6 MFLOP). With
 15 fits on the same rows the two passes become two matrix products with 15 columns, which read the
-rows once: at 3,750 × 1,024 on one core, 3.5 ms for 15 fits against 10 ms one at a time. L-BFGS-B
+rows once: at 3,750 × 1,024 on one core, 2.7–3.5 ms for 15 fits against 10 ms one at a time. L-BFGS-B
 itself is cheap beside that (a few microseconds a step at d = 1,024).
 
 Why this needs scipy's private ``_lbfgsb`` module: ``minimize`` owns its loop and calls the

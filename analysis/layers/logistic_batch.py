@@ -3,10 +3,12 @@
 The probe of one layer (`analysis.layers.probe`) is 5 outer folds × (3 inner folds × 7 C values
 + 1 refit) logistic fits, every one on a subset of the same N rows, each standardised with its
 outer fold's mean and scale. One at a time, each L-BFGS step of each fit is two matrix-vector
-passes over its rows, bound by memory bandwidth. Here the 15 inner fits of one C (and then the 5
-refits) run together: each follows its own L-BFGS-B iterates (`analysis.layers.lockstep`: the
-iterates its own ``L2Logistic.fit`` would take, up to the rounding of its products), and in
-every round the products of all waiting fits are two matrix products over the shared rows.
+passes over its rows, bound by memory bandwidth. Here the 15 inner fits walk their C grids
+together (`walk_paths`: a fit that is done with one C goes straight on to its next, warm
+started), and then the 5 refits (`fit_subsets`): each follows its own L-BFGS-B iterates
+(`analysis.layers.lockstep`: the iterates its own ``L2Logistic.fit`` would take, up to the
+rounding of its products), and in every round the products of all waiting fits are two matrix
+products over the shared rows.
 
 **How one matrix serves every fit.** The rows are held once as float32 x − c (c the rows' mean;
 `SharedRows`). A fit standardised with (μ, σ) scores z·w + b = (x − μ)/σ · w + b
@@ -111,9 +113,11 @@ class SharedRows:
 def _two_columns(a: np.ndarray) -> np.ndarray:
     """``a`` (1, m) with a row of zeros below. A product with one column goes to the BLAS
     matrix-vector routine, which sums in another order than the matrix-matrix one: padded, a fit's
-    numbers do not depend on how many fits share its round (checked for numpy's OpenBLAS and
-    torch's MKL: every column of a product equal bit for bit to the same column in a product with
-    other columns beside it)."""
+    numbers do not depend on how many fits share its round — with torch's MKL on the probe's
+    shapes every column of a product equals, bit for bit, the same column in a product with other
+    columns beside it (tests/layers/test_logistic_batch.py). numpy's OpenBLAS picks its kernels by
+    the product's width on small matrices, so there a fit's numbers can move by rounding with its
+    batch-mates; a given batch still gives the same numbers every time."""
     return np.concatenate([a, np.zeros_like(a)])
 
 
@@ -145,8 +149,9 @@ class _one_torch_thread:
 
 @dataclass
 class _Problem:
-    """A `SubsetFit` laid out over the N shared rows: ``k`` weight rows (1 for two classes, else
-    one per class), its classes, ``l2`` = 1 / (C n), and its start (k · (d + 1),)."""
+    """A `SubsetFit` as the solver sees it: its classes, ``k`` weight rows (1 for two classes,
+    else one per class), ``l2`` = 1 / (C n) for the C being fitted, and its start
+    (k · (d + 1),)."""
 
     fit: SubsetFit
     classes: np.ndarray
@@ -155,9 +160,8 @@ class _Problem:
     start: np.ndarray
 
 
-def _problem(fit: SubsetFit, d: int) -> tuple[_Problem, np.ndarray, np.ndarray]:
-    """(the problem, its row weights (N,) — 1/n on its rows, 0 elsewhere —, its class code per
-    row (N,), 0 off its rows); the weights and codes are filled by the caller's arrays."""
+def _problem(fit: SubsetFit, d: int) -> tuple[_Problem, np.ndarray]:
+    """(the problem, the class code of each of its rows (n,))."""
     classes, codes = np.unique(np.asarray(fit.labels), return_inverse=True)
     if len(classes) < 2:
         raise ValueError("Logistic regression needs at least two classes.")
@@ -168,7 +172,7 @@ def _problem(fit: SubsetFit, d: int) -> tuple[_Problem, np.ndarray, np.ndarray]:
     if model.warm_start and coef is not None and np.shape(coef) == (k, d):
         start[:, :d], start[:, d] = coef, intercept
     n = len(fit.rows)
-    return _Problem(fit, classes, k, 1.0 / (model.C * n), start.ravel()), codes, classes
+    return _Problem(fit, classes, k, 1.0 / (model.C * n), start.ravel()), codes
 
 
 def fit_subsets(shared: SharedRows, fits: list[SubsetFit]) -> None:
@@ -196,7 +200,7 @@ def walk_paths(
     weight = np.zeros((n_all, len(fits)))  # (N, P): 1/n on fit p's rows
     code = np.zeros((n_all, len(fits)), dtype=np.int64)  # (N, P): class code of fit p's rows
     for p, fit in enumerate(fits):
-        problem, codes, _ = _problem(fit, d)
+        problem, codes = _problem(fit, d)
         rows = np.asarray(fit.rows)
         np.add.at(weight[:, p], rows, 1.0 / len(rows))  # a row listed twice counts twice
         code[rows, p] = codes
@@ -329,9 +333,9 @@ def _data_terms(
 
 def _column_sums(a: np.ndarray) -> np.ndarray:
     """(Q,) the column sums of a (N, Q), each summed alone as a contiguous vector (numpy's
-    pairwise sum): a column's sum does not depend on what columns stand beside it, as a
-    reduction along axis 0 of a wide array (rows added one after another) and of a one-column
-    array (pairwise) would."""
+    pairwise sum), so that a column's sum does not depend on what columns stand beside it. A
+    reduction along axis 0 adds the rows one after another when a is wide but sums a
+    one-column a pairwise: a fit left alone in its last rounds then rounded differently."""
     return np.ascontiguousarray(a.T).sum(axis=1)
 
 
