@@ -67,6 +67,7 @@ both sides of the split, which is why the layer repeats stay in memory
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections import deque
@@ -74,6 +75,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -710,6 +712,8 @@ def _shared_layers(
     (`analysis.layers.rows.share_layers`), each process reading its layers from the file and
     making every metric of them (`_stored_layer`). (rows, summed phase seconds, Gram rows)."""
     n_layers = n_states(stored)[0]
+    # an absolute path: a helper started earlier keeps the working folder it started in
+    stored = dataclasses.replace(stored, path=Path(stored.path).resolve())
     calls = [(stored, layer, job) for layer in range(n_layers)]
 
     def done(finished: int, total: int) -> None:

@@ -266,7 +266,8 @@ def test_probes_in_helper_processes_give_the_same_table(monkeypatch):
 
 
 def stored_states(tmp_path, states: np.ndarray):
-    """``states`` written to a cache entry: the `StoredTensor` the streamed route reads."""
+    """``states`` written to a cache entry: the `StoredTensor` the streamed route reads (its path
+    as the cache root gives it: relative for a relative root)."""
     specs = {"states": TensorSpec("F32", states.shape, row_dim=1)}
 
     def write(writer):
@@ -288,7 +289,10 @@ def test_stored_layers_shared_with_helpers_give_the_same_table(monkeypatch, tmp_
     monkeypatch.setenv("TUNESCOPE_GRAM_THREADS", "2")
     monkeypatch.setenv(rows.PROCESSES_ENV, "2")
     states, labels = bert_like(n=300, n_layers=5, n_classes=3, seed=7)
-    stored = stored_states(tmp_path, states)
+    rows.start_helpers()  # helpers started in another working folder than the cache's
+    monkeypatch.chdir(tmp_path)
+    stored = stored_states("cache", states)
+    assert not stored.path.is_absolute()
     alone = streamed.streamed_layer_metrics(stored, labels, seed=3, chunk_rows=64, overlap=True)
     assert not alone.attrs["threads"]["shared_layers"]  # too small to share: one process
     monkeypatch.setattr(rows, "PARALLEL_MIN_WORK", 0)
