@@ -84,7 +84,11 @@ class L2Logistic(ClassifierMixin, BaseEstimator):
         return raw[:, 0] if len(self.classes_) == 2 else raw
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        raw = self.decision_function(X)
+        return self.labels_of(self.decision_function(X))
+
+    def labels_of(self, raw: np.ndarray) -> np.ndarray:
+        """The predicted labels of decision values ``raw`` ((N,) or (N, K), as
+        `decision_function` gives them; the probe's side-by-side fits compute them elsewhere)."""
         index = (raw > 0).astype(int) if raw.ndim == 1 else raw.argmax(axis=1)
         return self.classes_[index]
 

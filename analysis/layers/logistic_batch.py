@@ -290,12 +290,6 @@ def decisions(
     ]
 
 
-def predict(model: L2Logistic, raw: np.ndarray) -> np.ndarray:
-    """``model.predict`` from its decision values (N,) or (N, K)."""
-    index = (raw > 0).astype(int) if raw.ndim == 1 else raw.argmax(axis=1)
-    return model.classes_[index]
-
-
 def _data_terms(
     raw: np.ndarray, target: np.ndarray, weight: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:

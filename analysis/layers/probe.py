@@ -54,7 +54,6 @@ from analysis.layers.logistic_batch import (
     SubsetFit,
     decisions,
     fit_subsets,
-    predict,
     walk_paths,
 )
 from analysis.layers.metrics import ArrayLike, as_float64, as_labels
@@ -225,16 +224,13 @@ def _logistic_cv(
     for j in range(len(grid)):  # every inner fit at C_j scored on its held-out rows
         raws = decisions(shared, fits, [path[j] for path in paths])
         for (p, i, (held, y_held), fit), raw in zip(inner, raws, strict=True):
-            scores[p][i, j] = task_score(metric, y_held, predict(fit.model, raw[held]))
-    coefs: list[list[list[tuple[np.ndarray, np.ndarray]]]] = [[[] for _ in s[4]] for s in searches]
-    for (p, i, _, _), path in zip(inner, paths, strict=True):
-        coefs[p][i] = path
+            scores[p][i, j] = task_score(metric, y_held, fit.model.labels_of(raw[held]))
     refits, picks = [], []
     for p, (_, scaler, rows, y, _) in enumerate(searches):
         means = scores[p].mean(axis=0)
         best = int(np.nanargmax(means)) if np.isfinite(means).any() else 0
         model = L2Logistic(C=grid[best], warm_start=True)
-        fold_paths = coefs[p]
+        fold_paths = [path for (q, *_), path in zip(inner, paths, strict=True) if q == p]
         if len({path[best][0].shape for path in fold_paths}) == 1:  # every fold saw every class
             model.coef_ = np.mean([path[best][0] for path in fold_paths], axis=0)
             model.intercept_ = np.mean([path[best][1] for path in fold_paths], axis=0)
