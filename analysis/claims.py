@@ -597,7 +597,7 @@ def write_disable_files(db: RunsDB, source: str, seeds: Sequence[int]) -> tuple[
     (|u_i − mean| > 3 std per layer of u = the final move projected on the trajectory's
     subspace) and, per seed, as many random weights. Returns (outlier file, n zeroed)."""
 
-    root = db.path.parent
+    root = db.workspace.root
     report = analyse_trajectory(open_trajectory(db.trajectory_dir(source)))
     path = outlier_file(root, source)
     outlier_positions_file(report.trajectory, report.outliers, path)

@@ -148,7 +148,7 @@ def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) ->
         runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
         source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
         source_id = source["id"] if source and source["status"] == "done" else None
-        root = db.path.parent
+        root = db.workspace.root
         if source_id and "S2" in cfg.only and not _has_disable_files(root, source_id):
             path, n_zero = claims.write_disable_files(db, source_id, cfg.seeds)
             print(

@@ -126,7 +126,7 @@ def follow(db, run_id: str, bar: StepBar, poll_s: float = 0.5, cancel_wait_s: fl
     from analysis.runs.db import FINAL_STATUSES
     from analysis.runs.worker import RAY, worker_pid
 
-    root = db.path.parent
+    root = db.workspace.root
     try:
         while True:
             run = db.get_run(run_id)

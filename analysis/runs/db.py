@@ -154,21 +154,6 @@ class RunNotFound(ValueError):
     """No run has this id (or the prefix matches none or several)."""
 
 
-def db_path(root: Path | str | None = None) -> Path:
-    """``<cache root>/runs.sqlite``; the root defaults to the current workspace's."""
-    return (Workspace(root) if root is not None else Workspace.current()).runs_db
-
-
-def run_folder(root: Path | str, run_id: str) -> Path:
-    """``<cache root>/runs/<run id>/`` (`Workspace.run_folder`)."""
-    return Workspace(root).run_folder(run_id)
-
-
-def disable_folder(root: Path | str, run_id: str) -> Path:
-    """``<cache root>/subspace/<run id>/`` (`Workspace.disable_folder`)."""
-    return Workspace(root).disable_folder(run_id)
-
-
 def parse_tags(tags: str | Sequence[str]) -> tuple[str, ...]:
     """Tags from ``"a, b"`` or ``["a", "b"]``: stripped, duplicates and empties dropped, in the
     order given; a tag longer than 40 characters or more than 20 tags is a ValueError."""
@@ -289,8 +274,9 @@ class RunsDB:
     checkpoints and fsyncs, which would make every small write cost tens of milliseconds.
     """
 
-    def __init__(self, path: Path | str | None = None) -> None:
-        self.path = Path(path) if path is not None else db_path()
+    def __init__(self, workspace: Workspace | None = None) -> None:
+        self.workspace = workspace if workspace is not None else Workspace.current()
+        self.path = self.workspace.runs_db
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._pid = os.getpid()
@@ -488,8 +474,8 @@ class RunsDB:
     def run_files(self, run_id: str) -> list[Path]:
         """The folders run ``run_id`` owns that exist: its trajectory (``runs/<id>/``) and the
         zero-weights files made from it (``subspace/<id>/``)."""
-        root = self.path.parent
-        return [f for f in (run_folder(root, run_id), disable_folder(root, run_id)) if f.is_dir()]
+        folders = (self.workspace.run_folder(run_id), self.workspace.disable_folder(run_id))
+        return [f for f in folders if f.is_dir()]
 
     def delete_files(self, run_id: str) -> list[Path]:
         """Delete the folders run ``run_id`` owns (`run_files`); returns the ones removed.

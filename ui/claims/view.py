@@ -86,7 +86,7 @@ def _plan(cfg: ClaimsConfig, inputs: ClaimInputs, db, runs) -> list:
     queued the claims' runs here, its disable files written and its runs queued)."""
     source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
     source_id = source["id"] if source and source["status"] == "done" else None
-    root = db.path.parent
+    root = db.workspace.root
     if (
         source_id
         and st.session_state.get(FOLLOW_UP)

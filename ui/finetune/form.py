@@ -94,7 +94,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
     (`ui.finetune.method_fields`). The caller has loaded the model and the data
     (`ui.loaders`), so a bad file is refused on the page with the message every page gives,
     never queued to fail in the worker."""
-    executor = executor_picker(db.path.parent)
+    executor = executor_picker(db.workspace.root)
     n_layers = loaded.n_layers
     l_star_found = l_star_for(extract_cfg, n_layers)
     heads_found = heads_for(extract_cfg)
