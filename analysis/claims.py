@@ -661,7 +661,7 @@ def estimate_seconds(runs: Sequence[PlannedRun], history: pd.DataFrame) -> tuple
     """Training time of ``runs`` (steps × seconds per step measured on earlier finished runs of
     the model: same label, else same method, else any method), and where the figure comes from;
     (None, why) when the model has no finished run yet."""
-    from analysis.runs.db import run_label
+    from analysis.runs.records import run_label
     from analysis.runs.results import estimate_step_time
 
     total = 0.0

@@ -7,14 +7,9 @@ import sqlite3
 
 import pytest
 
-from analysis.runs.db import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    RunNotFound,
-    RunsDB,
-    migrate,
-    parse_tags,
-)
+from analysis.runs.db import RunsDB
+from analysis.runs.records import parse_tags
+from analysis.runs.schema import MIGRATIONS, SCHEMA_VERSION, RunNotFound, migrate
 from analysis.workspace import Workspace
 
 

@@ -9,9 +9,10 @@ import sqlite3
 import pytest
 
 from analysis.finetune.config import FinetuneConfig, canonical, flat_config
-from analysis.runs.db import MIGRATIONS, RunsDB, migrate
+from analysis.runs.db import RunsDB
 from analysis.runs.record import Run, migrate_config, runs_frame, runs_of
 from analysis.runs.results import group_key, results_table, with_groups
+from analysis.runs.schema import MIGRATIONS, migrate
 from analysis.workspace import Workspace
 
 

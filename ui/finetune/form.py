@@ -22,7 +22,7 @@ from analysis.finetune.config import FinetuneConfig, canonical, grid_factors, lr
 from analysis.finetune.registry import default_lrs_text, method_names, method_spec
 from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID
 from analysis.heads.selection_file import HeadSelection
-from analysis.runs.db import run_label
+from analysis.runs.records import run_label
 from analysis.strategies import middle_layer, strategy_names, sweep_strategies
 from ui.finetune.executor import executor_picker
 from ui.finetune.method_fields import option_widgets
