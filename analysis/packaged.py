@@ -47,7 +47,7 @@ MPNET = SplitModel(
 )
 SPLIT_MODELS: dict[str, SplitModel] = {MPNET.name: MPNET}
 
-# (weights path, size, mtime_ns) whose hash this process has checked: hashing 438 MB takes seconds,
+# (weights path, size, mtime_ns) whose hash this process has checked: hashing the weights is slow,
 # so it is done once per process and again only when the file changes.
 _VERIFIED: set[tuple[str, int, int]] = set()
 

@@ -123,8 +123,8 @@ def heads_comparisons(runs: pd.DataFrame) -> list[Comparison]:
     PageRank against every other selector whose runs agree with it in every other setting —
     budget, learning rates, zero-weights file and the other selection settings (k, scope,
     PageRank settings…) — each side one run group (`analysis.runs.results`), one run per seed
-    (the newest). Runs whose config does not say its selector (stored before that was kept) are
-    left out."""
+    (the newest). Runs whose stored config does not name its selector (older runs) are left
+    out."""
     groups: dict[str, dict[str, Any]] = {}
     for run in runs_of(runs):
         if run.status != "done" or run.method != "heads" or not run.stored:

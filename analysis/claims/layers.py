@@ -124,10 +124,10 @@ def measure_layers(
 
 
 def layer_claims_estimate(cfg: ClaimsConfig, d_model: int = 384, n_layers: int = 6) -> float:
-    """Rough seconds the layer claims take before anything is cached, on this project's 2-core
-    machine (measured by bench/bench_layer_claims.py): per sample and pooling one extraction,
-    per sample the mean-pooling table (its cross-validated probe dominates) and the cheap
-    repeats."""
+    """Rough seconds the layer claims take on a 2-core CPU before anything is cached: per sample
+    and pooling one extraction, per sample the mean-pooling table (its cross-validated probe
+    dominates) and the cheap repeats, scaled by N, L and d_model (bench/bench_layer_claims.py
+    prints where the time goes)."""
     if not cfg.layer_claims:
         return 0.0
     poolings = 2 if "X3" in cfg.only else 1
