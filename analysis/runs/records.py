@@ -102,6 +102,28 @@ def run_label(config: dict[str, Any]) -> str:
     return label_of(config) + zeroed
 
 
+def _where(
+    columns: dict[str, str | Sequence[str] | None], tag: str | Sequence[str] | None
+) -> tuple[list[str], list[Any]]:
+    """The WHERE clauses and their parameters of `RunRecords.list_runs`' filters: each column
+    that is not None takes one value or a list; ``tag`` keeps runs carrying one of its tags."""
+    where: list[str] = []
+    params: list[Any] = []
+    for column, wanted in columns.items():
+        if wanted is None:
+            continue
+        values = [wanted] if isinstance(wanted, str) else list(wanted)
+        where.append(f"{column} IN ({', '.join('?' * len(values))})")
+        params.extend(values)
+    if tag is not None:
+        tags = [tag] if isinstance(tag, str) else list(tag)
+        where.append(
+            f"id IN (SELECT run_id FROM run_tags WHERE tag IN ({', '.join('?' * len(tags))}))"
+        )
+        params.extend(tags)
+    return where, params
+
+
 def _iso(seconds: float | None) -> str | None:
     """UNIX seconds → ``2026-11-30T08:12:03.123+00:00`` (None stays None)."""
     if seconds is None:
@@ -155,25 +177,16 @@ class RunRecords(RunsFile):
         """Runs (newest first, at most ``limit``) with the result's headline fields as columns
         (NaN unless done), their ``note`` and ``tags`` (comma-separated). ``tag``: only runs
         carrying one of these tags; the other filters take one value or a list, too."""
-        where, params = [], []
-        for column, wanted in (
-            ("model", model),
-            ("data", data),
-            ("method", method),
-            ("status", status),
-            ("sweep_id", sweep_id),
-        ):
-            if wanted is None:
-                continue
-            values = [wanted] if isinstance(wanted, str) else list(wanted)
-            where.append(f"{column} IN ({', '.join('?' * len(values))})")
-            params.extend(values)
-        if tag is not None:
-            tags = [tag] if isinstance(tag, str) else list(tag)
-            where.append(
-                f"id IN (SELECT run_id FROM run_tags WHERE tag IN ({', '.join('?' * len(tags))}))"
-            )
-            params.extend(tags)
+        where, params = _where(
+            {
+                "model": model,
+                "data": data,
+                "method": method,
+                "status": status,
+                "sweep_id": sweep_id,
+            },
+            tag,
+        )
         tags_sql = (
             "(SELECT group_concat(tag, ', ') FROM (SELECT tag FROM run_tags"
             " WHERE run_tags.run_id = runs.id ORDER BY tag)) AS tags"
