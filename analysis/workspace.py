@@ -8,6 +8,10 @@ that reads ``TUNESCOPE_CACHE``, and make it current for what they run (`Workspac
 library's defaults (`analysis.cache.default_root`, ``RunsDB()``) then name this workspace. A
 worker this process starts gets the root explicitly.
 
+It names places and opens nothing: the runs database (``RunsDB(workspace)``) and the disk cache
+(``DiskCache(workspace.root)``) are built by the code above it, which imports this module, never
+the other way round.
+
     <root>/                    the disk cache's entries (`analysis.cache.DiskCache`)
     <root>/runs.sqlite         the runs database
     <root>/runs/<run id>/      the files a run writes (its trajectory)
@@ -24,11 +28,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from analysis.cache import DiskCache
-    from analysis.runs.db import RunsDB
 
 ENV = "TUNESCOPE_CACHE"
 PROJECT_CACHE = Path(__file__).resolve().parent.parent / "cache"
@@ -106,18 +105,6 @@ class Workspace:
     @property
     def worker_log(self) -> Path:
         return self.root / "worker.log"
-
-    # -- what lives there ------------------------------------------------------------------------
-
-    def db(self) -> RunsDB:
-        from analysis.runs.db import RunsDB
-
-        return RunsDB(self.runs_db)
-
-    def cache(self) -> DiskCache:
-        from analysis.cache import DiskCache
-
-        return DiskCache(self.root)
 
     def environment(self) -> dict[str, str]:
         """What a child process needs in its environment to work here."""

@@ -37,6 +37,7 @@ from analysis.finetune.config import FinetuneConfig
 from analysis.runs.db import RunsDB
 from analysis.runs.executor import RAY
 from analysis.runs.worker import serve
+from analysis.workspace import Workspace
 
 
 def queue(db: RunsDB, args: argparse.Namespace, tag: str) -> list[str]:
@@ -102,7 +103,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tsbench-") as tmp:
         root = Path(tmp) / "cache"
         root.mkdir()
-        db = RunsDB(root / "runs.sqlite")
+        db = RunsDB(Workspace(root))
 
         local_ids = queue(db, args, "local")
         assert serve(root, device="cpu", idle_timeout=0.0, poll_s=0.05) == args.runs

@@ -11,7 +11,8 @@ from analysis.cli import build_parser
 from analysis.commands.options import finetune_config, refuse_foreign_flags
 from analysis.finetune.config import FinetuneConfig, flat_config
 from analysis.finetune.registry import method_names, register, sweep_methods, unregister
-from analysis.runs.db import RunsDB, run_label
+from analysis.runs.db import RunsDB
+from analysis.runs.records import run_label
 from analysis.strategies import strategy_names
 
 

@@ -6,18 +6,20 @@ import os
 
 from analysis.cache import default_root
 from analysis.cli import main
-from analysis.runs.db import RunsDB, db_path, disable_folder, run_folder
+from analysis.runs.db import RunsDB
 from analysis.workspace import ENV, Workspace
 
 
 def test_the_layout_is_spelled_out_once(tmp_path):
     ws = Workspace(tmp_path / "w")
-    assert ws.runs_db == tmp_path / "w" / "runs.sqlite" == db_path(tmp_path / "w")
-    assert ws.run_folder("r1") == tmp_path / "w" / "runs" / "r1" == run_folder(ws.root, "r1")
-    assert ws.disable_folder("r1") == disable_folder(ws.root, "r1") == ws.root / "subspace" / "r1"
+    assert ws.runs_db == tmp_path / "w" / "runs.sqlite"
+    assert ws.run_folder("r1") == tmp_path / "w" / "runs" / "r1"
+    assert ws.disable_folder("r1") == ws.root / "subspace" / "r1"
     assert ws.outlier_file("r1").parent == ws.random_file("r1", 2).parent == ws.disable_folder("r1")
     assert ws.uploads == ws.root / "uploads" and ws.lock("cuda:1").name == "worker-cuda1.lock"
-    assert ws.db().path == ws.runs_db and ws.cache().root == ws.root
+    db = RunsDB(ws)  # the database knows its workspace: its files are found through it
+    assert db.workspace == ws and db.path == ws.runs_db
+    assert db.run_files("r1") == [] and (tmp_path / "w" / "runs.sqlite").is_file()
 
 
 def test_from_env_and_the_current_workspace(tmp_path, monkeypatch):
@@ -25,7 +27,7 @@ def test_from_env_and_the_current_workspace(tmp_path, monkeypatch):
     assert Workspace.from_env().root == tmp_path / "env" == default_root()
     assert Workspace.from_env(tmp_path / "flag").root == tmp_path / "flag"
     with Workspace(tmp_path / "mine").active():
-        assert default_root() == tmp_path / "mine" and RunsDB().path.parent == tmp_path / "mine"
+        assert default_root() == tmp_path / "mine" and RunsDB().workspace.root == tmp_path / "mine"
     assert default_root() == tmp_path / "env"  # only while active
 
 

@@ -78,13 +78,13 @@ def workspace_of(cache: str | Path | Workspace | None) -> Workspace:
 
 def open_db(cache: str | Path | Workspace | None = None, lock_timeout_s: float = 5.0) -> RunsDB:
     """The runs database of ``cache`` (`workspace_of`), or a `CallbackError`."""
-    path = workspace_of(cache).runs_db
+    workspace = workspace_of(cache)
     try:
-        db = RunsDB(path)
+        db = RunsDB(workspace)
         db.pragma(f"busy_timeout = {int(lock_timeout_s * 1000)}")
         return db
     except (sqlite3.Error, OSError) as exc:
-        raise _database_error(path, exc) from None
+        raise _database_error(workspace.runs_db, exc) from None
 
 
 # -- what trains -----------------------------------------------------------------------------------

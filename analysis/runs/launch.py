@@ -47,7 +47,7 @@ def launch(
     from analysis.runs.worker import check_executor, start_workers
 
     executor = executor or ExecutorChoice()
-    root = db.path.parent
+    root = db.workspace.root
     check_executor(executor, root)
     ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=strategy) for cfg, strategy in runs]
     return Launched(ids, start_workers(executor, root), executor)

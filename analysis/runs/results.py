@@ -25,8 +25,9 @@ from numpy.typing import ArrayLike
 
 from analysis.cache import canonical_json
 from analysis.compare import Arm
-from analysis.runs.db import RESULT_COLUMNS, RunsDB, run_label
+from analysis.runs.db import RunsDB
 from analysis.runs.record import Run, run_setting, runs_of
+from analysis.runs.records import RESULT_COLUMNS, run_label
 from analysis.strategies import family_of, n_tuned_layers
 
 # What makes two runs' costs and scores comparable across methods: the same task and budget.

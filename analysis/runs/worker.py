@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from analysis.children import usable_cores
 from analysis.config import help_of
 from analysis.io import atomic_write_json, read_json
-from analysis.runs.db import RunsDB, db_path
+from analysis.runs.db import RunsDB
 from analysis.runs.execute import ModelCache
 from analysis.runs.executor import EXECUTORS, RAY, ExecutorChoice
 from analysis.runs.ray_executor import LOCAL as LOCAL_CLUSTER
@@ -88,7 +88,7 @@ def queued_params(root: Path) -> int | None:
     queued run, or a size that cannot be read)."""
     from analysis.config import ModelSpec
 
-    queued = RunsDB(db_path(root)).list_runs(status="queued")
+    queued = RunsDB(Workspace(root)).list_runs(status="queued")
     if queued.empty or "model" not in queued:
         return None
     sizes = [estimate_params(ModelSpec(str(name))) for name in queued["model"].dropna().unique()]
@@ -472,7 +472,7 @@ def serve(
     ran = 0
     runner: LocalRunner | RayRunner | None = None
     try:
-        db = RunsDB(db_path(root))
+        db = RunsDB(Workspace(root))
 
         def start_runner() -> LocalRunner | RayRunner:
             if executor == RAY:

@@ -36,7 +36,7 @@ def _descendants(pid: int) -> dict[int, str]:
 
 
 def _alive(pid: int) -> bool:
-    from analysis.runs.db import pid_alive
+    from analysis.runs.queue import pid_alive
 
     return pid_alive(pid)
 

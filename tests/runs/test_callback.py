@@ -21,9 +21,10 @@ from analysis.runs.callback import (
     TunescopeCallback,
     infer_method,
 )
-from analysis.runs.db import RunsDB, db_path
+from analysis.runs.db import RunsDB
 from analysis.runs.results import results_table, summarise
 from analysis.subspace.trajectory import open_trajectory
+from analysis.workspace import Workspace
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 WORDS = ["good", "great", "fun", "bad", "awful", "dull"]
@@ -128,7 +129,7 @@ def test_a_crash_leaves_a_failed_run_with_its_steps(tiny, tmp_path):
 def test_a_locked_database_is_one_clear_message(tiny, tmp_path):
     folder, tokenizer = tiny
     callback = TunescopeCallback(str(folder), "toy", lock_timeout_s=0.2)
-    holder = sqlite3.connect(db_path(), isolation_level=None)
+    holder = sqlite3.connect(Workspace.current().runs_db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
         with pytest.raises(CallbackError, match="is locked by another process"):
@@ -154,7 +155,7 @@ def test_a_read_only_folder_is_one_clear_message(tiny, tmp_path):
     folder, _ = tiny
     cache = tmp_path / "ro"
     cache.mkdir()
-    RunsDB(db_path(cache)).close()
+    RunsDB(Workspace(cache)).close()
     for path in (cache, *cache.iterdir()):
         path.chmod(0o555 if path.is_dir() else 0o444)
     with pytest.raises(CallbackError, match=r"read-only|cannot be written"):
@@ -286,8 +287,6 @@ def test_runs_compare_reads_callback_runs(tiny, tmp_path, capsys):
 
 
 def test_the_callback_writes_into_the_current_workspace(tmp_path):
-    from analysis.workspace import Workspace
-
     workspace = Workspace(tmp_path / "elsewhere")
     with workspace.active():
         callback = TunescopeCallback("m", "d")

@@ -38,6 +38,7 @@ from analysis.runs.ray_executor import (
 )
 from analysis.runs.record import Run
 from analysis.runs.worker import RAY, last_choice, serve, start_workers, worker_pid
+from analysis.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
@@ -175,7 +176,7 @@ def test_a_run_on_ray_gives_the_same_numbers_as_the_local_executor(
 ):
     from analysis.runs.execute import execute_run
 
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     cfg = tiny_config(tiny_bert_dir, steps=4, seed=3)
     local = db.enqueue(cfg, running_pid=os.getpid(), device="cpu")
     with one_thread():  # as the Ray task does with 1 CPU per run
@@ -193,7 +194,7 @@ def test_a_run_on_ray_gives_the_same_numbers_as_the_local_executor(
 
 
 def test_cancel_stops_the_remote_run_and_records_it_cancelled(ray_cluster, root, tiny_bert_dir):
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
     with serving_in_a_thread(root, idle_timeout=0.0):
         wait_for(lambda: len(db.steps(run_id, kind="train")) >= 3, what="steps streamed back")
@@ -208,7 +209,7 @@ def test_cancel_stops_the_remote_run_and_records_it_cancelled(ray_cluster, root,
 def test_a_killed_ray_worker_fails_its_run_and_the_sweep_goes_on(ray_cluster, root, tiny_bert_dir):
     """Kill the process running the task: that run is failed "Ray worker died on HOST" with its
     steps kept; the runs after it still train. (2 CPUs per run: one run at a time.)"""
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     doomed = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
     after = [db.enqueue(tiny_config(tiny_bert_dir, steps=2, seed=s)) for s in (1, 2)]
     with serving_in_a_thread(root, idle_timeout=0.0, cpus_per_run=2):
@@ -312,7 +313,7 @@ def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
 ):
     """A local model folder pins a run to this machine's node; a head node started with
     ``--num-cpus 0`` could never run it, so it fails at once instead of waiting forever."""
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
     runner = RayRunner(db, log=lambda message: None)
     runner.this_node = {"CPU": 0.0, "GPU": 0.0}
@@ -328,7 +329,7 @@ def test_a_refresh_blocked_on_the_gcs_holds_up_neither_the_queue_loop_nor_close(
     """Once the head is gone, Ray's calls to its GCS block for a minute. The cluster is re-read in
     a thread of its own, so the queue loop's calls return meanwhile (on the last reading), close
     returns at once, and the late refresh writes no status file after close removed it."""
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     runner = RayRunner(db, log=lambda message: None, refresh_s=0.05, status_root=root)
     assert ray_executor.status_path(root).exists()
     blocked, release = threading.Event(), threading.Event()

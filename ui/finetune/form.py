@@ -22,7 +22,7 @@ from analysis.finetune.config import FinetuneConfig, canonical, grid_factors, lr
 from analysis.finetune.registry import default_lrs_text, method_names, method_spec
 from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID
 from analysis.heads.selection_file import HeadSelection
-from analysis.runs.db import run_label
+from analysis.runs.records import run_label
 from analysis.strategies import middle_layer, strategy_names, sweep_strategies
 from ui.finetune.executor import executor_picker
 from ui.finetune.method_fields import option_widgets
@@ -94,7 +94,7 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
     (`ui.finetune.method_fields`). The caller has loaded the model and the data
     (`ui.loaders`), so a bad file is refused on the page with the message every page gives,
     never queued to fail in the worker."""
-    executor = executor_picker(db.path.parent)
+    executor = executor_picker(db.workspace.root)
     n_layers = loaded.n_layers
     l_star_found = l_star_for(extract_cfg, n_layers)
     heads_found = heads_for(extract_cfg)

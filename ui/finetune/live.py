@@ -29,7 +29,7 @@ def queue_view() -> None:
     active = db.list_runs(status=["queued", "running"])
     queued = active[active["status"] == "queued"]
     running = active[active["status"] == "running"]
-    root = db.path.parent
+    root = db.workspace.root
     pids = worker_pids(root)
     if not queued.empty and not pids:
         # A queue with nobody serving it: start the kind of worker it was last queued for.
