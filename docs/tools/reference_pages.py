@@ -49,10 +49,43 @@ Conventions, the same for every command:
   path (the worker that trains the run starts in the project's folder).
 - A method's own option given for another method (`finetune --method full --lora-r 4`) is
   refused: `--lora-r is an option of --method lora; it does nothing for --method full: drop it.`
+- Every option of every method has its flag, derived from the method's spec (`--heads`,
+  `--adapter-layers`, `--adapter-size`, `--lora-layers`, `--lora-r`, `--lora-alpha`,
+  `--subspace-from`), in `finetune`, `sweep` and `export` alike.
 - `--method layers --layers 1,L,L` is full fine-tuning, and is queued as `--method full` (one
   name, one run group).
 - Defaults below are the parser's; a blank default means the setting's own (see
   [Settings](settings.md)): the method's learning rate, the whole train part, and so on.
+
+## Examples
+
+```bash
+tunescope info                                    # built-in models and datasets, the cache
+tunescope extract --model minilm --data movie-snippets --n 2000 --seed 0 --pooling mean
+tunescope layers --data trec6 --n 2000 --json layers.json        # ν, CCA, ϱ, probes, ℓ*
+tunescope layers --n 2000 --repeats 50 --json layers.json        # + 90 % BCa intervals, ℓ* counts
+tunescope heads --n 300 --xi 0.9 --damping 0.85 --k 3 --json heads.json --selection-out heads-sel.json
+tunescope finetune --method layers --layers 1,3,3 --steps 200 --lr 5e-5 --batch-size 16 --seed 0 --json run.json
+tunescope finetune --method heads --heads heads-sel.json --steps 200 --json run-heads.json
+tunescope finetune --method frozen --classifier-lr 1e-3 --steps 200      # the classifier's own rate
+tunescope finetune --method lora --lora-r 4 --lora-alpha 8 --lora-layers 3,4   # a method's options
+tunescope finetune --method layers --layers 1,3,3 --executor ray          # on Ray ($RAY_ADDRESS, else local)
+tunescope sweep --strategies down,up,baselines,lora,bitfit --seeds 0,1,2  # queued for the worker
+tunescope sweep --strategies down,baselines --seeds 0,1,2 --lr-grid        # ×½, ×1, ×2 body rate, chosen on dev
+tunescope sweep --strategies down,up,baselines --seeds 0,1,2 --executor ray --ray-address HEAD:6379
+tunescope runs list --tag keep                    # also: runs show ID, runs export --csv F, runs cancel ID
+tunescope runs groups                             # run groups: n_seeds, mean ± s.e.
+tunescope runs compare RUN_OR_GROUP_A RUN_OR_GROUP_B --json cmp.json   # diff ± margin, verdict, paired p
+tunescope runs note ID "warm-up too short"; tunescope runs tag ID "baseline, keep"
+tunescope runs delete ID --files-only             # its trajectory and zero-weights files; without: the run too
+tunescope claims --only X1,H1 --seeds 3 --steps 200 --json claims.json --report claims.md
+tunescope finetune --method full --steps 300 --trajectory-every auto --json full.json   # k = ⌈steps / 32⌉
+tunescope subspace --run RUN_ID --json subspace.json --write-disable outliers.json
+tunescope finetune --method subspace --subspace-from RUN_ID --steps 300
+tunescope finetune --method full --zero-weights outliers.json --steps 300   # the disable experiment
+tunescope export --strategy 1,3,3 --out my-recipe    # also --run ID, --heads heads-sel.json, --method lora --layers 4,5,6
+tunescope runs import trainer-output/ --model minilm --data movie-snippets --seed 0   # a Trainer folder as a run
+```
 """
 
 

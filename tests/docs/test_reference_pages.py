@@ -39,7 +39,7 @@ def test_every_command_s_help_is_on_the_cli_page(monkeypatch, capsys):
     names = [name for name, _ in generator.command_parsers()]  # sets the fixed width
     assert {"tunescope layers", "tunescope runs compare", "tunescope export"} <= set(names)
     for name in names:
-        argv = name.split()[1:] + ["--help"]
+        argv = [*name.split()[1:], "--help"]
         with pytest.raises(SystemExit) as stop:
             main(argv, prog="tunescope")
         assert stop.value.code == 0
