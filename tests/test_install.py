@@ -2,7 +2,7 @@
 pyproject's dependencies against the hashed lock (requirements.txt), and the lock's hashes.
 
 (The lock installs on a fresh clone and the editable install into a fresh venv are checked by
-hand, as docs/how-to/upgrade.md says: both download hundreds of MB.)
+hand, as docs/how-to/develop.md says: both download hundreds of MB.)
 """
 
 from __future__ import annotations
