@@ -180,9 +180,12 @@ def config_classes() -> list[tuple[str, type]]:
         ("a fine-tuning run", FinetuneConfig),
         ("where runs train", ExecutorChoice),
     ]
+    methods_of: dict[type, list[str]] = {}  # an options class shared by methods: one section
     for spec in method_specs():
         if spec.options is not None:
-            classes.append((f"the options of `--method {spec.name}`", spec.options))
+            methods_of.setdefault(spec.options, []).append(f"`--method {spec.name}`")
+    for options, methods in methods_of.items():
+        classes.append((f"the options of {' and '.join(methods)}", options))
     return classes
 
 
