@@ -422,7 +422,7 @@ class EntryWriter:
         self._header_len = len(header)
         self._hashes: dict[tuple[str, int], Any] = {}
         self._written: dict[tuple[str, int], int] = {}
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
             self._pwrite(header, 0)
             os.ftruncate(self._fd, self.size)
