@@ -83,6 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     imported.add_argument("--metric", default="accuracy", help="eval_<metric> is the dev curve")
     imported.add_argument("--recipe", default=None, help="the recipe folder the run applied")
     imported.add_argument("--seed", type=int, default=0, help="the run's training seed")
+    for action in (listing, show, export, groups, compare):
+        action.set_defaults(writes=False)  # never the one to create a missing cache folder
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "import":  # issue 18
         return _import(args)
+    if not getattr(args, "writes", True) and not args.workspace.root.is_dir():
+        return _nothing_recorded(args)
     db = RunsDB()
     db.reap_dead()
     if args.action in ("list", "export"):
@@ -166,6 +170,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"run {run_id}: {status}")
     return 0
+
+
+def _nothing_recorded(args: argparse.Namespace) -> int:
+    """A reading action on a cache folder that does not exist (`Workspace.from_env` has warned):
+    an empty answer, and no database created."""
+    if args.action in ("list", "groups"):
+        print("no runs yet" if args.action == "list" else "no finished runs yet")
+        write_json(getattr(args, "json", None), {"runs" if args.action == "list" else "groups": []})
+        return 0
+    raise ValueError(f"No runs are recorded in {args.workspace.root}: the folder does not exist.")
 
 
 def _as_queued(name: str | None, queued_as) -> list[str] | None:
