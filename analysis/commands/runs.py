@@ -4,7 +4,8 @@ folder, `analysis.runs.callback.import_trainer_folder`).
 
 Listings and exports carry each run's group (`analysis.runs.results.group_key`: runs identical in
 every setting but the seed) and a label that tells settings apart; ``runs groups`` lists the
-groups with n_seeds and mean ± s.e.; ``runs compare A B`` applies `analysis.compare.compare`.
+groups with n_seeds and mean ± s.e. (step times: the median over seeds); ``runs compare A B``
+applies `analysis.compare.compare`.
 """
 
 from __future__ import annotations
@@ -200,8 +201,9 @@ def _groups(db, args: argparse.Namespace) -> int:
     if summary.empty:
         print("no finished runs yet")
     else:
-        print(summary[GROUP_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    if args.json:
+        shown = summary[GROUP_COLUMNS].rename(columns={"step_time_s": "step_time_s (median)"})
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if args.json:  # step_time_s: the median over seeds; step_time_s_mean: the mean
         write_json(args.json, {"groups": json_ready(summary)})
     return 0
 
