@@ -21,7 +21,8 @@ HELP = (
     "list, show, export, compare, cancel, annotate (note, tag), delete or import fine-tuning runs"
 )
 LIST_COLUMNS = [
-    "id", "status", "model", "data", "method", "label", "seed", "score", "metric", "group",
+    "id", "status", "model", "data", "method", "label", "seed", "score", "metric", "imported",
+    "group",
 ]  # fmt: skip
 GROUP_COLUMNS = ["group", "label", "n_seeds", "score", "score_sem", "dev_score", "step_time_s"]
 
@@ -126,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
         head = {k: v for k, v in record.items() if k not in ("config", "result")}
         for key, value in head.items():
             print(f"{key:>16}: {value}")
-        print("          config:", json.dumps(record["config"], indent=2, sort_keys=True))
-        print("          result:", json.dumps(record["result"], indent=2, sort_keys=True))
+        for key in ("config", "result"):
+            shown = _readable(record[key]) if key == "result" else record[key]
+            print(f"{key:>16}:", json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
         train = steps[(steps.kind == "train") & (steps.key == "loss")]
         if not train.empty:
             last = train.iloc[-1]
@@ -171,6 +173,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"run {run_id}: {status}")
     return 0
+
+
+def _readable(result: dict | None) -> dict | None:
+    """A run's result for a person: its test predictions summarised in one line (how many, a
+    checksum, the first few) instead of their base64 arrays; ``--json`` keeps them whole."""
+    from analysis.predictions import describe_predictions
+
+    if not result or "test_predictions" not in result or not result["test_predictions"]:
+        return result
+    return {**result, "test_predictions": describe_predictions(result["test_predictions"])}
 
 
 def _nothing_recorded(args: argparse.Namespace) -> int:

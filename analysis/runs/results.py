@@ -370,13 +370,34 @@ def _config(row: pd.Series) -> dict[str, Any]:
 
 
 def with_groups(runs: pd.DataFrame) -> pd.DataFrame:
-    """``RunsDB.list_runs`` rows with each run's ``group`` (`group_key`) and a ``label`` recomputed
-    from its config (older runs stored shorter labels), for listings and exports."""
+    """``RunsDB.list_runs`` rows with each run's ``group`` (`group_key`), a ``label`` recomputed
+    from its config (older runs stored shorter labels) and how it was ``imported``
+    (`imported_as`), for listings and exports."""
     out = runs.copy()
-    configs = [run.stored for run in runs_of(out)] if "id" in out else []
-    out["group"] = [group_key(c) for c in configs]
-    out["label"] = [run_label(c) for c in configs]
+    records = runs_of(out) if "id" in out else []
+    tags = out["tags"] if "tags" in out else [""] * len(records)
+    out["group"] = [group_key(run.stored) for run in records]
+    out["label"] = [run_label(run.stored) for run in records]
+    out["imported"] = [imported_as(run, t) for run, t in zip(records, tags, strict=True)]
     return out
+
+
+# How a run trained outside tunescope came in (`analysis.runs.callback`): its origin's kind.
+IMPORT_KINDS = {"trainer": "callback", "trainer-import": "folder"}
+
+
+def imported_as(run: Run, tags: str | None = "") -> str:
+    """``callback`` (recorded by ``TunescopeCallback`` in the user's own Trainer), ``folder``
+    (``runs import`` of a Trainer output folder), ``no`` (trained by tunescope). The origin is
+    read from the config, else from the result (a run that joined tunescope's groups keeps it
+    there only), else the ``imported`` tag says ``yes``."""
+    origin = run.stored.get("origin")
+    kind = origin.get("kind") if isinstance(origin, dict) else origin
+    kind = kind or (run.result or {}).get("origin")
+    if kind:
+        return IMPORT_KINDS.get(str(kind), str(kind))
+    tagged = "imported" in str(tags or "").split(", ")  # analysis.runs.callback.IMPORTED_TAG
+    return "yes" if tagged else "no"
 
 
 def export_records(db: RunsDB, with_steps: bool = True, **filters: Any) -> list[dict[str, Any]]:
