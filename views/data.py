@@ -27,6 +27,8 @@ st.caption(describe(cfg))
 st.subheader(data.title)
 for note in data.notes:
     st.info(note)
+for text in data.warnings:
+    st.warning(text, icon="⚠️")
 sizes = {part: len(frame) for part, frame in data.parts.items()}
 cols = st.columns(4)
 cols[0].metric("train", f"{sizes['train']:,}")
