@@ -56,7 +56,7 @@ memory map itself (the map keeps a duplicate of the file descriptor, and a ``flo
 long as any duplicate): as long as any tensor of the entry is alive in any process, the entry is
 in use. `DiskCache.remove_entry` deletes an entry only under an exclusive lock that it gets
 without waiting — an entry in use is skipped — and never while this process computes or loads
-it. With ``TUNESCOPE_CACHE_MAX_GB`` set, every new entry is followed by `DiskCache.enforce_cap`:
+it; a load that meets a removal under way waits for it and is a miss. With ``TUNESCOPE_CACHE_MAX_GB`` set, every new entry is followed by `DiskCache.enforce_cap`:
 the oldest unused states go first (large, and one forward pass remakes them), then the small
 tables derived from states, until the entries fit. Run files and uploads are not entries: the
 cap never touches them (``tunescope cache prune`` does, when asked; `analysis.cache_admin`).
@@ -352,15 +352,21 @@ def map_tensors(path: Path, header: Header | None = None) -> MappedEntry:
     return out
 
 
+class EntryGone(Exception):
+    """The entry was removed while it was being opened: a miss, and nothing to clean up."""
+
+
 def _share(fd: int, path: Path) -> None:
-    """Take the shared lock that marks a file in use (module docstring, "evicted"); CacheMiss
-    when it is being removed, or was removed and replaced since it was opened."""
+    """Take the shared lock that marks a file in use (module docstring, "evicted"). It waits out
+    a removal under way (`DiskCache.remove_entry` holds its lock only while it deletes);
+    `EntryGone` when the file was removed (or replaced) since it was opened."""
+    fcntl.flock(fd, fcntl.LOCK_SH)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise CacheMiss("the entry is being removed") from None
-    if os.fstat(fd).st_ino != os.stat(path).st_ino:
-        raise CacheMiss("the entry was removed while it was opened")
+        same = os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        raise EntryGone(path)
 
 
 def _torch_dtype(code: str) -> torch.dtype:
@@ -655,6 +661,8 @@ class DiskCache:
                 os.utime(folder)
         except CacheError:  # a ValueError too, but never the entry's fault
             raise
+        except EntryGone:  # evicted while we opened it: a miss, and someone else's folder now
+            return None
         except _UNUSABLE:
             # Corrupt, partial or foreign: never use it; remove it so it is recomputed.
             shutil.rmtree(folder, ignore_errors=True)
@@ -771,6 +779,27 @@ class DiskCache:
 
     def _lock(self, kind: str, recipe: dict[str, Any]) -> threading.Lock:
         return _named_lock(kind, recipe_key(recipe))
+
+    def in_use(self, folder: Path | str) -> bool:
+        """Whether an entry is in use — what `remove_entry` would skip — without removing it."""
+        folder = Path(folder)
+        guard = _named_lock(folder.parent.name, folder.name)
+        if not guard.acquire(blocking=False):
+            return True
+        try:
+            try:
+                fd = os.open(folder / DATA_FILE, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released as it closes
+                return False
+            except BlockingIOError:
+                return True
+            finally:
+                os.close(fd)
+        finally:
+            guard.release()
 
     def remove_entry(self, folder: Path | str) -> bool:
         """Delete one entry unless it is in use (module docstring, "evicted"): mapped by some

@@ -386,17 +386,28 @@ def test_an_entry_another_process_reads_is_skipped(cache):
     assert cache.remove_entry(folder) is True
 
 
-def test_an_entry_being_removed_is_a_miss_not_a_crash(cache):
+def test_a_load_meeting_a_removal_waits_and_is_a_miss(cache):
     import fcntl
     import os
+    import time
+
+    from analysis.io import remove_folder
 
     folder = cache.save("states", {"r": 1}, {"x": torch.ones(100)})
     fd = os.open(folder / "data.safetensors", os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # what `remove_entry` holds while it deletes
-        assert cache.load("states", {"r": 1}) is None
-    finally:
-        os.close(fd)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what `remove_entry` holds while it deletes
+    assert cache.in_use(folder)  # (another descriptor's lock: this process counts too)
+    found = []
+    reader = threading.Thread(target=lambda: found.append(cache.load("states", {"r": 1})))
+    reader.start()
+    time.sleep(0.3)
+    assert reader.is_alive()  # waits for the removal to end
+    remove_folder(folder)
+    cache.save("states", {"r": 1}, {"x": torch.zeros(100)})  # a new entry in its place
+    os.close(fd)
+    reader.join(10)
+    assert found == [None]  # a miss, not the half-removed entry, and not a crash
+    assert torch.equal(cache.load("states", {"r": 1})[0]["x"], torch.zeros(100))  # kept
 
 
 def test_the_size_cap_evicts_the_oldest_unused_states_first(cache, monkeypatch):

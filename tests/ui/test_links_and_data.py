@@ -286,3 +286,13 @@ def test_a_text_column_of_numbers_is_warned_in_the_sidebar_and_on_the_data_page(
     expected = "Column 'text', used as a text, holds only numbers (e.g. 0, 1, 2)"
     assert [w.value for w in at.sidebar.warning if w.value.startswith(expected)]
     assert [w.value for w in at.main.warning if w.value.startswith(expected)]
+
+
+def test_the_data_page_shows_the_caches_size_and_where_it_is(tiny_bert_dir, monkeypatch, tmp_path):
+    save_upload("reviews.csv", b"x" * 2500)  # 2.5 kB in the cache folder's uploads/
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/data.py")
+    assert not errors(at)
+    root = tmp_path / "cache"  # tests/conftest.py's TUNESCOPE_CACHE
+    line = next(c.value for c in at.caption if c.value.startswith("The cache folder"))
+    assert f"The cache folder `{root}` holds 2.5 kB; its disk has " in line
+    assert " free. `tunescope cache` lists" in line
