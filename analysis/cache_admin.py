@@ -193,7 +193,7 @@ def items(workspace: Workspace) -> list[Item]:
         newest = max(p.stat().st_mtime for p in database)
         size = sum(p.stat().st_size for p in database)
         out.append(Item(DATABASE, workspace.runs_db.name, workspace.runs_db, size, newest,
-                        n=len(runs)))  # fmt: skip
+                        runs=tuple(run.id for run in runs)))  # fmt: skip
     order = {kind: i for i, kind in enumerate(KINDS)}
     return sorted(out, key=lambda item: (order[item.kind], item.last_used))
 
