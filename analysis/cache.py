@@ -56,9 +56,10 @@ memory map itself (the map keeps a duplicate of the file descriptor, and a ``flo
 long as any duplicate): as long as any tensor of the entry is alive in any process, the entry is
 in use. `DiskCache.remove_entry` deletes an entry only under an exclusive lock that it gets
 without waiting — an entry in use is skipped — and never while this process computes or loads
-it; a load that meets a removal under way waits for it and is a miss. With ``TUNESCOPE_CACHE_MAX_GB`` set, every new entry is followed by `DiskCache.enforce_cap`:
-the oldest unused states go first (large, and one forward pass remakes them), then the small
-tables derived from states, until the entries fit. Run files and uploads are not entries: the
+it; a load that meets a removal under way waits for it and is a miss. With
+``TUNESCOPE_CACHE_MAX_GB`` set, every new entry is followed by `DiskCache.enforce_cap`: the
+oldest unused states go first (large, and one forward pass remakes them), then the small tables
+derived from states, until the entries fit. Run files and uploads are not entries: the
 cap never touches them (``tunescope cache prune`` does, when asked; `analysis.cache_admin`).
 """
 
@@ -782,47 +783,43 @@ class DiskCache:
 
     def in_use(self, folder: Path | str) -> bool:
         """Whether an entry is in use — what `remove_entry` would skip — without removing it."""
-        folder = Path(folder)
-        guard = _named_lock(folder.parent.name, folder.name)
-        if not guard.acquire(blocking=False):
-            return True
-        try:
-            try:
-                fd = os.open(folder / DATA_FILE, os.O_RDONLY)
-            except FileNotFoundError:
-                return False
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released as it closes
-                return False
-            except BlockingIOError:
-                return True
-            finally:
-                os.close(fd)
-        finally:
-            guard.release()
+        with self._exclusive(Path(folder)) as free:
+            return not free
 
     def remove_entry(self, folder: Path | str) -> bool:
         """Delete one entry unless it is in use (module docstring, "evicted"): mapped by some
         process, or being computed or loaded by this one. Returns whether it went."""
         folder = Path(folder)
+        with self._exclusive(folder) as free:
+            if not free:
+                return False
+            try:
+                return remove_folder(folder)
+            except FileNotFoundError:  # another remover was first
+                return False
+
+    @contextlib.contextmanager
+    def _exclusive(self, folder: Path) -> Iterator[bool]:
+        """Hold an entry exclusively if that is possible at once: this process's lock of it and
+        an exclusive ``flock`` on its data file (no process maps it). Yields whether it is held."""
         guard = _named_lock(folder.parent.name, folder.name)
         if not guard.acquire(blocking=False):
-            return False
+            yield False
+            return
+        fd = None
         try:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # no data file: nothing maps it
                 fd = os.open(folder / DATA_FILE, os.O_RDONLY)
-            except FileNotFoundError:  # no data file, nothing can map it
-                fd = None
-            try:
-                if fd is not None:
+            free = True
+            if fd is not None:
+                try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return remove_folder(folder)
-            except (BlockingIOError, FileNotFoundError):  # in use; gone already
-                return False
-            finally:
-                if fd is not None:
-                    os.close(fd)
+                except BlockingIOError:
+                    free = False
+            yield free
         finally:
+            if fd is not None:
+                os.close(fd)  # releases the flock
             guard.release()
 
     def enforce_cap(

@@ -8,6 +8,7 @@ page's size line. The layout is `analysis.workspace.Workspace`'s; entries and th
     layer_repeats   bootstrap repeats of a layer table                by default: recomputed
     heads           head statistics (`analysis.heads.collect`)        by default: recomputed
     subspace-svd    the SVD of a run's trajectory (`analysis.subspace`) by default: recomputed
+    (any other)     an entry of a kind added later                    by default: recomputed
     partial         what a writer that died left (``.tmp-*``)         by default, an hour on
     trajectories    ``runs/<run id>/``: what a run recorded           only when named (--kind)
     zero-weights    ``subspace/<run id>/``: the disable experiment    only when named
@@ -35,13 +36,14 @@ from analysis.cache import STATES_KIND, DiskCache, eviction_order, max_cache_byt
 from analysis.io import TMP_PREFIX, remove_folder
 from analysis.workspace import Workspace
 
-RECOMPUTED = ("states", "layer_metrics", "layer_repeats", "heads", "subspace-svd")
+ENTRY_KINDS = ("states", "layer_metrics", "layer_repeats", "heads", "subspace-svd")
 PARTIAL = "partial"
 RUN_FILES = ("trajectories", "zero-weights")
 UPLOADS = "uploads"
 DATABASE = "database"
-KINDS = (*RECOMPUTED, PARTIAL, *RUN_FILES, UPLOADS, DATABASE)
-PRUNED_BY_DEFAULT = (*RECOMPUTED, PARTIAL)
+NOT_ENTRIES = (PARTIAL, *RUN_FILES, UPLOADS, DATABASE)  # any other kind is a disk-cache entry
+KINDS = (*ENTRY_KINDS, *NOT_ENTRIES)
+NAMED_ONLY = (*RUN_FILES, UPLOADS)  # pruned only when asked for by kind
 STALE_S = 3600.0  # a partial folder untouched this long has no live writer (`clear_stale_temp`)
 
 
@@ -161,18 +163,24 @@ def _inside(name: str, folder: Path) -> bool:
     return name == str(folder) or name.startswith(str(folder) + os.sep)
 
 
-def items(workspace: Workspace) -> list[Item]:
-    """Everything the cache folder holds (`KINDS`), kind by kind, oldest use first within one."""
+def is_entry(kind: str) -> bool:
+    """Whether items of ``kind`` are disk-cache entries (computed again when missing)."""
+    return kind not in NOT_ENTRIES
+
+
+def items(workspace: Workspace, runs: Sequence[_RunRef] | None = None) -> list[Item]:
+    """Everything the cache folder holds (`KINDS`), kind by kind, oldest use first within one.
+    ``runs``: the runs database's runs, when the caller has read them already."""
     root = workspace.root
     if not root.is_dir():
         return []
-    runs = _runs(workspace)
+    runs = _runs(workspace) if runs is None else runs
     by_id = {run.id: run for run in runs}
     out = _entries(DiskCache(root), workspace, by_id)
     for kind, parent in (("trajectories", root / "runs"), ("zero-weights", root / "subspace")):
         for folder in _folders(parent):
             owner = by_id.get(folder.name)
-            users = [r.id for r in runs if r.id != folder.name and _names(r, folder)]
+            users = [r.id for r in runs if r.id != folder.name and _names(r, folder, kind)]
             out.append(
                 Item(kind, folder.name, folder, folder_bytes(folder), _newest(folder),
                      owner.model if owner else None, owner.data if owner else None,
@@ -195,7 +203,8 @@ def items(workspace: Workspace) -> list[Item]:
         out.append(Item(DATABASE, workspace.runs_db.name, workspace.runs_db, size, newest,
                         runs=tuple(run.id for run in runs)))  # fmt: skip
     order = {kind: i for i, kind in enumerate(KINDS)}
-    return sorted(out, key=lambda item: (order[item.kind], item.last_used))
+    later = len(ENTRY_KINDS) - 0.5  # a kind added later: after the known entries
+    return sorted(out, key=lambda item: (order.get(item.kind, later), item.last_used))
 
 
 def _entries(cache: DiskCache, workspace: Workspace, by_id: dict[str, _RunRef]) -> list[Item]:
@@ -236,9 +245,11 @@ def _name(value: Any) -> str | None:
     return value.get("name") if isinstance(value, dict) else None
 
 
-def _names(run: _RunRef, folder: Path) -> bool:
-    """Whether a run names this run folder: it trains in its subspace or zeroes its weights."""
-    return any(use == folder.name or _inside(use, folder) for use in run.uses)
+def _names(run: _RunRef, folder: Path, kind: str) -> bool:
+    """Whether a run names a run folder: it trains in the subspace of its trajectory (named by
+    run id or folder), or zeroes the weights its files list."""
+    by_id = kind == "trajectories"
+    return any((by_id and use == folder.name) or _inside(use, folder) for use in run.uses)
 
 
 def _folders(parent: Path) -> list[Path]:
@@ -261,20 +272,29 @@ def _newest(path: Path) -> float:
 # --- freeing it ---------------------------------------------------------------------------------
 
 
-def check_kinds(kinds: Iterable[str]) -> tuple[str, ...]:
-    """The kinds asked for, each one of `KINDS` (a ValueError naming the others)."""
-    kinds = tuple(kinds)
-    unknown = [k for k in kinds if k not in KINDS]
+def check_kinds(kinds: Iterable[str], present: Iterable[str] = ()) -> tuple[str, ...]:
+    """The kinds asked for, each one of `KINDS` or of the kinds ``present`` in a cache folder
+    (a ValueError naming them)."""
+    kinds, known = tuple(kinds), tuple(dict.fromkeys([*KINDS, *present]))
+    unknown = [k for k in kinds if k not in known]
     if unknown:
-        raise ValueError(f"Unknown cache kind {unknown[0]!r}: choose from {', '.join(KINDS)}.")
+        raise ValueError(f"Unknown cache kind {unknown[0]!r}: choose from {', '.join(known)}.")
     return kinds
+
+
+def chosen(item: Item, kinds: Sequence[str] | None) -> bool:
+    """Whether ``kinds`` picks ``item``; None picks what `prune` removes by default (all but run
+    files, uploads and the database)."""
+    if kinds is None:
+        return item.kind not in (*NAMED_ONLY, DATABASE)
+    return item.kind in kinds
 
 
 def kept_because(item: Item, runs: dict[str, _RunRef], cache: DiskCache, now: float) -> str:
     """Why ``item`` must stay ('' when it may go)."""
     if item.kind == DATABASE:
         return "the runs database is never pruned"
-    if item.kind in RECOMPUTED:
+    if is_entry(item.kind):
         return "in use (being read or computed)" if cache.in_use(item.path) else ""
     if item.kind == PARTIAL:
         return "a writer may still be writing it" if now - item.last_used < STALE_S else ""
@@ -291,29 +311,30 @@ def kept_because(item: Item, runs: dict[str, _RunRef], cache: DiskCache, now: fl
 
 def prune(
     workspace: Workspace,
-    kinds: Sequence[str] = PRUNED_BY_DEFAULT,
+    kinds: Sequence[str] | None = None,
     older_than_s: float | None = None,
     max_bytes: int | None = None,
     dry_run: bool = False,
     now: float | None = None,
 ) -> Pruned:
-    """Remove what the cache holds of ``kinds``: everything last used more than
-    ``older_than_s`` ago (None: any age), or — with ``max_bytes`` — the oldest unused first
-    (states before other kinds) until those kinds hold at most ``max_bytes``. What must stay
-    (`kept_because`) stays and is reported with its reason; ``dry_run`` removes nothing."""
-    kinds = check_kinds(kinds)
+    """Remove what the cache holds of ``kinds`` (None: `chosen`'s default): everything last
+    used more than ``older_than_s`` ago (None: any age), or — with ``max_bytes`` — the oldest
+    unused first (states before other kinds) until those kinds hold at most ``max_bytes``. What
+    must stay (`kept_because`) stays and is reported with its reason; ``dry_run`` removes
+    nothing."""
     now = time.time() if now is None else now
     cache = DiskCache(workspace.root)
-    chosen = [item for item in items(workspace) if item.kind in kinds]
-    runs = {run.id: run for run in _runs(workspace)}
-    total = sum(item.bytes for item in chosen)
+    runs = _runs(workspace)
+    picked = [item for item in items(workspace, runs) if chosen(item, kinds)]
+    by_id = {run.id: run for run in runs}
+    total = sum(item.bytes for item in picked)
     removed, kept = [], []
-    for item in sorted(chosen, key=lambda i: eviction_order(asdict(i))):
+    for item in sorted(picked, key=lambda i: eviction_order(vars(i))):
         if max_bytes is not None and total <= max_bytes:
             break
         if older_than_s is not None and now - item.last_used < older_than_s:
             continue
-        reason = kept_because(item, runs, cache, now)
+        reason = kept_because(item, by_id, cache, now)
         if not reason and not dry_run and not _remove(item, cache):
             reason = "in use (being read or computed)"
         if reason:
@@ -325,7 +346,7 @@ def prune(
 
 
 def _remove(item: Item, cache: DiskCache) -> bool:
-    if item.kind in RECOMPUTED:
+    if is_entry(item.kind):
         return cache.remove_entry(item.path)
     if item.path.is_dir():
         return remove_folder(item.path)

@@ -19,7 +19,7 @@ SIZE_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from analysis.cache import MAX_ENV
-    from analysis.cache_admin import KINDS, PRUNED_BY_DEFAULT
+    from analysis.cache_admin import KINDS, NAMED_ONLY
 
     parser.add_argument(
         "action", nargs="?", choices=("list", "prune"), default="list",
@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", default=None, help="cache folder (default: ./cache)")
     parser.add_argument(
         "--kind", default=None,
-        help=f"comma-separated, from: {', '.join(KINDS)} (list: all; prune: "
-        f"{', '.join(PRUNED_BY_DEFAULT)}; run files and uploads only when named)",
+        help=f"comma-separated, from: {', '.join(KINDS)} (list: all; prune: all but "
+        f"{', '.join(NAMED_ONLY)}, which go only when named, and the database, which never goes)",
     )  # fmt: skip
     parser.add_argument(
         "--older-than", default=None, metavar="AGE",
@@ -66,16 +66,19 @@ def when(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.cache_admin import KINDS, PRUNED_BY_DEFAULT, check_kinds
+    from analysis.cache_admin import check_kinds
 
-    kinds = check_kinds(k.strip() for k in args.kind.split(",") if k.strip()) if args.kind else None
+    kinds = None
+    if args.kind:
+        present = [p.name for p in args.workspace.root.glob("*") if p.is_dir()]
+        kinds = check_kinds([k.strip() for k in args.kind.split(",") if k.strip()], present)
     older = parse_age(args.older_than) if args.older_than else None
     if args.action == "list":
         if args.max_size or args.dry_run:
             raise ValueError("--max-size and --dry-run go with `cache prune`.")
-        return _list(args, kinds or KINDS, older)
+        return _list(args, kinds, older)
     max_bytes = parse_size(args.max_size) if args.max_size else None
-    return _prune(args, kinds or PRUNED_BY_DEFAULT, older, max_bytes)
+    return _prune(args, kinds, older, max_bytes)
 
 
 def _list(args: argparse.Namespace, kinds, older: float | None) -> int:
@@ -85,7 +88,7 @@ def _list(args: argparse.Namespace, kinds, older: float | None) -> int:
     now = time.time()
     shown = [
         i for i in items(args.workspace)
-        if i.kind in kinds and (older is None or now - i.last_used >= older)
+        if (kinds is None or i.kind in kinds) and (older is None or now - i.last_used >= older)
     ]  # fmt: skip
     use = usage(args.workspace)
     write_json(

@@ -198,3 +198,11 @@ def test_bad_input_is_one_clear_line(workspace, capsys, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1
     assert sorted(p for p in ws.root.rglob("*")) == before  # nothing lost
+
+
+def test_an_entry_of_a_kind_added_later_is_listed_and_pruned_like_the_others(tmp_path, capsys):
+    ws = Workspace(tmp_path / "c")
+    DiskCache(ws.root).save("recommend", {"model": {"name": "m"}}, {"x": torch.ones(3)})
+    assert [(i["kind"], i["model"]) for i in listing(ws, capsys)["items"]] == [("recommend", "m")]
+    assert main(["cache", "prune", "--cache", str(ws.root), "--kind", "recommend"]) == 0
+    assert "removed 1 item(s)" in capsys.readouterr().out and listing(ws, capsys)["items"] == []
