@@ -49,12 +49,25 @@ A truncated, corrupt, partial or foreign entry is deleted and treated as a miss 
 recomputes). Only the entry's content or format condemns it: an error of the system (too many open
 files, no memory for the mapping, a read error) is a `CacheError` and the entry stays. No pickle
 anywhere.
+
+**Entries can be evicted, never mid-read.** Loading an entry marks it used (its folder's
+modification time: "last used") and takes a shared ``flock`` on its data file, held by the
+memory map itself (the map keeps a duplicate of the file descriptor, and a ``flock`` lives as
+long as any duplicate): as long as any tensor of the entry is alive in any process, the entry is
+in use. `DiskCache.remove_entry` deletes an entry only under an exclusive lock that it gets
+without waiting — an entry in use is skipped — and never while this process computes or loads
+it; a load that meets a removal under way waits for it and is a miss. With
+``TUNESCOPE_CACHE_MAX_GB`` set, every new entry is followed by `DiskCache.enforce_cap`: the
+oldest unused states go first (large, and one forward pass remakes them), then the small tables
+derived from states, until the entries fit. Run files and uploads are not entries: the
+cap never touches them (``tunescope cache prune`` does, when asked; `analysis.cache_admin`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import math
@@ -74,7 +87,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analysis.io import TMP_PREFIX, atomic_folder
+from analysis.io import TMP_PREFIX, atomic_folder, remove_folder
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +97,8 @@ CODE_VERSION = "1"
 DATA_FILE = "data.safetensors"
 META_FILE = "meta.json"
 DATA_ALIGN = 64  # the data region starts on this boundary, so every tensor is aligned
+MAX_ENV = "TUNESCOPE_CACHE_MAX_GB"  # the size cap of the entries (`enforce_cap`); unset: none
+STATES_KIND = "states"  # evicted first
 HASH_BLOCK = 8 << 20  # bytes read per hash update
 
 # Linux charges a private writable mapping against the commit limit unless it is MAP_NORESERVE;
@@ -316,7 +331,8 @@ def map_tensors(path: Path, header: Header | None = None) -> MappedEntry:
     mapping = None
     if size > header.data_start:
         with open(path, "rb") as fh:
-            mapping, out.writable = map_file(fh.fileno(), size)
+            _share(fh.fileno(), path)
+            mapping, out.writable = map_file(fh.fileno(), size)  # keeps the lock (module doc)
     for name, (dtype, shape, begin, end) in header.tensors.items():
         torch_dtype = _torch_dtype(dtype)
         count = math.prod(shape)
@@ -335,6 +351,23 @@ def map_tensors(path: Path, header: Header | None = None) -> MappedEntry:
                     mapping, dtype=torch_dtype, offset=offset, count=count
                 ).reshape(shape)
     return out
+
+
+class EntryGone(Exception):
+    """The entry was removed while it was being opened: a miss, and nothing to clean up."""
+
+
+def _share(fd: int, path: Path) -> None:
+    """Take the shared lock that marks a file in use (module docstring, "evicted"). It waits out
+    a removal under way (`DiskCache.remove_entry` holds its lock only while it deletes);
+    `EntryGone` when the file was removed (or replaced) since it was opened."""
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        same = os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        raise EntryGone(path)
 
 
 def _torch_dtype(code: str) -> torch.dtype:
@@ -422,7 +455,7 @@ class EntryWriter:
         self._header_len = len(header)
         self._hashes: dict[tuple[str, int], Any] = {}
         self._written: dict[tuple[str, int], int] = {}
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
             self._pwrite(header, 0)
             os.ftruncate(self._fd, self.size)
@@ -553,6 +586,31 @@ def verify_content(path: Path, segments: list[list[Any]], threads: int | None = 
         raise CacheMiss("content hash mismatch")
 
 
+def _named_lock(kind: str, key: str) -> threading.Lock:
+    """This process's lock of one entry (held while it is computed, written and loaded)."""
+    with _locks_guard:
+        return _locks.setdefault(f"{kind}/{key}", threading.Lock())
+
+
+def max_cache_bytes() -> int | None:
+    """The entries' size cap: ``$TUNESCOPE_CACHE_MAX_GB`` gigabytes (10⁹ bytes), None if unset."""
+    raw = os.environ.get(MAX_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise CacheError(f"{MAX_ENV} must be a number of gigabytes, 0 or more (got {raw!r}).")
+    return int(value * 1e9)
+
+
+def eviction_order(entry: Mapping[str, Any]) -> tuple[bool, float]:
+    """Sort key of what goes first: states before other kinds, then the least recently used."""
+    return entry["kind"] != STATES_KIND, float(entry["last_used"])
+
+
 # --- the cache --------------------------------------------------------------------------------------
 
 # What condemns an entry: its content or format (CacheMiss; a malformed meta.json or header:
@@ -600,8 +658,12 @@ class DiskCache:
                 verify_content(data_path, segments)
                 _verified.add(version)
             tensors = map_tensors(data_path, header)
+            with contextlib.suppress(OSError):  # last used (a read-only cache stays readable)
+                os.utime(folder)
         except CacheError:  # a ValueError too, but never the entry's fault
             raise
+        except EntryGone:  # evicted while we opened it: a miss, and someone else's folder now
+            return None
         except _UNUSABLE:
             # Corrupt, partial or foreign: never use it; remove it so it is recomputed.
             shutil.rmtree(folder, ignore_errors=True)
@@ -662,17 +724,17 @@ class DiskCache:
         recipe: dict[str, Any],
         compute: Callable[[], tuple[dict[str, torch.Tensor], dict[str, Any]]],
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any], bool]:
-        """Serve from disk, or compute once (one computation per recipe per process at a time).
-
-        Returns (tensors, meta, hit).
+        """Serve from disk, or compute once (one computation per recipe per process at a time);
+        a new entry is followed by `enforce_cap`. Returns (tensors, meta, hit).
         """
         with self._lock(kind, recipe):
             found = self.load(kind, recipe)
             if found is not None:
                 return found[0], found[1], True
             tensors, meta = compute()
-            self.save(kind, recipe, tensors, meta)
-            return tensors, meta, False
+            folder = self.save(kind, recipe, tensors, meta)
+        self.enforce_cap(keep=folder)
+        return tensors, meta, False
 
     def get_or_write(
         self,
@@ -683,7 +745,8 @@ class DiskCache:
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any], bool]:
         """Serve from disk, or stream a new entry: ``write(writer)`` fills every tensor of
         ``specs`` through the `EntryWriter` and returns the entry's meta. The entry is published
-        (atomically) only when complete, then served memory-mapped. Returns (tensors, meta, hit).
+        (atomically) only when complete, then served memory-mapped, and followed by
+        `enforce_cap`. Returns (tensors, meta, hit).
         """
         with self._lock(kind, recipe):
             found = self.load(kind, recipe)
@@ -702,7 +765,8 @@ class DiskCache:
             found = self.load(kind, recipe)
             if found is None:
                 raise CacheError(f"The cache entry {folder} could not be read back after writing.")
-            return found[0], found[1], False
+        self.enforce_cap(keep=folder)
+        return found[0], found[1], False
 
     @staticmethod
     def _check_space(folder: Path, needed: int) -> None:
@@ -715,12 +779,74 @@ class DiskCache:
             )
 
     def _lock(self, kind: str, recipe: dict[str, Any]) -> threading.Lock:
-        name = f"{kind}/{recipe_key(recipe)}"
-        with _locks_guard:
-            return _locks.setdefault(name, threading.Lock())
+        return _named_lock(kind, recipe_key(recipe))
+
+    def in_use(self, folder: Path | str) -> bool:
+        """Whether an entry is in use — what `remove_entry` would skip — without removing it."""
+        with self._exclusive(Path(folder)) as free:
+            return not free
+
+    def remove_entry(self, folder: Path | str) -> bool:
+        """Delete one entry unless it is in use (module docstring, "evicted"): mapped by some
+        process, or being computed or loaded by this one. Returns whether it went."""
+        folder = Path(folder)
+        with self._exclusive(folder) as free:
+            if not free:
+                return False
+            try:
+                return remove_folder(folder)
+            except FileNotFoundError:  # another remover was first
+                return False
+
+    @contextlib.contextmanager
+    def _exclusive(self, folder: Path) -> Iterator[bool]:
+        """Hold an entry exclusively if that is possible at once: this process's lock of it and
+        an exclusive ``flock`` on its data file (no process maps it). Yields whether it is held."""
+        guard = _named_lock(folder.parent.name, folder.name)
+        if not guard.acquire(blocking=False):
+            yield False
+            return
+        fd = None
+        try:
+            with contextlib.suppress(FileNotFoundError):  # no data file: nothing maps it
+                fd = os.open(folder / DATA_FILE, os.O_RDONLY)
+            free = True
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    free = False
+            yield free
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the flock
+            guard.release()
+
+    def enforce_cap(
+        self, max_bytes: int | None = None, keep: Path | None = None
+    ) -> list[dict[str, Any]]:
+        """Evict entries until they hold at most ``max_bytes`` (default: `max_cache_bytes`; None:
+        no cap): the oldest unused states first, then the other kinds, oldest first; an entry in
+        use, and ``keep`` (the one just written), stay. Returns the entries removed."""
+        max_bytes = max_cache_bytes() if max_bytes is None else max_bytes
+        if max_bytes is None:
+            return []
+        entries = list(self.entries())
+        total = sum(e["bytes"] for e in entries)
+        removed = []
+        for entry in sorted(entries, key=eviction_order):
+            if total <= max_bytes:
+                break
+            if keep is not None and Path(entry["path"]) == Path(keep):
+                continue
+            if self.remove_entry(entry["path"]):
+                total -= entry["bytes"]
+                removed.append(entry)
+        return removed
 
     def entries(self) -> Iterator[dict[str, Any]]:
-        """Every valid-looking entry's summary (kind, key, size, recipe), for `info` and the UI."""
+        """Every valid-looking entry's summary (kind, key, bytes, recipe, path, last_used: UNIX
+        seconds), for `info`, ``tunescope cache`` and the UI."""
         if not self.root.is_dir():
             return
         for kind_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
@@ -737,6 +863,7 @@ class DiskCache:
                         "bytes": size,
                         "recipe": meta.get("recipe", {}),
                         "path": str(entry),
+                        "last_used": entry.stat().st_mtime,
                     }
 
     def clear_stale_temp(self, older_than_s: float = 3600.0) -> int:

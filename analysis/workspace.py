@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,10 @@ PROJECT_CACHE = Path(__file__).resolve().parent.parent / "cache"
 _current: contextvars.ContextVar[Workspace | None] = contextvars.ContextVar(
     "tunescope_workspace", default=None
 )
+
+
+class MissingCacheWarning(UserWarning):
+    """A command that only reads was pointed at a cache folder that does not exist."""
 
 
 @dataclass(frozen=True)
@@ -46,13 +51,25 @@ class Workspace:
         object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
 
     @classmethod
-    def from_env(cls, cache: str | Path | None = None) -> Workspace:
+    def from_env(cls, cache: str | Path | None = None, writes: bool = True) -> Workspace:
         """``cache`` when given (``--cache``), else ``$TUNESCOPE_CACHE``, else ``cache/`` at the
-        project's root."""
-        if cache:
-            return cls(Path(cache))
+        project's root.
+
+        Nothing is created here; what writes creates the folder. For a command that only reads
+        (``writes=False``) a missing folder other than the project's own ``cache/`` is most
+        likely a mistyped path: one `MissingCacheWarning` names it, and the command reads an
+        empty workspace without creating one."""
         env = os.environ.get(ENV)
-        return cls(Path(env) if env else PROJECT_CACHE)
+        workspace = cls(Path(cache) if cache else Path(env) if env else PROJECT_CACHE)
+        if not writes and not workspace.root.exists() and workspace.root != PROJECT_CACHE:
+            source = "--cache" if cache else ENV
+            warnings.warn(
+                f"the cache folder {workspace.root} ({source}) does not exist: nothing was "
+                "computed or recorded there. Check the path; nothing is created.",
+                MissingCacheWarning,
+                stacklevel=2,
+            )
+        return workspace
 
     @classmethod
     def current(cls) -> Workspace:

@@ -33,7 +33,28 @@ def test_from_env_and_the_current_workspace(tmp_path, monkeypatch):
 
 def test_cli_cache_is_the_commands_workspace_and_the_environment_stays(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, str(tmp_path / "env"))
+    (tmp_path / "flag").mkdir()
     assert main(["runs", "--cache", str(tmp_path / "flag"), "list"]) == 0
     assert (tmp_path / "flag" / "runs.sqlite").is_file()
     assert not (tmp_path / "env" / "runs.sqlite").exists()
     assert os.environ[ENV] == str(tmp_path / "env")  # --cache no longer rewrites it
+
+
+def test_a_missing_cache_folder_is_made_only_by_a_command_that_writes(
+    tmp_path, monkeypatch, capsys
+):
+    typo = tmp_path / "cahce"
+    for argv in (["runs", "list"], ["runs", "groups"], ["info"]):
+        assert main([*argv[:1], "--cache", str(typo), *argv[1:]]) == 0
+        err = capsys.readouterr().err
+        assert err.count("warning:") == 1 and str(typo) in err and "--cache" in err
+    assert main(["runs", "--cache", str(typo), "show", "abc"]) == 2
+    assert str(typo) in capsys.readouterr().err
+    monkeypatch.setenv(ENV, str(typo))  # a stale or mistyped setting: named as such
+    assert main(["runs", "list"]) == 0
+    assert f"{typo} ({ENV}) does not exist" in capsys.readouterr().err
+    assert not typo.exists()  # no empty database made for a typo
+    # Asked for: a command that writes creates it, without a warning.
+    assert main(["runs", "--cache", str(typo), "note", "nope", "x"]) == 2
+    assert "warning" not in capsys.readouterr().err and (typo / "runs.sqlite").is_file()
+    assert main(["runs", "list"]) == 0 and "warning" not in capsys.readouterr().err
