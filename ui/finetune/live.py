@@ -48,7 +48,9 @@ def queue_view() -> None:
     if not queued.empty:
         st.markdown("**Queued** (oldest first)")
         st.dataframe(
-            queued.iloc[::-1][["id", "method", "label", "seed", "strategy", "created"]],
+            queued.iloc[::-1][["id", "method", "label", "seed", "strategy", "created"]].rename(
+                columns={"strategy": "family"}  # the sweep strategy's family
+            ),
             hide_index=True,
             width="stretch",
         )
