@@ -51,7 +51,8 @@ import torch
 from analysis.compare import Arm, Comparison, compare
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
 from analysis.extract import extract_states
-from analysis.finetune.config import FinetuneConfig, HeadsOptions
+from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.methods.heads import HeadsOptions
 from analysis.heads.collect import HeadStatsConfig, head_stats
 from analysis.heads.select import HeadSelectionConfig, analyse_heads
 from analysis.heads.selection_file import HeadSelection

@@ -25,7 +25,7 @@ class MethodInputs:
     """What a method needs besides the model and its config, resolved by the caller.
 
     trajectory: the source run's trajectory (methods ``subspace`` / ``subspace-random``);
-    `analysis.runs.execute` finds it from the run id in ``cfg.subspace_from``.
+    `analysis.runs.execute` finds it from the run id in ``cfg.option("run")``.
     """
 
     trajectory: Trajectory | None = None
