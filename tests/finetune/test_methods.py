@@ -231,7 +231,7 @@ def test_truncation_removes_layers_and_matches_the_full_model(bert4, tiny_family
         n_layers = loaded.n_layers
         full = trainable_copy(loaded).eval()
         model = EncoderClassifier(
-            trainable_copy(loaded), loaded.model_family, 2, head_layer=1
+            trainable_copy(loaded), loaded.model_family, 2, classifier_layer=1
         ).eval()
         assert model.n_layers_kept == 1 and len(model.layers) == 1
         config = model.encoder.config
@@ -305,7 +305,7 @@ def test_zero_weights_sets_the_named_entries(tmp_path, bert4):
 
 def test_every_method_has_a_preparer_and_subspace_methods_need_their_trajectory(bert4):
     assert all(callable(spec.prepare) for spec in method_specs())
-    assert set(method_names()) == {"full", "layers", "heads", "adapter", "lora", "bitfit",
+    assert set(method_names()) == {"full", "layers", "heads", "adapter", "lora", "ia3", "bitfit",
                                    "frozen", "subspace", "subspace-random"}  # fmt: skip
     cfg = cfg_for(bert4, "subspace", subspace_from="run-7")
     with pytest.raises(ValueError, match="needs the trajectory of 'run-7'"):
