@@ -53,8 +53,8 @@ class Strategy:
 
 def is_valid(triple: Triple, n_layers: int) -> bool:
     """1 ≤ ℓ_b ≤ ℓ_t ≤ ℓ_h ≤ L."""
-    bottom, top, head = triple
-    return 1 <= bottom <= top <= head <= n_layers
+    bottom, top, classifier = triple
+    return 1 <= bottom <= top <= classifier <= n_layers
 
 
 def clean(triples: Iterable[Triple], n_layers: int) -> list[Triple]:
@@ -73,7 +73,7 @@ def middle_layer(n_layers: int) -> int:
 
 
 def l_star_down(l_star: int, n_layers: int) -> list[Triple]:
-    """(ℓ_b, ℓ*, ℓ_h), ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L}: head at ℓ* first, then at L."""
+    """(ℓ_b, ℓ*, ℓ_h), ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L}: the classifier at ℓ* first, then at L."""
     _check(l_star, n_layers)
     bottoms = (1, l_star - 2, l_star - 1, l_star)
     return clean(

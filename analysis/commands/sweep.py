@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute_l_star(args: argparse.Namespace, loaded) -> int:
-    """argmin ν over ℓ = 1..L on a sample of the train part (SPEC.md, "Layer metrics")."""
+    """argmin ν over ℓ = 1..L on a sample of the train part (docs/explanation/layer-metrics.md)."""
     from analysis.commands.options import TqdmProgress, data_spec_from_args
     from analysis.config import ExtractConfig, SampleSpec
     from analysis.extract import extract_states

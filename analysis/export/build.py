@@ -61,7 +61,7 @@ def tunescope_version() -> str:
 
 def _row_ranges(mask: torch.Tensor) -> list[list[int]]:
     """[[start, stop), …] of the output rows a (rows, cols) or (rows,) mask keeps; a ValueError
-    when it is not whole rows (nothing else is a head)."""
+    when it is not whole rows (nothing else is an attention head)."""
     rows = mask.any(dim=1) if mask.ndim == 2 else mask
     if mask.ndim == 2 and not torch.equal(mask, rows[:, None].expand_as(mask)):
         raise ValueError("A gradient mask that is not whole rows cannot be exported.")
@@ -284,7 +284,7 @@ def readme_text(recipe: dict[str, Any], folder: str = "THIS_FOLDER") -> str:
         "",
         "`TunescopeClassifier` is tunescope's model (its pooled classifier, same start at the "
         "same seed); an `AutoModelForSequenceClassification` trains the same parameters with "
-        "its own head (first-token pooling). `apply_recipe(model, recipe)` returns AdamW "
+        "its own classifier (first-token pooling). `apply_recipe(model, recipe)` returns AdamW "
         "parameter groups for your own loop. Add `TunescopeCallback` (tunescope's "
         "`analysis.runs.callback`) to record the run in tunescope's runs database.",
         "",

@@ -26,11 +26,11 @@ only truncates, checks what PEFT made trainable and returns the groups.
 Layers are 1-based in recipe.json (version 2; a version-1 recipe, with 0-based adapter layers and
 its PEFT settings under ``lora``, is read too).
 
-The classifier. tunescope trains a fresh head on the pooled states of layer ℓ_head: dropout →
+The classifier. tunescope trains a fresh classifier on the pooled states of layer ℓ_head: dropout →
 dense (d → d) → tanh → dropout → linear (d → C), pooled as the mean of the real, non-special tokens
 (or the first token). `TunescopeClassifier` is exactly that model (same initialisation at the same
 seed), so a run reproduces tunescope's numbers. A transformers ``AutoModelForSequenceClassification``
-has its own head of the same size (a d × d dense layer and a d × C output in all six families), so
+has its own classifier of the same size (a d × d dense layer and a d × C output in all six families), so
 the same parameters train and the same count, but it pools the first token and its activation and
 dropout differ per family (BERT's pooler has no dropout before it, DistilBERT uses ReLU, ELECTRA and
 DeBERTa GELU): expect similar, not identical, scores.
@@ -130,7 +130,7 @@ class TunescopeClassifier(nn.Module):
         cls, recipe: dict[str, Any], path: str | Path | None = None, seed: int | None = None
     ) -> TunescopeClassifier:
         """Load the encoder (``path``, default the recipe's model path), seed torch with the
-        recipe's seed and build the classifier: the same initial head as tunescope's run."""
+        recipe's seed and build the classifier: the same initial classifier as tunescope's run."""
         from transformers import AutoModel
 
         source = path or recipe["model"].get("path") or recipe["model"]["name"]
@@ -184,7 +184,7 @@ def _forward_args(module: nn.Module) -> set[str]:
 
 
 def _base(model: nn.Module) -> nn.Module:
-    """The encoder inside ``model`` (a TunescopeClassifier, an HF model with a head, a PEFT model)."""
+    """The encoder inside ``model`` (a TunescopeClassifier, an HF model with a classifier, a PEFT model)."""
     if hasattr(model, "peft_config"):  # PeftModel → its transformers model
         model = model.get_base_model()
     if isinstance(model, TunescopeClassifier):
@@ -200,16 +200,16 @@ def _module(root: nn.Module, path: str) -> nn.Module:
         raise RecipeError(f"The model has no module {path!r}: is it the recipe's model?") from None
 
 
-def _head_modules(model: nn.Module, recipe: dict[str, Any]) -> list[nn.Module]:
-    """The classifier's modules: TunescopeClassifier's own head, or the HF model's."""
+def _classifier_modules(model: nn.Module, recipe: dict[str, Any]) -> list[nn.Module]:
+    """The classifier's modules: TunescopeClassifier's own, or the HF model's."""
     if hasattr(model, "peft_config"):
-        return []  # PEFT's modules_to_save copies of the head train; PEFT set them up
+        return []  # PEFT's modules_to_save copies of the classifier train; PEFT set them up
     if isinstance(model, TunescopeClassifier):
         return [model.classifier]
     names = recipe["classifier"]["hf_modules"]
     found = [m for name in names if (m := _maybe_module(model, name)) is not None]
     if not found:
-        return []  # a bare encoder: no head to train
+        return []  # a bare encoder: no classifier to train
     if len(found) != len(names):
         raise RecipeError(f"The model has only some of the classifier modules {names}.")
     return found
@@ -330,7 +330,7 @@ def apply_recipe(
             )
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         body = [p for n, p in trained if ".modules_to_save." not in n]  # what PEFT adds
-        head = [p for n, p in trained if ".modules_to_save." in n]  # PEFT's copy of the head
+        classifier = [p for n, p in trained if ".modules_to_save." in n]  # PEFT's copy
     else:
         add_adapters(model, recipe)
         model.requires_grad_(False)
@@ -347,8 +347,8 @@ def apply_recipe(
             param.register_hook(lambda grad, mask=mask: grad.masked_fill(~mask, 0.0))
             masked[id(param)] = mask
             body.append(param)
-        head = [p for m in _head_modules(model, recipe) for p in m.parameters()]
-        for param in head:
+        classifier = [p for m in _classifier_modules(model, recipe) for p in m.parameters()]
+        for param in classifier:
             param.requires_grad_(True)
     n_body = sum(int(masked[id(p)].sum()) if id(p) in masked else p.numel() for p in body)
     if n_body != train["n_trainable_body"]:
@@ -357,7 +357,7 @@ def apply_recipe(
             f"found {n_body:,}: the model is not the recipe's model."
         )
     groups = []
-    for params, rate in ((body, lr), (head, classifier_lr)):
+    for params, rate in ((body, lr), (classifier, classifier_lr)):
         decay = [p for p in params if p.ndim >= 2 and id(p) not in masked]
         no_decay = [p for p in params if p.ndim < 2 or id(p) in masked]
         groups.append({"params": decay, "weight_decay": weight_decay, "lr": rate})

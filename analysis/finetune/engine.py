@@ -1,4 +1,4 @@
-"""The training loop: one `FinetuneConfig` in, one `FinetuneResult` out (SPEC "Strategies").
+"""The training loop: one `FinetuneConfig` in, one `FinetuneResult` out (docs/explanation/strategies.md).
 
 1. Seed python, numpy and torch from ``cfg.seed`` (the data order too): same config, same numbers
    on the CPU.

@@ -73,7 +73,7 @@ def use_fast_attention(encoder: nn.Module) -> str:
 
 
 class ClassifierHead(nn.Module):
-    """dropout → dense → tanh → dropout → linear, as in RoBERTa's classification head."""
+    """dropout → dense → tanh → dropout → linear, as RoBERTa's sequence classifier is."""
 
     def __init__(self, d_model: int, n_outputs: int, dropout: float = 0.1) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""Fine-tuning inside a subspace (SPEC.md "Subspaces", paper 003 Eq. 3–4).
+"""Fine-tuning inside a subspace (docs/explanation/subspaces.md, paper 003 Eq. 3–4).
 
 Each kept encoder layer is re-parameterised as
 

@@ -79,7 +79,9 @@ def group_setting(config: Mapping[str, Any]) -> dict[str, Any]:
         if option.kind == "heads" and value is not None:
             flat[option.flat] = value["layers"]
             flat[f"{option.flat}_settings"] = value["settings"] or None
-        elif option.flat in FLAT_OPTION_DEFAULTS or value != option_json(option.kind, option.default):
+        elif option.flat in FLAT_OPTION_DEFAULTS or value != option_json(
+            option.kind, option.default
+        ):
             flat[option.flat] = value
     return flat
 
