@@ -12,7 +12,6 @@ import json
 import pytest
 import torch
 import transformers as tf
-from analysis.hf_names import HF_CLASSIFIERS, target_name
 from exported import import_recipe_module
 from tiny import make_tiny_model_dir
 
@@ -20,6 +19,7 @@ from analysis.config import ModelSpec
 from analysis.export.build import build_recipe, write_recipe
 from analysis.finetune.config import flat_config
 from analysis.finetune.engine import build_model
+from analysis.hf_names import HF_CLASSIFIERS, target_name
 from analysis.models import load_model
 
 FAMILIES = ("bert", "roberta", "distilbert", "mpnet", "electra", "deberta-v2")
