@@ -11,17 +11,13 @@ An options dataclass declares each field with ``setting(default, help=…, flat=
 key configs stored before options were nested used: ``lora_r``) and its kind, which says how the
 CLI parses it, which widget the page draws and how the stored config writes it:
 
-=========  ===============================  ========================================  ===========
-kind       CLI                              page                                      stored as
-=========  ===============================  ========================================  ===========
-layers     ``--adapter-layers 3,4``         a multiselect of the model's layers       [3, 4]
-int        ``--lora-r 4``                   a whole-number field                      4
-float      ``--lora-alpha 16``              a number field                            16
-text       ``--some-name x``                a text field                              "x"
-run        ``--subspace-from RUN_ID``       a text field: a run id or a folder        "RUN_ID"
-heads      ``--heads FILE`` (selection)     a heads-file upload (default: Heads page)  {"layers", "settings"}
-per_layer  ``--lora-ranks 3:16,4:8``        a text field ``3:16, 4:8``                {"3": 16, "4": 8}
-=========  ===============================  ========================================  ===========
+- ``layers``: ``--adapter-layers 3,4``; a multiselect of the model's layers; stored [3, 4].
+- ``int`` / ``float``: ``--lora-r 4``; a number field; stored 4.
+- ``text``: ``--some-name x``; a text field; stored "x".
+- ``run``: ``--subspace-from RUN_ID``; a text field (a run id or a folder); stored "RUN_ID".
+- ``heads``: ``--heads FILE`` (a selection); a heads-file upload (default: the Heads page's
+  selection); stored {"layers": {"1": [0, 3]}, "settings": {…}}.
+- ``per_layer``: ``--lora-ranks 3:16,4:8``; a text field ``3:16, 4:8``; stored {"3": 16, "4": 8}.
 
 A stored config holds ``"options"``: the method's own options, by field name, in that JSON form
 (`options_json`); nothing of any other method. Layers are 1-based everywhere a user reads them.
