@@ -1,9 +1,11 @@
 """The disk cache: one home for every computed artefact.
 
 An entry is a folder ``<root>/<kind>/<key>/`` holding ``data.safetensors`` (tensors) and
-``meta.json`` (the recipe that produced it, the code version, and the SHA-256 of the tensor
-file's content). The key is the SHA-256 of the canonical JSON of the recipe, so two requests
-with the same recipe share one entry.
+``meta.json`` (the inputs that produced it — model, data, sample, settings: the key's payload —,
+the code version, and the SHA-256 of the tensor file's content). The key is the SHA-256 of the
+canonical JSON of the inputs, so two requests with the same inputs share one entry. (meta.json
+names them ``recipe`` and ``recipe_key``, as entries always have, and the hashed payload keeps
+that name, so existing entries keep their keys.)
 
 **Writes are atomic.** Everything goes into a temporary sibling folder that is renamed into place
 only when complete (`analysis.io.atomic_folder`), so a crash, a kill or a cancel mid-write never
@@ -31,7 +33,7 @@ not grow the resident set (touched pages of a mapping count as resident; the pag
 The safetensors library's torch loader copies every tensor into memory, hence our own mapping.
 
 **Reads are content-checked, at a cost that does not grow with use.** Every load checks the
-structure (meta.json parses, its recipe key matches, the file size equals the recorded size, the
+structure (meta.json parses, its key matches, the file size equals the recorded size, the
 header's tensors tile the data exactly). The SHA-256 content hash is verified once per process per
 file version (path, device, inode, size, mtime): the first load of an entry in a process reads it
 all (≈ 1 GB/s per core with SHA-NI; large files are hashed by several threads, one segment each),
@@ -129,9 +131,9 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def recipe_key(recipe: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of ``recipe`` plus the code version."""
-    payload = canonical_json({"recipe": recipe, "code_version": CODE_VERSION})
+def entry_key(inputs: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of an entry's ``inputs`` plus the code version."""
+    payload = canonical_json({"recipe": inputs, "code_version": CODE_VERSION})
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -623,16 +625,16 @@ _UNUSABLE = (
 
 
 class DiskCache:
-    """Atomic, content-checked, memory-mapped safetensors + JSON entries keyed by recipe."""
+    """Atomic, content-checked, memory-mapped safetensors + JSON entries keyed by their inputs."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
 
-    def entry_dir(self, kind: str, recipe: dict[str, Any]) -> Path:
-        return self.root / kind / recipe_key(recipe)
+    def entry_dir(self, kind: str, inputs: dict[str, Any]) -> Path:
+        return self.root / kind / entry_key(inputs)
 
     def load(
-        self, kind: str, recipe: dict[str, Any]
+        self, kind: str, inputs: dict[str, Any]
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
         """The entry's tensors (memory-mapped, a `MappedEntry`) and meta, or None when absent or
         invalid (an invalid one is removed). See the module docstring for what is checked when.
@@ -640,13 +642,13 @@ class DiskCache:
         Raises `CacheError` (the entry kept) when the system, not the entry, fails: too many open
         files, no memory for the mapping, a read error.
         """
-        folder = self.entry_dir(kind, recipe)
+        folder = self.entry_dir(kind, inputs)
         if not folder.is_dir():
             return None
         try:
             record = json.loads((folder / META_FILE).read_text())
-            if record.get("recipe_key") != recipe_key(recipe):
-                raise CacheMiss("recipe mismatch")
+            if record.get("recipe_key") != entry_key(inputs):
+                raise CacheMiss("key mismatch")
             data_path = folder / DATA_FILE
             header = read_header(data_path)
             size = data_path.stat().st_size
@@ -675,43 +677,43 @@ class DiskCache:
             ) from exc
         return tensors, record.get("meta", {})
 
-    def stored(self, kind: str, recipe: dict[str, Any]) -> dict[str, StoredTensor]:
+    def stored(self, kind: str, inputs: dict[str, Any]) -> dict[str, StoredTensor]:
         """Where each tensor of an entry lies on disk (for chunked reads); call after `load`."""
-        return stored_tensors(self.entry_dir(kind, recipe) / DATA_FILE)
+        return stored_tensors(self.entry_dir(kind, inputs) / DATA_FILE)
 
     def save(
         self,
         kind: str,
-        recipe: dict[str, Any],
+        inputs: dict[str, Any],
         tensors: dict[str, torch.Tensor],
         meta: dict[str, Any] | None = None,
     ) -> Path:
         """Write an entry from tensors in memory, atomically, and return its folder
-        (`analysis.io.atomic_folder`: if another writer of the same recipe won the race, theirs is
+        (`analysis.io.atomic_folder`: if another writer of the same inputs won the race, theirs is
         kept: same content)."""
         from safetensors.torch import save_file
 
-        folder = self.entry_dir(kind, recipe)
+        folder = self.entry_dir(kind, inputs)
         with atomic_folder(folder) as tmp:
             data_path = tmp / DATA_FILE
             save_file(
                 {k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(data_path)
             )
-            self._write_meta(tmp, kind, recipe, meta, {"data_sha256": file_sha256(data_path)})
+            self._write_meta(tmp, kind, inputs, meta, {"data_sha256": file_sha256(data_path)})
         return folder
 
     def _write_meta(
         self,
         folder: Path,
         kind: str,
-        recipe: dict[str, Any],
+        inputs: dict[str, Any],
         meta: dict[str, Any] | None,
         content: dict[str, Any],
     ) -> None:
         record = {
             "kind": kind,
-            "recipe": recipe,
-            "recipe_key": recipe_key(recipe),
+            "recipe": inputs,
+            "recipe_key": entry_key(inputs),
             "code_version": CODE_VERSION,
             **content,
             "meta": meta or {},
@@ -721,25 +723,25 @@ class DiskCache:
     def get_or_compute(
         self,
         kind: str,
-        recipe: dict[str, Any],
+        inputs: dict[str, Any],
         compute: Callable[[], tuple[dict[str, torch.Tensor], dict[str, Any]]],
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any], bool]:
-        """Serve from disk, or compute once (one computation per recipe per process at a time);
+        """Serve from disk, or compute once (one computation per inputs per process at a time);
         a new entry is followed by `enforce_cap`. Returns (tensors, meta, hit).
         """
-        with self._lock(kind, recipe):
-            found = self.load(kind, recipe)
+        with self._lock(kind, inputs):
+            found = self.load(kind, inputs)
             if found is not None:
                 return found[0], found[1], True
             tensors, meta = compute()
-            folder = self.save(kind, recipe, tensors, meta)
+            folder = self.save(kind, inputs, tensors, meta)
         self.enforce_cap(keep=folder)
         return tensors, meta, False
 
     def get_or_write(
         self,
         kind: str,
-        recipe: dict[str, Any],
+        inputs: dict[str, Any],
         specs: Mapping[str, TensorSpec],
         write: Callable[[EntryWriter], dict[str, Any]],
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any], bool]:
@@ -748,21 +750,21 @@ class DiskCache:
         (atomically) only when complete, then served memory-mapped, and followed by
         `enforce_cap`. Returns (tensors, meta, hit).
         """
-        with self._lock(kind, recipe):
-            found = self.load(kind, recipe)
+        with self._lock(kind, inputs):
+            found = self.load(kind, inputs)
             if found is not None:
                 return found[0], found[1], True
-            folder = self.entry_dir(kind, recipe)
+            folder = self.entry_dir(kind, inputs)
             self._check_space(folder.parent, sum(s.nbytes for s in specs.values()))
             with atomic_folder(folder) as tmp:
                 with EntryWriter(tmp / DATA_FILE, specs) as writer:
                     meta = write(writer)
                     content = writer.close()
-                self._write_meta(tmp, kind, recipe, meta, {"content": content})
+                self._write_meta(tmp, kind, inputs, meta, {"content": content})
             data_path = folder / DATA_FILE
             # The segment hashes were taken from the very bytes written: no need to read them back.
             _verified.add(_file_version(data_path, content["segments"]))
-            found = self.load(kind, recipe)
+            found = self.load(kind, inputs)
             if found is None:
                 raise CacheError(f"The cache entry {folder} could not be read back after writing.")
         self.enforce_cap(keep=folder)
@@ -778,8 +780,8 @@ class DiskCache:
                 f"{free / 1e9:.2f} GB free: free some space or point TUNESCOPE_CACHE elsewhere."
             )
 
-    def _lock(self, kind: str, recipe: dict[str, Any]) -> threading.Lock:
-        return _named_lock(kind, recipe_key(recipe))
+    def _lock(self, kind: str, inputs: dict[str, Any]) -> threading.Lock:
+        return _named_lock(kind, entry_key(inputs))
 
     def in_use(self, folder: Path | str) -> bool:
         """Whether an entry is in use — what `remove_entry` would skip — without removing it."""
@@ -845,7 +847,7 @@ class DiskCache:
         return removed
 
     def entries(self) -> Iterator[dict[str, Any]]:
-        """Every valid-looking entry's summary (kind, key, bytes, recipe, path, last_used: UNIX
+        """Every valid-looking entry's summary (kind, key, bytes, its inputs under ``recipe``, path, last_used: UNIX
         seconds), for `info`, ``tunescope cache`` and the UI."""
         if not self.root.is_dir():
             return

@@ -144,7 +144,7 @@ def _runs(workspace: Workspace) -> list[_RunRef]:
     if not workspace.runs_db.is_file():  # never create a database to list nothing
         return []
     from analysis.runs.db import RunsDB
-    from analysis.runs.record import runs_of
+    from analysis.runs.record import runs_of, source_run
 
     db = RunsDB(workspace)
     try:
@@ -154,7 +154,7 @@ def _runs(workspace: Workspace) -> list[_RunRef]:
     refs = []
     for run, model, data in zip(runs_of(frame), frame["model"], frame["data"], strict=True):
         stored = run.stored
-        uses = (stored.get("subspace_from"), stored.get("zero_weights"), data)
+        uses = (source_run(stored), stored.get("zero_weights"), data)
         refs.append(_RunRef(run.id, run.status, model, data, tuple(str(u) for u in uses if u)))
     return refs
 

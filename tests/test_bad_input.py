@@ -260,7 +260,7 @@ def test_method_flags_reach_their_method():
     """--lora-r given: the LoRA runs get it; not given: LoraOptions' own default."""
     from analysis.cli import build_parser
     from analysis.commands.options import method_options
-    from analysis.finetune.config import LoraOptions
+    from analysis.finetune.methods.lora import LoraOptions
 
     parse = build_parser().parse_args
     assert method_options(parse(["finetune", "--lora-r", "4"]), "lora").r == 4

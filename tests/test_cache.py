@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.cache import DiskCache, TensorSpec, recipe_key
+from analysis.cache import DiskCache, TensorSpec, entry_key
 
 
 @pytest.fixture
@@ -22,8 +22,8 @@ def test_round_trip(cache):
 
 
 def test_key_is_order_independent_and_recipe_sensitive():
-    assert recipe_key({"a": 1, "b": 2}) == recipe_key({"b": 2, "a": 1})
-    assert recipe_key({"a": 1}) != recipe_key({"a": 2})
+    assert entry_key({"a": 1, "b": 2}) == entry_key({"b": 2, "a": 1})
+    assert entry_key({"a": 1}) != entry_key({"a": 2})
 
 
 def test_missing_entry_is_a_miss(cache):

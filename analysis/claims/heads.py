@@ -18,7 +18,7 @@ from analysis.claims.config import ClaimInputs, ClaimsConfig
 from analysis.claims.result import ClaimResult
 from analysis.claims.runs import comparison_result
 from analysis.compare import Arm, Comparison, compare
-from analysis.finetune.config import HeadsOptions
+from analysis.finetune.methods.heads import HeadsOptions
 from analysis.heads.collect import HeadStatsConfig, head_stats
 from analysis.heads.select import HeadSelectionConfig, analyse_heads
 from analysis.runs.record import runs_of

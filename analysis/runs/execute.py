@@ -71,8 +71,8 @@ def trajectory_folder(db: RunsDB, source: str) -> Path:
 
 
 def source_trajectory(db: RunsDB, cfg: FinetuneConfig) -> Path | None:
-    """The trajectory of the subspace methods' source run (``cfg.subspace_from``), if any."""
-    return trajectory_folder(db, cfg.subspace_from) if cfg.subspace_from else None
+    """The trajectory of the subspace methods' source run (``cfg.option("run")``), if any."""
+    return trajectory_folder(db, cfg.option("run")) if cfg.option("run") else None
 
 
 class RunRecorder:

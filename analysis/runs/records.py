@@ -21,8 +21,9 @@ import pandas as pd
 
 from analysis.finetune.registry import method_names, method_spec
 from analysis.finetune.spec import default_run_label
+from analysis.finetune.stored import nested
 from analysis.io import atomic_write_json, atomic_write_text, remove_folder
-from analysis.runs.record import Run
+from analysis.runs.record import Run, source_run
 from analysis.runs.schema import RunsFile, row_dict
 
 TIME_COLUMNS = ("created", "started", "finished")  # stored as UNIX seconds, shown as UTC times
@@ -99,7 +100,7 @@ def run_label(config: dict[str, Any]) -> str:
     zero = config.get("zero_weights")
     zeroed = f" · zeroed {Path(str(zero)).stem}" if zero else ""
     label_of = method_spec(method).run_label if method in method_names() else default_run_label
-    return label_of(config) + zeroed
+    return label_of(nested(config)) + zeroed
 
 
 def _where(
@@ -344,7 +345,7 @@ class RunRecords(RunsFile):
         users = []
         for other, raw in rows:
             config = json.loads(raw)
-            source = str(config.get("subspace_from") or "")
+            source = str(source_run(config) or "")
             if source == run_id or inside(source) or inside(str(config.get("zero_weights") or "")):
                 users.append(other)
         return users

@@ -51,7 +51,7 @@ def workspace(tmp_path):
     unused.parent.mkdir(parents=True)
     unused.write_text("text,label\n")
 
-    db = RunsDB(ws.runs_db)
+    db = RunsDB(ws)
     source = db.enqueue(config(data=str(upload)), running_pid=os.getpid())
     db.finish(source, {"score": 0.8, "metric": "accuracy"})
     trajectory = ws.run_folder(source) / "trajectory"
@@ -145,7 +145,7 @@ def test_prune_removes_what_can_be_recomputed_and_keeps_what_is_in_use(workspace
     left = {i["kind"] for i in listing(ws, capsys)["items"]}
     assert left == {"states", "partial", "trajectories", "uploads", "database"}
     assert paths["newer"].is_dir() and not paths["states"].exists() and paths["fresh"].is_dir()
-    assert len(RunsDB(ws.runs_db).list_runs()) == 3  # prune never deletes a run
+    assert len(RunsDB(ws).list_runs()) == 3  # prune never deletes a run
     del held
     gc.collect()
     assert main(["cache", "prune", "--cache", str(ws.root), "--kind", "states"]) == 0

@@ -20,6 +20,7 @@ from analysis.runs.callback import (
     CallbackError,
     TunescopeCallback,
     infer_method,
+    recognised,
 )
 from analysis.runs.db import RunsDB
 from analysis.runs.results import results_table, summarise
@@ -171,10 +172,24 @@ def test_the_method_is_inferred_from_what_trains(tiny):
     assert infer_method(model) == "frozen"
     model.bert.encoder.layer[2].requires_grad_(True)
     assert infer_method(model) == "layers"
+    assert recognised(model) == ("layers", {"layers": [3, 3, 3]})
+    model.bert.embeddings.requires_grad_(True)
+    assert infer_method(model) == "custom"  # embeddings and a layer: no method trains that
     model.bert.requires_grad_(False)
     for name, param in model.bert.named_parameters():
         param.requires_grad_(name.endswith("bias"))
     assert infer_method(model) == "bitfit"
+
+
+def test_peft_models_are_recognised_by_their_peft_method(tiny):
+    from peft import IA3Config, LoraConfig, get_peft_model
+
+    folder, _ = tiny
+    for config, method in ((LoraConfig(task_type="SEQ_CLS", target_modules=["query"]), "lora"),
+                           (IA3Config(task_type="SEQ_CLS", target_modules=["key"],
+                                      feedforward_modules=[]), "ia3")):  # fmt: skip
+        model = tf.AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2)
+        assert infer_method(get_peft_model(model, config)) == method
 
 
 def test_runs_import_of_a_trainer_folder(tiny, tmp_path, capsys):

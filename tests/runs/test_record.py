@@ -55,7 +55,7 @@ def test_old_configs_load_as_typed_records_and_migrate(tmp_path):
     assert part.method == "layers" and part.config.layers == (1, 1, 2)
     # Stored before head_lr: the classifier trained at lr, and the record says so.
     assert whole.config.classifier_lr == whole.config.lr == 5e-5
-    assert migrate_config(flat_config(method="frozen").to_dict())["head_lr"] == 1e-3
+    assert migrate_config(flat_config(method="frozen").to_dict())["classifier_lr"] == 1e-3
     assert whole.result["score"] == 0.8 and whole.status == "done" and whole.seed == 0
     table = results_table(db.list_runs())
     assert table.set_index("id").loc["r-whole", "method"] == "full"
@@ -73,7 +73,7 @@ def test_a_claimed_row_is_a_run_with_its_config(tmp_path):
     run_id = db.enqueue(cfg, strategy="baseline")
     run = Run.from_row(db.claim_next(worker_pid=1, device="cpu"))
     assert run.id == run_id and run.status == "running" and run.device == "cpu"
-    assert run.config == cfg and run.seed == 3 and run.strategy == "baseline"
+    assert run.config == cfg and run.seed == 3 and run.family == "baseline"
     assert run.result is None and run.steps == cfg.steps and run.label == "lora 1–2 @2"
 
 
