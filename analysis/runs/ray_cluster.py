@@ -18,7 +18,7 @@ node address to the machine's outward interface address (``ray._private.services
 .resolve_ip_for_localhost``) unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, and then its gRPC
 servers listen on every interface. With the setting, the node address stays 127.0.0.1 and every
 server of the cluster (GCS, raylet, workers) listens there only. The Ray worker applies it to
-the cluster it starts itself (`analysis.runs.ray_executor.LOCAL`) and when it connects to a
+the cluster it starts itself (`analysis.runs.ray_executor.LOCAL_CLUSTER`) and when it connects to a
 cluster at a loopback address (whose head was started with it, or it would not be on loopback).
 
 `head_alive` is the Ray worker's cheap look at the head while runs are in flight: a TCP

@@ -85,7 +85,7 @@ from analysis.runs.record import Run
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
 
-LOCAL = "local"  # the address that means: start a Ray cluster inside the worker process
+LOCAL_CLUSTER = "local"  # the address that means: start a Ray cluster inside the worker process
 DEFAULT_PORT = 6379
 CONNECT_TIMEOUT_S = 3.0
 PROBE_TIMEOUT_S = 60.0
@@ -101,10 +101,10 @@ HEAD_CHECK_S = 1.0  # how often the head is looked at (`ray_cluster.head_alive`)
 
 
 def resolve_address(address: str | None) -> str:
-    """The cluster to use: ``address``, else ``$RAY_ADDRESS``, else `LOCAL` (a Ray cluster that
+    """The cluster to use: ``address``, else ``$RAY_ADDRESS``, else `LOCAL_CLUSTER` (a Ray cluster that
     the worker starts on this machine and stops when it exits)."""
     chosen = (address or "").strip() or os.environ.get("RAY_ADDRESS", "").strip()
-    return chosen or LOCAL
+    return chosen or LOCAL_CLUSTER
 
 
 def check_address(address: str | None) -> str:
@@ -118,7 +118,7 @@ def check_address(address: str | None) -> str:
     address = resolve_address(address)
     if importlib.util.find_spec("ray") is None:  # (without importing it: the page stays light)
         raise RayUnavailable(f"Ray is not installed in this environment: {RAY_INSTALL}.")
-    if address in (LOCAL, "auto"):
+    if address in (LOCAL_CLUSTER, "auto"):
         return address
     if address.startswith("ray://"):
         raise RayUnavailable(
@@ -163,7 +163,7 @@ def connect(
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = check_address(address)
-    if address == LOCAL or is_loopback(address.rpartition(":")[0]):
+    if address == LOCAL_CLUSTER or is_loopback(address.rpartition(":")[0]):
         loopback_only()
     options: dict[str, Any] = {
         "runtime_env": runtime_env(),
@@ -179,7 +179,7 @@ def connect(
 
 
 def _init(ray: Any, address: str, num_cpus: int | None, temp_dir: str | None, options: dict):
-    if address == LOCAL:
+    if address == LOCAL_CLUSTER:
         ray.init(
             address="local",
             num_cpus=num_cpus,
@@ -214,7 +214,9 @@ class ClusterInfo:
         return "one GPU each" if self.gpus >= 1 else f"{self.cpus_per_run} CPU(s) each"
 
     def describe(self) -> str:
-        where = "a local Ray cluster on this machine" if self.address == LOCAL else self.address
+        where = (
+            "a local Ray cluster on this machine" if self.address == LOCAL_CLUSTER else self.address
+        )
         return (
             f"{where}: {self.nodes} node(s), {self.cpus:g} CPUs, {self.gpus:g} GPUs → "
             f"trains {self.slots} run(s) at once ({self.per_run()})"
@@ -245,14 +247,14 @@ def local_cluster(cpus_per_run: int = 1) -> ClusterInfo:
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return ClusterInfo(LOCAL, 1, float(cpus or 1), float(gpus), cpus_per_run)
+    return ClusterInfo(LOCAL_CLUSTER, 1, float(cpus or 1), float(gpus), cpus_per_run)
 
 
 def probe_cluster(address: str | None, cpus_per_run: int = 1) -> ClusterInfo:
     """The cluster at ``address``, asked from a short-lived process (so the caller — the page —
     never becomes a Ray driver itself). A `RayUnavailable` when it cannot be reached."""
     address = check_address(address)
-    if address == LOCAL:
+    if address == LOCAL_CLUSTER:
         return local_cluster(cpus_per_run)
     command = [sys.executable, "-m", "analysis.runs.ray_executor", address]
     env = dict(os.environ)

@@ -40,8 +40,8 @@ from analysis.io import atomic_write_json, read_json
 from analysis.runs.db import RunsDB, db_path
 from analysis.runs.execute import ModelCache
 from analysis.runs.executor import EXECUTORS, RAY, ExecutorChoice
-from analysis.runs.ray_executor import LOCAL as LOCAL_CLUSTER
 from analysis.runs.ray_executor import (
+    LOCAL_CLUSTER,
     RayRunner,
     check_address,
     read_status,
@@ -102,9 +102,9 @@ def cpu_packing(
 
     ``workers`` (the ``--cpu-workers`` choice), else ``$TUNESCOPE_CPU_WORKERS``, else: one worker
     per core for models up to `SMALL_MODEL_PARAMS` (a small encoder's small batches keep one core
-    busy, not two: 2 × 1 thread trained a 12-run MiniLM sweep faster than 1 × 2, see README
-    "Benchmarks"), one worker with every core above (or when the size is unknown). The cores are
-    shared out: threads = cores // workers, at least 1.
+    busy, not two; ``bench/bench_packing.py`` compares the packings), one worker with every core
+    above (or when the size is unknown). The cores are shared out: threads = cores // workers, at
+    least 1.
     """
     cores = cores or usable_cores()
     if workers is None and os.environ.get(CPU_WORKERS_ENV):

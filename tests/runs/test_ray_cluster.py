@@ -285,7 +285,7 @@ def _listening(pids: set[int]) -> list[tuple[str, int]]:
 
 
 def test_the_local_cluster_tunescope_starts_listens_on_loopback_only(ray_cluster):
-    """The session's cluster is `connect(LOCAL)`'s, as a Ray worker without an address starts
+    """The session's cluster is `connect(LOCAL_CLUSTER)`'s, as a Ray worker without an address starts
     it: its GCS, raylet, workers and this driver listen on 127.0.0.1 alone."""
     assert ray_cluster.startswith("127.0.0.1:")
     pids = {os.getpid(), *ray_head.descendants(os.getpid())}

@@ -27,7 +27,7 @@ from analysis.runs import ray_executor
 from analysis.runs.db import RunsDB
 from analysis.runs.executor import ExecutorChoice
 from analysis.runs.ray_executor import (
-    LOCAL,
+    LOCAL_CLUSTER,
     ClusterInfo,
     RayRunner,
     RayUnavailable,
@@ -378,7 +378,7 @@ def test_cluster_slots_resources_and_addresses(monkeypatch):
     with pytest.raises(RayUnavailable, match="fewer than the 4 CPUs"):
         ClusterInfo("a:1", 1, 2, 0, cpus_per_run=4).check()
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert resolve_address(None) == LOCAL
+    assert resolve_address(None) == LOCAL_CLUSTER
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
     assert resolve_address(None) == "10.0.0.5:6379" and resolve_address("h:1") == "h:1"
     with pytest.raises(RayUnavailable, match="Ray Client"):
