@@ -131,10 +131,12 @@ def _speaks_http2(sock: socket.socket, address: str) -> None:
         return
     if not answer:
         what = "closes the connection without a word"
-    elif answer.startswith(b"HTTP/"):
+    elif answer.startswith((b"HTTP/", b"<")):
+        # An HTTP/1 server answers a status line, or (reading "PRI * HTTP/2.0" as a request of
+        # the oldest HTTP, as Python's http.server does) an HTML error page alone.
         what = "answers in HTTP/1 (a web server?)"
     else:
-        what = f"answers {answer[:9]!r}, which is not HTTP/2"
+        what = "answers in a protocol other than HTTP/2"
     raise RayUnavailable(
         f"{address} is not a Ray cluster: it {what}, where a Ray head speaks gRPC; {GIVE_THE_HEAD}."
     )

@@ -80,7 +80,13 @@ def tiny_config(model_dir: Path, steps: int, seed: int = 0):
 
 @contextlib.contextmanager
 def fake_server(kind: str):
-    """``silent``: accepts connections and never answers; ``http``: answers as an HTTP/1 server."""
+    """``silent``: accepts connections and never answers; ``http``: answers as an HTTP/1 server;
+    ``page``: Python's own HTTP/1 server (it answers HTTP/2's preface with an HTML page alone);
+    ``binary``: answers bytes of no known protocol."""
+    if kind == "page":
+        with http_server() as address:
+            yield address
+        return
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
@@ -96,10 +102,14 @@ def fake_server(kind: str):
                 continue
             except OSError:
                 return
-            if kind == "http":
+            if kind in ("http", "binary"):
+                answer = {
+                    "http": b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+                    "binary": bytes(range(0xF0, 0x100)),
+                }[kind]
                 with conn, contextlib.suppress(OSError):
                     conn.recv(4096)
-                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    conn.sendall(answer)
             else:
                 held.append(conn)  # open, silent
 
@@ -113,6 +123,26 @@ def fake_server(kind: str):
         listener.close()
         for conn in held:
             conn.close()
+
+
+@contextlib.contextmanager
+def http_server():
+    """Python's ``http.server`` on loopback, in a thread."""
+    import http.server
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 # -- the handshake ----------------------------------------------------------------------------------
@@ -169,7 +199,12 @@ def test_a_cluster_of_another_ray_version_is_refused(head, monkeypatch):
 
 @pytest.mark.parametrize(
     ("kind", "said"),
-    [("silent", "accepts connections but does not answer"), ("http", "answers in HTTP/1")],
+    [
+        ("silent", "accepts connections but does not answer"),
+        ("http", "answers in HTTP/1"),
+        ("page", "answers in HTTP/1"),
+        ("binary", "answers in a protocol other than HTTP/2"),
+    ],
 )
 def test_an_open_port_that_is_not_ray_queues_nothing(kind, said, tiny_bert_dir, capsys):
     with fake_server(kind) as address:
@@ -184,7 +219,8 @@ def test_an_open_port_that_is_not_ray_queues_nothing(kind, said, tiny_bert_dir, 
         assert main(argv) == 2
         assert time.monotonic() - started < 10
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {address} ") and "not" in err[0], err
+    assert len(err) == 1 and err[0].startswith(f"error: {address} ") and said in err[0], err
+    assert "b'" not in err[0] and 'b"' not in err[0], err  # words, not raw bytes
     assert RunsDB().list_runs().empty
 
 
