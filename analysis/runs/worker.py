@@ -14,7 +14,7 @@ queued runs while the runner has a free slot → let the runner train them → r
 ``idle_timeout`` seconds without work it exits (after one last look at the queue with the lock
 released, so a run queued at that moment is never stranded). The runner says where runs train:
 `LocalRunner` trains one at a time in this process with `execute_run`; `RayRunner`
-(`analysis.runs.ray_executor`) keeps as many in flight on a Ray cluster as it holds.
+(`analysis.runs.ray_executor`) keeps as many in flight on a Ray cluster as it has room for.
 
 `ExecutorChoice` is what the page and the CLI pass to start the right workers.
 """

@@ -31,11 +31,11 @@ from analysis.runs.ray_executor import (
     ClusterInfo,
     RayRunner,
     RayUnavailable,
-    _train_stream,
     check_address,
     probe_cluster,
     resolve_address,
 )
+from analysis.runs.ray_task import train_stream
 from analysis.runs.record import Run
 from analysis.runs.worker import RAY, last_choice, serve, start_workers, worker_pid
 
@@ -65,7 +65,8 @@ def tiny_config(model_dir: Path, steps: int, seed: int = 0, data: str = "movie-s
     )
 
 
-wait_for = functools.partial(waiting.wait_for, timeout=120.0)
+# Deadlines, not durations: Ray's processes start slowly on a busy machine.
+wait_for = functools.partial(waiting.wait_for, timeout=300.0)
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def serving_in_a_thread(root: Path, **kwargs):
     try:
         yield outcome
     finally:
-        thread.join(timeout=120)
+        thread.join(timeout=300)
         assert not thread.is_alive(), "the Ray worker loop did not end"
         if outcome and isinstance(outcome[0], BaseException):
             raise outcome[0]
@@ -234,7 +235,7 @@ def _task_processes() -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                if (entry / "cmdline").read_bytes().startswith(b"ray::_train_stream"):
+                if (entry / "cmdline").read_bytes().startswith(b"ray::train_stream"):
                     pids.append(int(entry.name))
     return pids
 
@@ -315,7 +316,7 @@ def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
     db = RunsDB(root / "runs.sqlite")
     run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
     runner = RayRunner(db, log=lambda message: None)
-    runner.this_node = {"CPU": 0.0, "GPU": 0.0}
+    runner.cluster.this_node = {"CPU": 0.0, "GPU": 0.0}
     runner.submit(Run.from_row(db.claim_next(os.getpid(), runner.device_label)))
     run = db.get_run(run_id)
     assert run["status"] == "failed" and "offers 0 CPUs" in run["error"]
@@ -348,8 +349,8 @@ def test_a_refresh_blocked_on_the_gcs_holds_up_neither_the_queue_loop_nor_close(
     assert time.monotonic() - started < 3
     assert not ray_executor.status_path(root).exists()
     release.set()
-    runner._refresher.join(5)
-    assert not runner._refresher.is_alive()
+    runner.cluster._refresher.join(5)
+    assert not runner.cluster._refresher.is_alive()
     assert not ray_executor.status_path(root).exists()
 
 
@@ -363,7 +364,7 @@ def test_a_data_file_trains_from_its_shipped_bytes_alone(tmp_path, tiny_bert_dir
     raw = frame.to_csv(index=False).encode()
     cfg = tiny_config(tiny_bert_dir, steps=2, data=str(data))  # the path does not exist here
     with one_thread():
-        stream = _train_stream(cfg.to_dict(), data_file=str(data), data_bytes=raw)
+        stream = train_stream(cfg.to_dict(), data_file=str(data), data_bytes=raw)
         events = list(stream)
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done", events[-1]
