@@ -77,7 +77,7 @@ def stop_leftover_ray_worker():
     from analysis.runs.worker import RAY, worker_pid
 
     pid = worker_pid(Path(os.environ["TUNESCOPE_CACHE"]), RAY)
-    if pid and pid > 0:
+    if pid and pid > 0 and pid != os.getpid():  # (a queue loop in a thread of this process)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         with contextlib.suppress(ChildProcessError):

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -204,6 +205,36 @@ def test_cancel_stops_the_remote_run_and_records_it_cancelled(ray_cluster, root,
     run = db.get_run(run_id)
     assert run["result"] is None and run["error"] == "cancelled by the user"
     assert len(db.steps(run_id, kind="train")) >= 3  # the streamed steps stay
+
+
+def test_a_run_stays_queued_while_the_cluster_has_no_room(ray_cluster, root, tiny_bert_dir):
+    """Another job holds both CPUs of the cluster: the run is not claimed (claimed, it would show
+    ``running`` with the claim as its start while it waits in Ray's queue). Once the CPUs are
+    free it is claimed and trains, its start after that moment."""
+    import ray
+
+    db = RunsDB(root / "runs.sqlite")
+    other_job = ray.remote(num_cpus=2, max_retries=0)(lambda: time.sleep(600)).remote()
+    freed = None
+    try:
+        wait_for(lambda: ray.available_resources().get("CPU", 0) == 0, what="the CPUs taken")
+    except BaseException:
+        ray.cancel(other_job, force=True)
+        raise
+    run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
+    with serving_in_a_thread(root, idle_timeout=3.0):
+        try:
+            wait_for(lambda: ray_executor.status_path(root).exists(), what="the cluster read")
+            deadline = time.monotonic() + 3.0  # many turns of the queue loop (0.05 s each)
+            while time.monotonic() < deadline:
+                assert db.get_run(run_id)["status"] == "queued"
+                time.sleep(0.1)
+        finally:
+            freed = time.time()
+            ray.cancel(other_job, force=True)
+        wait_for(lambda: db.get_run(run_id)["status"] == "done", what="the run, once free")
+    started = datetime.fromisoformat(db.get_run(run_id)["started"]).timestamp()
+    assert started >= freed
 
 
 def test_a_killed_ray_worker_fails_its_run_and_the_sweep_goes_on(ray_cluster, root, tiny_bert_dir):
