@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from analysis.children import usable_cores
 from analysis.config import help_of
@@ -598,11 +598,27 @@ def main(argv: list[str] | None = None) -> int:
                 ray_address=args.ray_address,
                 cpus_per_run=args.ray_cpus_per_run,
             )
-    except ValueError as exc:  # e.g. the Ray cluster is unreachable: the queue stays as it is
+    except ValueError as exc:  # the Ray cluster is unreachable or its head was lost
         _log(f"error: {exc} The queued runs stay queued.")
         return 2
+    except SystemExit as exc:  # SIGTERM
+        return exc.code if isinstance(exc.code, int) else 1
     return 0 if ran >= 0 else 1
 
 
+def end_process(status: int) -> NoReturn:
+    """Log ``status`` as the worker's last line and end the process with it, at once.
+
+    Not through ``sys.exit``: at interpreter exit Ray's hook (``ray.shutdown``) writes to the
+    local raylet, and when that raylet is gone (a lost head takes it along) Ray's client ends
+    the process itself, with status 1 and no word in the log. By now the runs are settled, the
+    lock released and the status file removed; a Ray cluster this process started ends with it.
+    """
+    _log(f"exit status {status}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())
