@@ -22,7 +22,8 @@ the cluster it starts itself (`analysis.runs.ray_executor.LOCAL_CLUSTER`) and wh
 cluster at a loopback address (whose head was started with it, or it would not be on loopback).
 
 `head_alive` is the Ray worker's cheap look at the head while runs are in flight: a TCP
-connection to its GCS port, within a second.
+connection to its GCS port, within a second. `one_line_ray_messages` keeps the multi-line
+messages of Ray's own processes (a raylet's crash dump) to one line each in the worker's log.
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 CONNECT_TIMEOUT_S = 3.0  # TCP connect, then the HTTP/2 answer
 HANDSHAKE_TIMEOUT_S = 20.0  # the Ray handshake process, start-up included
 HEAD_TIMEOUT_S = 1.0
+RAY_PROCESSES = ("raylet", "gcs_server")  # the names a driver's output gives their messages
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a loopback node address
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # A client's HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5).
@@ -86,6 +89,43 @@ def loopback_only() -> None:
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None:
         constants.ENABLE_RAY_CLUSTER = False
+
+
+# -- what Ray's own processes say ----------------------------------------------------------------
+
+
+def one_line_ray_messages() -> None:
+    """Print each message of Ray's own processes to this driver's output as one line.
+
+    A Ray driver prints what the raylets and the GCS report — a raylet's crash dump, a dead
+    node's last 20 log lines — line by line into its output: the Ray worker's is worker.log.
+    Here each such message shrinks to its first line and a count of the lines left out, which
+    stay in Ray's own logs (``logs/raylet*.err`` in the node's session folder); what the tasks
+    print passes whole. Ray has no setting for it: its driver prints every such message through
+    ``ray._private.worker.print_worker_logs``, which this wraps, once per process.
+    """
+    from ray._private import worker as ray_worker
+
+    original = ray_worker.print_worker_logs
+    if getattr(original, "one_line", False):
+        return
+
+    def print_worker_logs(data: dict, print_file: Any, ignore_prefix: bool = False) -> None:
+        if data.get("pid") in RAY_PROCESSES:
+            data = {**data, "lines": one_line(data.get("lines", []))}
+        original(data, print_file, ignore_prefix)
+
+    print_worker_logs.one_line = True
+    ray_worker.print_worker_logs = print_worker_logs
+
+
+def one_line(lines: list[str]) -> list[str]:
+    """``lines`` (each maybe of several lines) as their first non-blank line, with how many lines
+    it stands for."""
+    texts = [line.strip() for text in lines for line in str(text).splitlines() if line.strip()]
+    if len(texts) <= 1:
+        return texts
+    return [f"{texts[0]} (+{len(texts) - 1} lines in Ray's logs)"]
 
 
 # -- the handshake ----------------------------------------------------------------------------

@@ -74,6 +74,7 @@ from analysis.runs.ray_cluster import (
     is_loopback,
     loopback_only,
     node_label,
+    one_line_ray_messages,
     terminate_at_once,
 )
 from analysis.runs.record import Run
@@ -150,14 +151,17 @@ def connect(
     A process already connected (tests, benchmarks) keeps its connection. A local cluster runs
     without Ray's own dashboard (tunescope's pages show the runs) and listens on 127.0.0.1 only,
     as does this process when it joins a cluster at a loopback address (`ray_cluster
-    .loopback_only`); usage statistics are off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise.
-    While connecting, SIGTERM ends the process at once (nothing is claimed yet).
+    .loopback_only`); usage statistics are off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise,
+    and Ray's own processes' messages print as one line each (`ray_cluster
+    .one_line_ray_messages`). While connecting, SIGTERM ends the process at once (nothing is
+    claimed yet).
     """
     import ray
 
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # what Ray prints: plain text, no colour codes
     address = check_address(address)
     if address == LOCAL_CLUSTER or is_loopback(address.rpartition(":")[0]):
         loopback_only()
@@ -171,6 +175,7 @@ def connect(
             _init(ray, address, num_cpus, temp_dir, options)
     except (ConnectionError, RuntimeError) as exc:
         raise RayUnavailable(f"Cannot connect to the Ray cluster at {address}: {exc}") from None
+    one_line_ray_messages()
     return True
 
 

@@ -385,6 +385,36 @@ def test_a_refresh_blocked_on_the_gcs_holds_up_neither_the_queue_loop_nor_close(
     assert not ray_executor.status_path(root).exists()
 
 
+def test_a_message_of_rays_own_processes_prints_as_one_line(ray_cluster, capsys):
+    """As this driver (connected by `connect`) gets them: a raylet's crash dump from its log file,
+    and a dead node's note of many lines from Ray's error channel, print as one line each; a
+    task's own traceback prints whole."""
+    from ray._private.worker import print_to_stdstream
+
+    token = os.urandom(4).hex()  # (Ray drops a line it printed a moment ago)
+    dump = [
+        f"*** SIGSEGV received at time={token} on cpu 1 ***",
+        "PC: @     0x7f744a526f36  (unknown)  epoll_wait",
+        "    @     0x5632eddebcf4       5488  main",
+    ]
+    note = f"Raylet {token} is terminated.\nLast 20 lines of the Raylet logs:\n    [state-dump] a"
+    traceback = ["Traceback (most recent call last):", f'  File "x{token}.py"', "ValueError: y"]
+    print_to_stdstream({"pid": "raylet", "ip": "127.0.0.1", "lines": dump, "is_err": True}, False)
+    print_to_stdstream({"pid": "raylet", "lines": [note], "is_err": False}, False)
+    task = {"pid": 4242, "ip": "127.0.0.1", "task_name": "train_stream", "is_err": True}
+    print_to_stdstream({**task, "lines": traceback}, False)
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        f"(raylet) Raylet {token} is terminated. (+2 lines in Ray's logs)"
+    ]
+    err = captured.err.splitlines()
+    assert err[0].endswith(
+        f"*** SIGSEGV received at time={token} on cpu 1 *** (+2 lines in Ray's logs)"
+    )
+    assert len(err) == 1 + len(traceback), err
+    assert [line.split(") ", 1)[1] for line in err[1:]] == traceback
+
+
 # -- the pure pieces ---------------------------------------------------------------------------
 
 
