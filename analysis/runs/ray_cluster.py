@@ -22,8 +22,9 @@ the cluster it starts itself (`analysis.runs.ray_executor.LOCAL_CLUSTER`) and wh
 cluster at a loopback address (whose head was started with it, or it would not be on loopback).
 
 `head_alive` is the Ray worker's cheap look at the head while runs are in flight: a TCP
-connection to its GCS port, within a second. `one_line_ray_messages` keeps the multi-line
-messages of Ray's own processes (a raylet's crash dump) to one line each in the worker's log.
+connection to its GCS port, within a second. `one_line_ray_messages` keeps Ray's own processes
+to one line per note in the worker's log (their log files, such as a raylet's crash dump, stay
+in Ray's logs).
 """
 
 from __future__ import annotations
@@ -95,13 +96,15 @@ def loopback_only() -> None:
 
 
 def one_line_ray_messages() -> None:
-    """Print each message of Ray's own processes to this driver's output as one line.
+    """Keep Ray's own processes to one line per message in this driver's output.
 
-    A Ray driver prints what the raylets and the GCS report — a raylet's crash dump, a dead
-    node's last 20 log lines — line by line into its output: the Ray worker's is worker.log.
-    Here each such message shrinks to its first line and a count of the lines left out, which
-    stay in Ray's own logs (``logs/raylet*.err`` in the node's session folder); what the tasks
-    print passes whole. Ray has no setting for it: its driver prints every such message through
+    A Ray driver prints, line by line, what the raylets and the GCS write to their log files (a
+    raylet's crash dump: dozens of lines, some printed again later as "[repeated 2x across
+    cluster]") and the notes they send the driver (a node marked dead, with its raylet's last 20
+    log lines). For the Ray worker that output is worker.log. Here the log files' lines are left
+    where they are (``logs/raylet*.err`` and ``gcs_server*.err`` in the node's session folder)
+    and each note prints as its first line; what the tasks print passes whole. Ray has no
+    setting for it: its driver prints all of these through
     ``ray._private.worker.print_worker_logs``, which this wraps, once per process.
     """
     from ray._private import worker as ray_worker
@@ -112,6 +115,8 @@ def one_line_ray_messages() -> None:
 
     def print_worker_logs(data: dict, print_file: Any, ignore_prefix: bool = False) -> None:
         if data.get("pid") in RAY_PROCESSES:
+            if "ip" in data:  # lines of the process's log file (a note has no address)
+                return
             data = {**data, "lines": one_line(data.get("lines", []))}
         original(data, print_file, ignore_prefix)
 

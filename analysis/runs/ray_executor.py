@@ -152,8 +152,7 @@ def connect(
     without Ray's own dashboard (tunescope's pages show the runs) and listens on 127.0.0.1 only,
     as does this process when it joins a cluster at a loopback address (`ray_cluster
     .loopback_only`); usage statistics are off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise,
-    and Ray's own processes' messages print as one line each (`ray_cluster
-    .one_line_ray_messages`). While connecting, SIGTERM ends the process at once (nothing is
+    and Ray's own processes print one line per note (`ray_cluster.one_line_ray_messages`). While connecting, SIGTERM ends the process at once (nothing is
     claimed yet).
     """
     import ray
