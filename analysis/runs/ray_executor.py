@@ -28,12 +28,13 @@ Faults: a cancel raised from the page or the CLI is seen within ``cancel_poll_s`
 interrupts the task, whose training thread stops at its next step, and the run is recorded as
 cancelled. A Ray worker process or node that dies surfaces as a Ray system error: the run is
 failed ("Ray worker died on NODE"), its steps stay, the other runs go on (tasks are never retried:
-a retry would train the run a second time over its recorded steps). If the driver itself dies,
-Ray ends the tasks it owns and the next worker reaps its runs as "worker died". Losing the
-cluster's head (its GCS port stops taking connections, looked at every ``HEAD_CHECK_S``) fails the
-runs in flight ("lost the Ray cluster head at ADDR") and is a `HeadLost`: the queue loop claims
-nothing more and the worker exits, the queued runs left queued. Before anything is queued, and
-before this process connects, `check_address` shakes hands with the cluster
+a retry would train the run a second time over its recorded steps), and nothing more is claimed
+until the cluster has been re-read. If the driver itself dies, Ray ends the tasks it owns and the
+next worker reaps its runs as "worker died". Losing the cluster's head (its GCS port stops taking
+connections, looked at every ``HEAD_CHECK_S``) fails the runs in flight ("lost the Ray cluster
+head at ADDR") and is a `HeadLost`: the queue loop claims nothing more and the worker exits, the
+queued runs left queued, without ``ray.shutdown`` (`ClusterWatch.close`). Before anything is
+queued, and before this process connects, `check_address` shakes hands with the cluster
 (`analysis.runs.ray_cluster.handshake`): unreachable, not a Ray cluster, auth refused or another
 Ray version is one clear `RayUnavailable`, and a Ray worker that cannot connect exits without
 claiming anything. Nodes are named ``host/address/node-id-prefix`` (`ray_cluster.node_label`).
@@ -363,7 +364,8 @@ class ClusterWatch:
         self.in_flight = 0  # runs submitted and not ended
         self.holding = 0  # of those, runs that started (their resources are taken)
         self._room = 0  # `ClusterInfo.room` at the last reading
-        self._stale = False  # a run's worker or node died since the last reading
+        self._deaths = 0  # runs whose Ray worker or node died
+        self._deaths_read = 0  # of those, the ones before the last reading began
         self._lock = threading.Lock()  # the counts above, between the loop and the refresher
         self._wake, self._closing = threading.Event(), threading.Event()
         try:
@@ -384,14 +386,14 @@ class ClusterWatch:
         import ray
 
         with self._lock:
-            holding = self.holding
+            holding, deaths = self.holding, self._deaths
         info = current_cluster(self.address, self.cpus_per_run)
         for node in ray.nodes():
             if node.get("NodeID") == self.node_id:
                 resources = node.get("Resources", {})
                 self.this_node = {k: float(resources.get(k, 0)) for k in ("CPU", "GPU")}
         with self._lock:
-            self.info, self._room, self._stale = info, info.room(holding), False
+            self.info, self._room, self._deaths_read = info, info.room(holding), deaths
             if self.status_root is not None and not self._closing.is_set():
                 status = {**dataclasses.asdict(info), "slots": info.slots}
                 status.update(in_flight=self.in_flight, pid=os.getpid(), updated=time.time())
@@ -428,7 +430,9 @@ class ClusterWatch:
     def free_slots(self) -> int:
         """Runs that can start now (class docstring)."""
         with self._lock:
-            return 0 if self._stale else max(0, self._room - self.in_flight)
+            if self._deaths != self._deaths_read:
+                return 0
+            return max(0, self._room - self.in_flight)
 
     def submitted(self) -> None:
         with self._lock:
@@ -443,7 +447,7 @@ class ClusterWatch:
         with self._lock:
             self.in_flight -= 1
             self.holding -= int(started)
-            self._stale = self._stale or died
+            self._deaths += int(died)
         if died:
             self._wake.set()
 
