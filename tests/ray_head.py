@@ -44,6 +44,15 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def token_env(token: str, **extra: str) -> dict[str, str]:
+    """This process's environment, with ``extra``, in which Ray clients present ``token`` (not
+    the token of ``~/.ray``, which a local cluster of this machine may have written)."""
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
+    env.update(extra)
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -58,10 +67,7 @@ class Head:
 
     def env(self, **extra: str) -> dict[str, str]:
         """An environment whose Ray clients present this cluster's token."""
-        env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token)
-        env.pop("RAY_AUTH_TOKEN_PATH", None)
-        env.update(extra)
-        return env
+        return token_env(self.token, **extra)
 
     def pids(self, *names: str) -> list[int]:
         """PIDs of this cluster's processes (their command lines name its folder), optionally
@@ -115,12 +121,13 @@ def start_head(temp_dir: Path, num_cpus: int = 2) -> Head:
 @dataclass
 class TwoNodes:
     """A head and a worker node on 127.0.0.1 (``ray.cluster_utils.Cluster``), each with
-    ``num_cpus`` CPUs, built and held by a helper process (`main`): ending that process ends
-    both nodes (Ray starts them fate-shared with it)."""
+    ``num_cpus`` CPUs and a token of their own, built and held by a helper process (`main`):
+    ending that process ends both nodes (Ray starts them fate-shared with it)."""
 
     address: str
     worker_node_id: str
     worker_raylet: int
+    token: str
     process: subprocess.Popen
 
     def lose_worker_node(self) -> set[int]:
@@ -149,10 +156,10 @@ class TwoNodes:
 
 
 def start_two_nodes(temp_dir: Path, num_cpus: int = 1) -> TwoNodes:
-    """`TwoNodes` in ``temp_dir``, once both nodes are up (no token: Ray's default)."""
-    env = dict(os.environ, **{LOOPBACK_ENV: "0", "RAY_USAGE_STATS_ENABLED": "0"})
-    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS"):
-        env.pop(key, None)
+    """`TwoNodes` in ``temp_dir``, once both nodes are up."""
+    token = secrets.token_hex(16)
+    env = token_env(token, **{LOOPBACK_ENV: "0", "RAY_USAGE_STATS_ENABLED": "0"})
+    env.pop("RAY_ADDRESS", None)
     command = [sys.executable, str(Path(__file__)), str(temp_dir), str(num_cpus)]
     helper = subprocess.Popen(
         command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -162,7 +169,8 @@ def start_two_nodes(temp_dir: Path, num_cpus: int = 1) -> TwoNodes:
         helper.kill()
         raise RuntimeError(f"the two-node cluster did not start (exit {helper.wait()})")
     found = json.loads(line)
-    return TwoNodes(found["address"], found["worker_node_id"], found["worker_raylet"], helper)
+    address, node, raylet = found["address"], found["worker_node_id"], found["worker_raylet"]
+    return TwoNodes(address, node, raylet, token, helper)
 
 
 def main(argv: list[str]) -> None:

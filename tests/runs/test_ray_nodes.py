@@ -66,6 +66,9 @@ def test_losing_the_worker_node_fails_its_run_and_the_head_trains_on(
 ):
     monkeypatch.setenv("TUNESCOPE_WORKER_IDLE_S", "120")
     two = ray_head.start_two_nodes(tmp_path_factory.mktemp("two", numbered=True), num_cpus=1)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the Ray worker presents the cluster's token
+    monkeypatch.setenv("RAY_AUTH_TOKEN", two.token)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
     pid = None
     try:
         db = RunsDB()
