@@ -98,7 +98,7 @@ def main() -> None:
 
     import ray
 
-    from analysis.runs.ray_executor import LOCAL, connect
+    from analysis.runs.ray_executor import LOCAL_CLUSTER, connect
 
     with tempfile.TemporaryDirectory(prefix="tsbench-") as tmp:
         root = Path(tmp) / "cache"
@@ -110,7 +110,7 @@ def main() -> None:
         local = measure(db, local_ids)
 
         t0 = time.perf_counter()
-        connect(LOCAL, num_cpus=args.ray_cpus, temp_dir=str(Path(tmp) / "ray"))
+        connect(LOCAL_CLUSTER, num_cpus=args.ray_cpus, temp_dir=str(Path(tmp) / "ray"))
         cluster_start = time.perf_counter() - t0
         try:
             ray_ids = queue(db, args, "ray")
