@@ -44,7 +44,8 @@ def test_the_site_asks_for_nothing_outside(browser, site_url):
         page.goto(site_url + path)
         page.wait_for_load_state("networkidle")
     page.keyboard.press("/")  # Material's search shortcut
-    page.fill("input.md-search__input", "bootstrap")
+    # Typed key by key: Material searches on key events, which fill() does not send.
+    page.locator("input.md-search__input").press_sequentially("bootstrap", delay=30)
     page.wait_for_selector(".md-search-result__item", timeout=30_000)
     found = page.inner_text(".md-search-result")
     context.close()

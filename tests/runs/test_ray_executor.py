@@ -214,7 +214,7 @@ def test_a_run_stays_queued_while_the_cluster_has_no_room(ray_cluster, root, tin
     free it is claimed and trains, its start after that moment."""
     import ray
 
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     other_job = ray.remote(num_cpus=2, max_retries=0)(lambda: time.sleep(600)).remote()
     freed = None
     try:
