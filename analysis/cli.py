@@ -5,7 +5,8 @@ Subcommands are discovered from ``analysis/commands/``: every module there that 
 also defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` (``options`` holds the
 code they share).
 A ValueError (bad input, unknown model, malformed file…) or a `CacheError` (not enough disk
-space, an entry that cannot be read) prints one clear line and exits 2.
+space, an entry that cannot be read) prints one clear line and exits 2. Every command computes
+with `analysis.compute.default_executor` (its layer tables fan out over child processes).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pkgutil
 import sys
 
 import analysis.commands
+from analysis import compute
 from analysis.cache import CacheError
 from analysis.progress import Cancelled
 from analysis.workspace import Workspace
@@ -47,7 +49,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int
     # The command's one workspace (``--cache``, else $TUNESCOPE_CACHE, else ./cache).
     args.workspace = Workspace.from_env(getattr(args, "cache", None))
     try:
-        with args.workspace.active():
+        with (
+            args.workspace.active(),
+            compute.default_executor() as executor,
+            compute.using(executor),
+        ):
             return int(args.handler(args) or 0)
     except Cancelled as exc:
         print(f"cancelled: {exc}", file=sys.stderr)
