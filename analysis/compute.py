@@ -425,7 +425,7 @@ class Workers(Executor):
                 self._prestart()
                 while self._pending and self._dispatch_one():
                     pass
-                self._cond.wait(POLL_S)
+                self._cond.wait()
 
     def _prestart(self) -> None:
         warm = self._warm

@@ -137,11 +137,10 @@ def probe_rows(d_model: int, cap: int = PROBE_CAP, budget: int = PROBE_BUDGET) -
 
     10,000 up to d = 384 (MiniLM), 5,000 at d = 768 (BERT-base), 3,750 at d = 1,024
     (BERT-large). Why the budget: an L-BFGS iteration of the probe reads the examples × d matrix
-    twice, and the 3-fold CV over 7 C values takes several hundred iterations on a hard layer; on
-    this project's 2-core machine a 20,000 × 1,024 probe took 40-60 s per layer. The CV probe fits
-    5 times on 80 % of its rows (5 × 8,000 rows at the default cap, about twice the single fit on
-    20,000 train rows it replaced), and every row is scored once: a score over 3,750 examples
-    still has a standard error under 0.8 points.
+    twice, and the 3-fold CV over 7 C values takes several hundred iterations on a hard layer, so
+    the probe's time grows with examples × d. The CV probe fits 5 times on 80 % of its rows, and
+    every row is scored once: a score over 3,750 examples still has a standard error under 0.8
+    points.
     """
     return max(2, min(cap, budget // max(d_model, 1)))
 
@@ -419,7 +418,7 @@ def cca_from_moments(m: CellMoments, lay: _Layout, grid: Sequence[float]) -> flo
     taken through the J × J matrix T_λᵀ T_λ = Kᵀ (Σ_xx + λI)⁻¹ K with K = Σ_xy Σ_yy^{-1/2}: its
     eigenvectors v_j give b_j = Σ_yy^{-1/2} v_j and a_j ∝ (Σ_xx + λI)⁻¹ K v_j (a correlation does
     not see the scale of a_j). One Cholesky factorisation per λ (d³/3 multiply-adds) instead of
-    an eigendecomposition of Σ_xx: 0.1 s instead of 0.6 s per layer at d = 1,024.
+    an eigendecomposition of Σ_xx, several times cheaper at d = 1,024.
     """
     _, _, sxx, sxy, share = _part_covariances(m, lay, 0)
     p = share[:-1]
