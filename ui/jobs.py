@@ -54,9 +54,8 @@ def warm_worker(model: str | None = None) -> None:
 
 
 def warm_tasks() -> None:
-    """The start-up of a further worker: what a layer task imports (no torch)."""
-    import analysis.layers.rows
-    import analysis.layers.streamed  # noqa: F401
+    """The start-up of a further worker: what a layer table's tasks import (no torch)."""
+    import analysis.layers.rows  # noqa: F401
 
 
 def extract_job(cfg: ExtractConfig, progress) -> None:
