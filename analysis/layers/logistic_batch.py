@@ -111,12 +111,12 @@ class SharedRows:
 
 def _two_columns(a: np.ndarray) -> np.ndarray:
     """``a`` (1, m) with a row of zeros below. A product with one column goes to the BLAS
-    matrix-vector routine, which sums in another order than the matrix-matrix one: padded, a fit's
-    numbers do not depend on how many fits share its round — with torch's MKL on the probe's
-    shapes every column of a product equals, bit for bit, the same column in a product with other
-    columns beside it (tests/layers/test_logistic_batch.py). numpy's OpenBLAS picks its kernels by
-    the product's width on small matrices, so there a fit's numbers can move by rounding with its
-    batch-mates; a given batch still gives the same numbers every time."""
+    matrix-vector routine, which sums in another order than the matrix-matrix one: padded, a fit
+    left alone in its last rounds keeps the matrix-matrix rounding it had beside others. Neither
+    BLAS promises more: both pick their kernels by the product's width (MKL on AVX2 blocks the
+    columns by fours and eights, whatever the thread count), so a fit's numbers can move by
+    rounding with its batch-mates; a given batch gives the same numbers every time
+    (tests/layers/test_logistic_batch.py)."""
     return np.concatenate([a, np.zeros_like(a)])
 
 
