@@ -55,21 +55,18 @@ PARENT_POLL_S = 1.0  # how often a worker checks that its parent lives
 CANCEL_FLAGS = 4096  # cancel flags shared with the workers (calls in flight are far fewer)
 CANCEL_WAIT_S = 30.0  # how long an abandoned call waits for its worker to stop
 
-# Settings of earlier versions: read (with a note) where they still mean something, else named
-# in a note once and ignored.
-_RENAMED = {"TUNESCOPE_LAYER_PROCESSES": PROCESSES_ENV}
-_DROPPED = (
-    "TUNESCOPE_BLAS_THREADS",
-    "TUNESCOPE_GRAM_THREADS",
-    "TUNESCOPE_STREAM_OVERLAP",
-)
+# Settings of earlier versions, each named in one note (the first two still read until removed).
+EARLIER = {
+    "TUNESCOPE_LAYER_PROCESSES": f"read as {PROCESSES_ENV}; set that instead.",
+    "TUNESCOPE_COMPUTE_PROCESSES": f"0 is read as {PROCESSES_ENV}=1 (compute in the dashboard's "
+    "own threads); set that instead.",
+    **dict.fromkeys(
+        ("TUNESCOPE_BLAS_THREADS", "TUNESCOPE_GRAM_THREADS", "TUNESCOPE_STREAM_OVERLAP"),
+        f"no longer read: every task runs on one thread, and {PROCESSES_ENV} sets how many "
+        "processes compute side by side.",
+    ),
+}
 _NOTED: set[str] = set()
-
-
-def _note(name: str, text: str) -> None:
-    if name not in _NOTED:
-        _NOTED.add(name)
-        warnings.warn(f"{name} is deprecated: {text}", FutureWarning, stacklevel=3)
 
 
 def usable_cores() -> int:
@@ -81,27 +78,22 @@ def usable_cores() -> int:
 def processes() -> int:
     """How many processes compute side by side: ``$TUNESCOPE_PROCESSES``, else every usable core
     up to `DEFAULT_MAX_PROCESSES`. 1: no child processes, everything computes in the calling
-    process (the dashboard in its own threads). Earlier names are read with a note:
-    ``TUNESCOPE_LAYER_PROCESSES`` (the same meaning), ``TUNESCOPE_COMPUTE_PROCESSES=0`` (= 1)."""
-    for name in _DROPPED:
-        if os.environ.get(name, "").strip():
-            _note(name, f"no longer read: every task runs on one thread; {PROCESSES_ENV} sets "
-                  "how many processes compute side by side.")  # fmt: skip
-    for name in (PROCESSES_ENV, *_RENAMED):
+    process (the dashboard in its own threads). A setting of an earlier version (`EARLIER`)
+    gets a note."""
+    for name, now in EARLIER.items():
+        if os.environ.get(name, "").strip() and name not in _NOTED:
+            _NOTED.add(name)
+            warnings.warn(f"{name} is deprecated: {now}", FutureWarning, stacklevel=2)
+    for name in (PROCESSES_ENV, "TUNESCOPE_LAYER_PROCESSES"):
         text = os.environ.get(name, "").strip()
         if text:
-            if name != PROCESSES_ENV:
-                _note(name, f"set {PROCESSES_ENV} instead (read as {PROCESSES_ENV}={text}).")
             try:
                 return max(1, int(text))
             except ValueError:
                 raise ValueError(f"{name} must be a whole number (got {text!r}).") from None
     old = os.environ.get("TUNESCOPE_COMPUTE_PROCESSES", "").strip().lower()
-    if old:
-        _note("TUNESCOPE_COMPUTE_PROCESSES", f"set {PROCESSES_ENV}=1 to compute in the "
-              "dashboard's own threads, else leave both unset.")  # fmt: skip
-        if old in ("0", "false", "no", "off"):
-            return 1
+    if old in ("0", "false", "no", "off"):
+        return 1
     return min(usable_cores(), DEFAULT_MAX_PROCESSES)
 
 
@@ -159,8 +151,9 @@ def one_thread() -> Iterator[None]:
 
     The settings are process-wide, so blocks of several threads share them (`_Pin`). BLAS
     libraries loaded inside the block are not limited (threadpoolctl sees loaded ones only):
-    numpy's is loaded first, and a task's module imports the others (scipy's) before it runs. torch imported inside the block is pinned by the
-    next `one_torch_thread`, which its products enter.
+    numpy's is loaded first, and a task's module imports the others (scipy's) before it runs.
+    torch imported inside the block is pinned by the next `one_torch_thread`, which its products
+    enter.
     """
     with _BLAS.held(), _TORCH.held():
         yield
@@ -294,22 +287,15 @@ class _Worker:
 
     executor: ProcessPoolExecutor
     progress: Any
+    ready: Future  # its first job: its start-up (`Workers.warm`), or a bare ping
     busy: bool = False
 
 
 @dataclass
 class _Pending:
     future: Future
-    runner: Callable[..., Any]
+    runner: Callable[..., Any]  # `_task` or `_call`, run in the worker
     args: tuple
-    call_id: int | None = None  # a `call`'s id (its cancel flag and progress)
-
-
-@dataclass
-class _Warm:
-    first: tuple | None = None  # (fn, *args) the first worker runs at its start
-    rest: tuple | None = None  # … and every further worker, started once the first is warm
-    first_done: bool = False
 
 
 class Workers(Executor):
@@ -328,7 +314,8 @@ class Workers(Executor):
         self._cond = threading.Condition()
         self._workers: list[_Worker] = []
         self._pending: deque[_Pending] = deque()
-        self._warm = _Warm()
+        self._rest: tuple | None = None  # (fn, *args) every further worker starts with (`warm`)
+        self._fill = False  # start the rest now: the first worker is warm
         self._closed = False
         self._cancel: Any = None
         self._latest: dict[int, tuple[float, str]] = {}
@@ -355,9 +342,11 @@ class Workers(Executor):
         start beside the first's would slow the first). A worker still warming is idle: a call
         made meanwhile waits for it rather than starting another from nothing."""
         with self._cond:
-            if not self._workers:
-                self._warm = _Warm(first, rest)
-                self._start(first)
+            if self._workers:
+                return
+            self._rest = rest
+            ready = self._start(first).ready
+        ready.add_done_callback(lambda _: self._warmed())
 
     def call(self, fn: Callable[..., Any], *args: Any, progress: Progress | None = None) -> Any:
         """``fn(*args, progress=…)`` in a worker; ``progress`` is called here, in the calling
@@ -368,9 +357,10 @@ class Workers(Executor):
         call_id = next(self._ids)
         with self._cond:
             self._latest[call_id] = (0.0, "")
+            self._shared_flags()[call_id % CANCEL_FLAGS] = 0
         future = None
         try:
-            future = self._enqueue(_Pending(Future(), _call, (call_id, fn, args), call_id))
+            future = self._enqueue(_Pending(Future(), _call, (call_id, fn, args)))
             shown = None
             while True:
                 try:
@@ -411,8 +401,6 @@ class Workers(Executor):
         with self._cond:
             if self._closed:
                 raise RuntimeError("This pool of workers was shut down.")
-            if item.call_id is not None:
-                self._shared_flags()[item.call_id % CANCEL_FLAGS] = 0
             self._pending.append(item)
             self._cond.notify_all()
         return item.future
@@ -428,10 +416,8 @@ class Workers(Executor):
                 self._cond.wait()
 
     def _prestart(self) -> None:
-        warm = self._warm
-        if warm.first_done and warm.rest is not None:
-            while len(self._workers) < self.count:
-                self._start(warm.rest)
+        while self._fill and self._rest is not None and len(self._workers) < self.count:
+            self._start(self._rest)
 
     def _dispatch_one(self) -> bool:
         """Send the next pending item to an idle worker (starting one if allowed); False when
@@ -485,18 +471,15 @@ class Workers(Executor):
             initializer=_init_worker,
             initargs=(progress, self._shared_flags(), os.getpid()),
         )
-        worker = _Worker(executor, progress)
-        first = job or (_ready,)
         with plain_main():  # the process starts with this first submit
-            warmed = executor.submit(*first)
-        if job is not None and job is self._warm.first:
-            warmed.add_done_callback(lambda _: self._warmed())
+            ready = executor.submit(*(job or (_ready,)))
+        worker = _Worker(executor, progress, ready)
         self._workers.append(worker)
         return worker
 
     def _warmed(self) -> None:
         with self._cond:
-            self._warm.first_done = True
+            self._fill = True
             self._cond.notify_all()
 
     def _shared_flags(self) -> Any:

@@ -43,8 +43,7 @@ def workers():
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for name in ("TUNESCOPE_PROCESSES", "TUNESCOPE_LAYER_PROCESSES", "TUNESCOPE_COMPUTE_PROCESSES",
-                 "TUNESCOPE_BLAS_THREADS", "TUNESCOPE_GRAM_THREADS", "TUNESCOPE_STREAM_OVERLAP"):  # fmt: skip
+    for name in (compute.PROCESSES_ENV, *compute.EARLIER):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(compute, "_NOTED", set())
 
@@ -62,7 +61,9 @@ def test_the_process_count_setting(clean_env, monkeypatch):
 
 def test_earlier_settings_are_read_with_a_note_or_named_as_ignored(clean_env, monkeypatch):
     monkeypatch.setenv("TUNESCOPE_LAYER_PROCESSES", "3")
-    with pytest.warns(FutureWarning, match="TUNESCOPE_LAYER_PROCESSES is deprecated: set TUNES"):
+    with pytest.warns(
+        FutureWarning, match="TUNESCOPE_LAYER_PROCESSES is deprecated: read as TUNES"
+    ):
         assert compute.processes() == 3
     monkeypatch.delenv("TUNESCOPE_LAYER_PROCESSES")
     monkeypatch.setenv("TUNESCOPE_COMPUTE_PROCESSES", "0")

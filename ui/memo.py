@@ -10,10 +10,11 @@ process. Left alone, thirty students opening thirty different views start thirty
 once, which share the cores and all finish together, minutes later. So every computation here
 takes a turn in one process-wide `ComputeQueue`: at most ``slots`` run at once (`default_slots`:
 one per compute worker, at least two), each with the compute pool as its executor (its layer
-tables fan out there: `ui.compute_pool`), the rest wait in the order their page views started (a view's later computations do not queue behind
-views opened after it), and each waiting page says how many computations are ahead of its own.
-A view asked for by several sessions at once is computed once: the later ones wait for the first
-one's result (`ProgressMemo.get`) instead of queueing a copy. ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets a tab-separated line per
+tables fan out there: `ui.compute_pool`); the rest wait in the order their page views started (a
+view's later computations do not queue behind views opened after it), and each waiting page says
+how many computations are ahead of its own. A view asked for by several sessions at once is
+computed once: the later ones wait for the first one's result (`ProgressMemo.get`) instead of
+queueing a copy. ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets a tab-separated line per
 event: the kind (``view``: a script run started; ``asked``: a page asked for a computation that
 no one has; ``computed``, ``shared`` or ``hit``: how it was served; ``failed``: it raised, or its
 page went away), the seconds it took (a computation's without its wait for a turn), when (Unix
