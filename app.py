@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.workspace import Workspace
-from ui.compute_pool import warm_up
+from ui.loaders import warm_up
 from ui.memo import start_run
 from ui.sidebar import default_model, render_sidebar
 
@@ -30,7 +30,7 @@ PAGES = [
     st.Page("views/claims.py", title="Paper check", icon=":material/fact_check:"),
 ]
 
-warm_up(default_model())  # the compute workers start with the first page (ui/compute_pool.py)
+warm_up(default_model())  # the compute workers start with the first page (ui/loaders.py)
 start_run()  # this view's computations queue by when it started (ui/memo.py)
 navigation = st.navigation(PAGES)
 with Workspace.from_env().active():  # the app's one workspace: cache, runs, uploads

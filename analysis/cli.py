@@ -7,7 +7,8 @@ code they share).
 A ValueError (bad input, unknown model, malformed file…) or a `CacheError` (not enough disk
 space, an entry that cannot be read) prints one clear line and exits 2. A warning meant for the
 user (a category tunescope defines: a text column of numbers, a cache folder that is not there)
-prints one ``warning: …`` line on stderr.
+prints one ``warning: …`` line on stderr. Every command computes with
+`analysis.compute.default_executor` (its layer tables fan out over child processes).
 
 A subcommand (or one of its actions) that only reads sets ``writes=False`` as a parser default:
 it is then never the one to create a missing cache folder (`Workspace.from_env`).
@@ -24,6 +25,7 @@ import warnings
 from collections.abc import Iterator
 
 import analysis.commands
+from analysis import compute
 from analysis.cache import CacheError
 from analysis.progress import Cancelled
 from analysis.workspace import Workspace
@@ -58,7 +60,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int
             args.workspace = Workspace.from_env(
                 getattr(args, "cache", None), writes=getattr(args, "writes", True)
             )
-            with args.workspace.active():
+            with (
+                args.workspace.active(),
+                compute.default_executor() as executor,
+                compute.using(executor),
+            ):
                 return int(args.handler(args) or 0)
     except Cancelled as exc:
         print(f"cancelled: {exc}", file=sys.stderr)

@@ -4,9 +4,10 @@
     python bench/bench_layer_metrics.py --real         # real MiniLM states via analysis.extract
     python bench/bench_layer_metrics.py --real --data trec6 --n 2000
 
-Last, the whole table in one process against the layers shared with helper processes
-(`analysis/layers/rows.py`, ``--processes``, default every usable core up to 8), ``--rounds``
-times each, alternating, after the helpers have started; the last line is
+Last, the whole table in this process (`analysis.compute.InProcess`) against its layers shared
+out over worker processes (`analysis.compute.Workers`, ``--processes``, default
+`analysis.compute.processes`: every usable core up to 8), ``--rounds`` times each, alternating,
+after the workers have started; the last line is
 ``layer table: processes=… one_s=… shared_s=… ratio=… same=…`` (medians; ``same``: the two
 tables equal bit for bit).
 
@@ -26,9 +27,9 @@ from threadpoolctl import threadpool_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from analysis import compute
 from analysis.layers import metrics, table
 from analysis.layers import probe as probes
-from analysis.layers import rows as rows_module
 
 
 def synthetic_states(
@@ -84,7 +85,9 @@ def main() -> None:
     parser.add_argument("--data", default="movie-snippets")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--processes", type=int, default=None, help="(default: rows.processes())")
+    parser.add_argument(
+        "--processes", type=int, default=None, help="(default: analysis.compute.processes())"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
@@ -100,9 +103,7 @@ def main() -> None:
     # Per metric, each over every layer, the way layer_metrics runs them.
     split = metrics.split_indices(labels, args.seed)
     times = dict.fromkeys(metrics.METRICS, 0.0)
-    with (
-        rows_module.blas_threads()
-    ):  # as layer_metrics runs them (TUNESCOPE_BLAS_THREADS, default 1)
+    with compute.one_thread():  # as a layer's task runs them
         blas = {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
         for layer in range(n_layers1):
             time_layer(states[layer], labels, split, metric, times)
@@ -125,29 +126,25 @@ def main() -> None:
 
 def side_by_side(states, labels, metric: str, args) -> None:
     """The table in one process vs shared with helpers, alternating (module docstring)."""
-    import os
     import statistics
 
-    from analysis.layers import rows
-
-    count = args.processes or rows.processes()
-    os.environ[rows.PROCESSES_ENV] = str(count)
+    count = args.processes or compute.processes()
+    workers = compute.Workers(count)
     started = time.perf_counter()
-    helpers = rows.start_helpers()
-    print(
-        f"{len(helpers)} helper(s) up after {time.perf_counter() - started:.2f} s (started by the table above, if it shared its layers)"
-    )
-    times: dict[str, list[float]] = {"1": [], str(count): []}
+    compute.run_all(time.sleep, [(0.5,)] * count, executor=workers)  # every worker up
+    print(f"{workers.started} worker(s) up after {time.perf_counter() - started:.2f} s")
+    executors = {"one": compute.IN_PROCESS, "shared": workers}
+    times: dict[str, list[float]] = {name: [] for name in executors}
     tables = {}
     for _ in range(args.rounds):
-        for setting in times:
-            os.environ[rows.PROCESSES_ENV] = setting
+        for name, executor in executors.items():
             t = time.perf_counter()
-            tables[setting] = table.layer_metrics(states, labels, metric, args.seed)
-            times[setting].append(time.perf_counter() - t)
-    print(f"  last split: {rows.last_share}; seconds {times}")
-    one, shared = statistics.median(times["1"]), statistics.median(times[str(count)])
-    same = tables["1"].equals(tables[str(count)])
+            tables[name] = table.layer_metrics(states, labels, metric, args.seed, executor=executor)
+            times[name].append(time.perf_counter() - t)
+    workers.shutdown()
+    print(f"  seconds {times}")
+    one, shared = statistics.median(times["one"]), statistics.median(times["shared"])
+    same = tables["one"].equals(tables["shared"])
     print(
         f"layer table: processes={count} one_s={one:.2f} shared_s={shared:.2f} "
         f"ratio={shared / one:.2f} same={same}"

@@ -24,8 +24,8 @@ also reports its CPU time (all threads), whose ratio is the steadier comparison.
 
 Every measured stage runs in a fresh subprocess and reports its own peak resident set size
 (``getrusage(RUSAGE_SELF).ru_maxrss``: it includes the interpreter, torch and everything the stage
-touched, memory-mapped pages too), plus the peak of each helper process it has started (the
-probes' helpers, `analysis/layers/rows.py`). The page cache is not part of it.
+touched, memory-mapped pages too), plus the peak of each worker process it has started (the
+layer table's, `analysis.compute.Workers`). The page cache is not part of it.
 
 Goals: extraction ≤ 1.1× the bare forward; peak RSS ≤ 3 GB at N = 100,000 × 25 × 1,024; the layer
 metrics at that size ≤ 60 s on this CPU, linear in N (part (b) runs N = 10,000, 30,000 and
@@ -65,8 +65,8 @@ STRENGTH = (0.1, 1.5)
 
 
 def peak_rss_mb() -> float:
-    """This stage's peak RSS plus its live helper processes' (the layer table's probe helpers,
-    `analysis.layers.rows`: each one's own peak, VmHWM; a sum of peaks, so an upper bound)."""
+    """This stage's peak RSS plus its live worker processes' (the layer table's,
+    `analysis.compute.Workers`: each one's own peak, VmHWM; a sum of peaks, so an upper bound)."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     helpers = 0.0
     for task in Path("/proc").glob(f"{os.getpid()}/task/*/children"):
@@ -156,19 +156,20 @@ def stage_metrics_a(args) -> None:
     import numpy as np
 
     from analysis.cache import DiskCache
+    from analysis.compute import default_executor
     from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
     from analysis.extract import extract_states
     from analysis.layers.streamed import streamed_metrics_of
-    from analysis.layers.table import blas_threads, layer_metrics
+    from analysis.layers.table import layer_metrics
 
     cfg = ExtractConfig(ModelSpec("minilm"), DataSpec(args.csv), SampleSpec(n=args.n))
     states = extract_states(cfg, cache=DiskCache(args.cache))
-    with blas_threads():
-        t0 = time.perf_counter()
-        memory = layer_metrics(states.states, states.labels, states.metric)
-        t1 = time.perf_counter()
-        stream = streamed_metrics_of(states, 0, 2, None)
-        t2 = time.perf_counter()
+    executor = default_executor()  # the CLI's
+    t0 = time.perf_counter()
+    memory = layer_metrics(states.stored, states.labels, states.metric, executor=executor)
+    t1 = time.perf_counter()
+    stream = streamed_metrics_of(states, 0, 2, None, executor)
+    t2 = time.perf_counter()
     diff = {
         m: float(np.max(np.abs(stream[m] - memory[m]) / np.maximum(np.abs(memory[m]), 1e-300)))
         for m in ("nu", "cca", "rank", "probe")
@@ -269,9 +270,9 @@ def stage_metrics_b(args) -> None:
     """Load the entry (first load in this process: the content hash) and run the layer table;
     the `X.T @ X` limit measured right before and right after it, in the same process."""
     from analysis.cache import DiskCache
+    from analysis.compute import default_executor, usable_cores
     from analysis.config import ExtractConfig
     from analysis.extract import LayerStates
-    from analysis.layers.streamed import gram_threads
     from analysis.layers.table import cached_layer_metrics
 
     cache, recipe = DiskCache(args.cache), synthetic_recipe(args.n)
@@ -289,20 +290,23 @@ def stage_metrics_b(args) -> None:
         meta={"cache_path": str(cache.entry_dir("states", recipe))},
         stored=cache.stored("states", recipe)["states"],
     )
-    limit_before = xtx_limit(gram_threads())
+    cores = usable_cores()
+    limit_before = xtx_limit(cores)
+    # The CLI's executor: a worker process per core (at most 8); kept until this stage ends, so
+    # that their peak memory is counted.
+    executor = default_executor()
     start = time.perf_counter()
-    df, hit = cached_layer_metrics(layer_states, cache=cache)
-    threads = df.attrs["threads"]
-    processes = 1 + threads["helpers"] if threads.get("shared_layers") else 1
+    df, hit = cached_layer_metrics(layer_states, cache=cache, executor=executor)
     seconds = time.perf_counter() - start
+    processes = executor.count
     assert not hit
-    limit_after = xtx_limit(gram_threads())
+    limit_after = xtx_limit(cores)
     timing = df.attrs.get("timing")
     emit({
         "load_s": load_s, "metrics_s": seconds, "route": df.attrs.get("route"),
         "probe_n": df.attrs.get("probe_n"), "timing": timing,
         "l_star": int(df.loc[df["layer"] >= 1, "nu"].idxmin()),
-        "gram_gflop": df.attrs["gram_gflop"], "threads": df.attrs["threads"],
+        "gram_gflop": df.attrs["gram_gflop"],
         # per core: the Gram phase's seconds are summed over the processes that shared the
         # layers; the machine's rate counts those processes side by side (as the limit's
         # threads are)
@@ -311,7 +315,7 @@ def stage_metrics_b(args) -> None:
         "processes": processes,
         "limit_gflops": max(limit_before, limit_after),
         "limit_before": limit_before, "limit_after": limit_after,
-        "threads_limit": gram_threads(),
+        "threads_limit": cores,
     })  # fmt: skip
 
 
@@ -402,8 +406,7 @@ def part_b(args, work: Path) -> dict:
               f"metrics ({m['route']}, probe on {m['probe_n']:,}) {m['metrics_s']:.1f} s "
               f"(peak RSS {m['peak_rss_mb']:.0f} MB); ℓ* = {m['l_star']}; {load_average()}")  # fmt: skip
         where = (f"{m['processes']} processes sharing the layers, 1 BLAS thread each; seconds "
-                 "summed over them" if m["processes"] > 1
-                 else f"{m['threads']['gram']} BLAS threads")  # fmt: skip
+                 "summed over them")  # fmt: skip
         print(f"      Gram phase (read + moments; {where}): "
               f"{t['read_and_moments']:.1f} s for {m['gram_gflop']:,.0f} GFLOP = "
               f"{m['gram_gflops_core']:.1f} GFLOP/s a core, {m['gram_gflops']:.1f} on "
@@ -411,8 +414,7 @@ def part_b(args, work: Path) -> dict:
               f"threads, this process, before / after) {m['limit_before']:.1f} / "
               f"{m['limit_after']:.1f} GFLOP/s: {m['gram_gflops'] / m['limit_gflops']:.2f} of the limit")  # fmt: skip
         print(f"      ν / CCA / ϱ (d x d algebra) {t['nu_cca_rank']:.1f} s; probe "
-              f"(CV on {m['probe_n']:,} rows, N-independent) {t['probe']:.1f} s waited for, its "
-              f"fits {t.get('probe_fits', float('nan')):.1f} s")  # fmt: skip
+              f"(CV on {m['probe_n']:,} rows, N-independent) {t['probe']:.1f} s")  # fmt: skip
     first = sizes[0]
     print(f"    growth with N (relative to N = {first:,}):")
     for n in sizes:

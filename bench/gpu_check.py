@@ -357,6 +357,7 @@ def large(
 ) -> None:
     """A random BERT-large-shaped encoder extracting N texts of a fixed token count; then the
     layer metrics of its states (streamed at N = 100,000; ``stream`` forces that route)."""
+    from analysis.compute import default_executor
     from analysis.extract import extract_states
     from analysis.layers.table import cached_layer_metrics
 
@@ -387,8 +388,9 @@ def large(
                 if stream:
                     os.environ["TUNESCOPE_STREAM_METRICS_MB"] = "0"
                 start = time.perf_counter()
-                try:
-                    df, _ = cached_layer_metrics(states, cache=cache)
+                try:  # the CLI's executor: the layers side by side in worker processes
+                    with default_executor() as executor:
+                        df, _ = cached_layer_metrics(states, cache=cache, executor=executor)
                 finally:
                     if stream and before is None:
                         del os.environ["TUNESCOPE_STREAM_METRICS_MB"]

@@ -24,8 +24,9 @@ def _isolated_cache(tmp_path, monkeypatch):
     # A worker that a test starts goes away soon after its queue is empty.
     monkeypatch.setenv("TUNESCOPE_WORKER_IDLE_S", "2")
     # AppTest drives one page at a time in this process: its computations run here, not in
-    # compute workers (tests/ui/test_compute_pool.py and the browser tests use the workers).
-    monkeypatch.setenv("TUNESCOPE_COMPUTE_PROCESSES", "0")
+    # compute workers (tests/ui/test_compute_pool.py and the browser tests use the workers), and
+    # a CLI command's layer tables too (tests/test_compute.py starts workers where it means to).
+    monkeypatch.setenv("TUNESCOPE_PROCESSES", "1")
 
 
 @pytest.fixture(scope="session")

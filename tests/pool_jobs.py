@@ -1,5 +1,5 @@
-"""Jobs for tests/ui/test_compute_pool.py: module-level, so that a spawned compute worker can
-import them by name."""
+"""Jobs and tasks for tests/test_compute.py and tests/ui/test_compute_pool.py: module-level, so
+that a spawned worker can import them by name."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ def count_to(n: int, progress) -> dict:
     return {"pid": os.getpid(), "root": str(Workspace.current().root)}
 
 
-def refuse(message: str, progress) -> None:
+def refuse(message: str, progress=None) -> None:
     raise ValueError(message)
 
 
-def die(progress) -> None:
+def die(progress=None) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -35,9 +35,21 @@ def spin(seconds: float, progress) -> str:
     return "finished"
 
 
-def layer_helpers(progress) -> dict:
-    """The worker's layer-process setting and its layer-row helpers' PIDs (started by now, or
-    started here: `analysis.layers.rows.start_helpers` waits until they are up)."""
-    from analysis.layers import rows
+def pid_after(seconds: float) -> int:
+    """A task: where it ran, after ``seconds``."""
+    time.sleep(seconds)
+    return os.getpid()
 
-    return {"setting": os.environ.get(rows.PROCESSES_ENV), "helpers": rows.start_helpers()}
+
+def threads_here() -> dict:
+    """A task: the BLAS threads it runs with, and torch's inside a product's block (torch is
+    imported by the task itself, as the probe's products import it)."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from analysis.compute import one_torch_thread
+
+    blas = {info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
+    with one_torch_thread():
+        inside = torch.get_num_threads()
+    return {"blas": blas, "torch": inside, "pid": os.getpid()}

@@ -2,34 +2,67 @@
 
 They live here, apart from the pages' state modules, because a worker imports the module of
 every job it is sent before it can start it, and the state modules import Streamlit and its
-page machinery (0.5 s, measured after the analysis imports; this module: 3 ms), which a worker,
-drawing nothing, never needs. Each job imports what it computes with when it runs, so that an
-extraction does not wait for the layer table's imports either (`ui.compute_pool._warm` loads
-those beside it). Nothing here imports Streamlit.
+page machinery, which a worker, drawing nothing, never needs. Each job imports what it computes
+with when it runs, so that an extraction does not wait for the layer table's imports either
+(`warm_worker` loads those beside it). Nothing here imports Streamlit or the rest of ``ui``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 from typing import TYPE_CHECKING
 
-from ui import compute_pool
-
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from analysis.config import ExtractConfig
+    from analysis.config import ExtractConfig, ModelSpec
     from analysis.extract import LayerStates
     from analysis.heads.collect import HeadStatsConfig
     from analysis.heads.stats import HeadStats
     from analysis.layers.examples import ProbePredictions
-    from analysis.layers.repeats import LayerRepeats
+
+
+@functools.lru_cache(maxsize=2)
+def _model(name: str, trust_remote_code: bool):
+    from analysis.config import ModelSpec
+    from analysis.models import load_model
+
+    return load_model(ModelSpec(name, trust_remote_code=trust_remote_code))
+
+
+def worker_model(spec: ModelSpec):
+    """The model this worker has loaded for ``spec`` (loaded once per worker; in-process calls
+    get the server's shared model instead, `ui.loaders.get_model`)."""
+    return _model(spec.name, spec.trust_remote_code)
+
+
+def warm_worker(model: str | None = None) -> None:
+    """The first worker's start-up: the imports every computation needs (torch, transformers)
+    and the sidebar's default model, a few seconds paid once, before the first page asks (a
+    model that does not load is left to that page's own clear message). The layer tasks'
+    imports then load in a thread, beside the first extraction (whose torch kernels leave the
+    interpreter free), instead of before it."""
+    import analysis.extract
+    import analysis.heads.collect  # noqa: F401
+
+    if model:
+        with contextlib.suppress(Exception):
+            _model(model, False)
+    # Not a daemon: a worker's exit waits for this import (a few seconds) rather than finalising
+    # the interpreter in the middle of it.
+    threading.Thread(target=warm_tasks, name="tunescope-warm-imports").start()
+
+
+def warm_tasks() -> None:
+    """The start-up of a further worker: what a layer table's tasks import (no torch)."""
+    import analysis.layers.rows  # noqa: F401
 
 
 def extract_job(cfg: ExtractConfig, progress) -> None:
     """An extraction: the states go into the disk cache (nothing comes back)."""
     from analysis.extract import extract_states
 
-    extract_states(cfg, progress=progress, loaded=compute_pool.worker_model(cfg.model))
+    extract_states(cfg, progress=progress, loaded=worker_model(cfg.model))
 
 
 def worker_states(cfg: ExtractConfig) -> LayerStates:
@@ -37,25 +70,7 @@ def worker_states(cfg: ExtractConfig) -> LayerStates:
     before any job that needs them runs)."""
     from analysis.extract import extract_states
 
-    return extract_states(cfg, loaded=compute_pool.worker_model(cfg.model))
-
-
-def metrics_job(cfg: ExtractConfig, seed: int, n_bins: int, progress) -> tuple[pd.DataFrame, bool]:
-    """The layer table: (df, hit) of `cached_layer_metrics` on ``cfg``'s states."""
-    from analysis.layers.table import cached_layer_metrics
-
-    return cached_layer_metrics(worker_states(cfg), seed=seed, n_bins=n_bins, progress=progress)
-
-
-def repeats_job(
-    cfg: ExtractConfig, seed: int, repeats: int, n_bins: int, progress
-) -> tuple[LayerRepeats, bool]:
-    """The layer repeats: (repeats, hit) of `cached_layer_repeats`."""
-    from analysis.layers.repeats import cached_layer_repeats
-
-    return cached_layer_repeats(
-        worker_states(cfg), seed=seed, repeats=repeats, n_bins=n_bins, progress=progress
-    )
+    return extract_states(cfg, loaded=worker_model(cfg.model))
 
 
 def predictions_job(
@@ -72,4 +87,4 @@ def head_stats_job(cfg: HeadStatsConfig, progress) -> tuple[HeadStats, dict]:
     """The head statistics (disk-cached by `analysis.heads.collect`)."""
     from analysis.heads.collect import head_stats
 
-    return head_stats(cfg, progress=progress, loaded=compute_pool.worker_model(cfg.extract.model))
+    return head_stats(cfg, progress=progress, loaded=worker_model(cfg.extract.model))

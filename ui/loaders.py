@@ -1,4 +1,5 @@
-"""The cached loaders every page uses: the model, the data, the pooled states.
+"""The cached loaders every page uses: the model, the data, the pooled states; and the server's
+warm-up (`warm_up`: the compute workers, and this process's model).
 
 The model is loaded once per process (st.cache_resource) and never trained. Pooled states are
 kept in a small in-process LRU on top of the disk cache, so moving a slider never recomputes them.
@@ -6,7 +7,10 @@ kept in a small in-process LRU on top of the disk cache, so moving a slider neve
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import threading
 
 import streamlit as st
 
@@ -14,7 +18,7 @@ from analysis.cache import canonical_json
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, to_dict
 from ui import compute_pool
 from ui.datasets import NothingChosen
-from ui.jobs import extract_job
+from ui.jobs import extract_job, warm_tasks, warm_worker
 from ui.memo import ProgressMemo
 
 _LOADED: set[tuple[str, bool]] = set()  # models this process has loaded (get_model: no wait)
@@ -69,9 +73,7 @@ def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
         if compute_pool.enabled() and not model_loaded(cfg.model):
             # This process has not loaded the model yet (a fresh server, whose warm-up thread is
             # loading it now): the worker, which has it, checks the disk cache itself and
-            # extracts on a miss, instead of the page waiting for its own model first. Measured
-            # on the first Layers figure of a fresh dashboard: the job went out a second after
-            # the worker was ready, when this process had its model.
+            # extracts on a miss, instead of the page waiting for its own model first.
             compute_pool.compute(extract_job, cfg, progress=progress)
             loaded = get_model(cfg.model)
         else:
@@ -81,6 +83,48 @@ def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
         return extract_states(cfg, progress=progress, loaded=loaded)
 
     return _STATES.get(canonical_json(to_dict(cfg)), label, load)
+
+
+_WARMED = False
+_WARM_LOCK = threading.Lock()
+_WARM_THREAD = "tunescope-warm-model"
+
+
+def warm_up(model: str | None = None) -> None:
+    """Start the server's compute workers in the background, the first loading ``model`` (the
+    sidebar's default), and load ``model`` into this process's model cache too (app.py calls it
+    on every script run; only the first call does anything). The two first loads of the model
+    then run side by side instead of one after the other."""
+    global _WARMED
+    with _WARM_LOCK:
+        if _WARMED:
+            return
+        _WARMED = True
+    if compute_pool.enabled():
+        compute_pool.pool().warm((warm_worker, model), (warm_tasks,))
+        if model:
+            threading.Thread(
+                target=_warm_here, args=(model,), daemon=True, name=_WARM_THREAD
+            ).start()
+
+
+class _NoContextWarning(logging.Filter):
+    """Drops Streamlit's "missing ScriptRunContext" warning for the warm-up thread, which uses
+    the model cache outside any page on purpose (the warning is meant for threads that draw)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName != _WARM_THREAD
+
+
+def _warm_here(model: str) -> None:
+    """Load ``model`` into this process's shared model cache, so that the first page finds it
+    there. That page does not wait for it to extract: its extraction goes to the worker while
+    this load runs (`get_states`)."""
+    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(
+        _NoContextWarning()
+    )
+    with contextlib.suppress(Exception):
+        get_model(ModelSpec(model))
 
 
 def show_error(exc: BaseException) -> None:

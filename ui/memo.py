@@ -9,12 +9,12 @@ it draws one st.progress bar, passes its callback to the computation, and remove
 process. Left alone, thirty students opening thirty different views start thirty computations at
 once, which share the cores and all finish together, minutes later. So every computation here
 takes a turn in one process-wide `ComputeQueue`: at most ``slots`` run at once (`default_slots`:
-half the cores, at least two; torch already spreads one computation over the cores), the rest
-wait in the order their page views started (a view's later computations do not queue behind
-views opened after it), and each waiting page says how many computations are ahead of its own.
-A view asked for by several sessions at once is computed once: the later ones wait for the first
-one's result (`ProgressMemo.get`) instead of queueing a copy. ``$TUNESCOPE_COMPUTE_SLOTS`` sets
-the number of slots; ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets a tab-separated line per
+one per compute worker, at least two), each with the compute pool as its executor (its layer
+tables fan out there: `ui.compute_pool`); the rest wait in the order their page views started (a
+view's later computations do not queue behind views opened after it), and each waiting page says
+how many computations are ahead of its own. A view asked for by several sessions at once is
+computed once: the later ones wait for the first one's result (`ProgressMemo.get`) instead of
+queueing a copy. ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets a tab-separated line per
 event: the kind (``view``: a script run started; ``asked``: a page asked for a computation that
 no one has; ``computed``, ``shared`` or ``hit``: how it was served; ``failed``: it raised, or its
 page went away), the seconds it took (a computation's without its wait for a turn), when (Unix
@@ -32,6 +32,7 @@ import itertools
 import os
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
@@ -39,10 +40,12 @@ from typing import Generic, TypeVar
 
 import streamlit as st
 
+from analysis.compute import processes, using
 from analysis.progress import Progress
+from ui import compute_pool
 
 T = TypeVar("T")
-SLOTS_ENV = "TUNESCOPE_COMPUTE_SLOTS"
+SLOTS_ENV = "TUNESCOPE_COMPUTE_SLOTS"  # an earlier setting, still read (with a note)
 LOG_ENV = "TUNESCOPE_COMPUTE_LOG"
 # How often a waiting page redraws its place in the queue. Each redraw is also where Streamlit
 # stops the script of a session that closed its tab or reran, which then leaves the queue.
@@ -54,14 +57,15 @@ FOLLOW_ON_S = 0.5
 
 
 def default_slots() -> int:
-    """``$TUNESCOPE_COMPUTE_SLOTS`` when set, else half the CPU cores, at least 2.
-
-    At least two: on this project's 2-core machine a class of 30 had its figures ready at a
-    median 104.6 s and p95 180.1 s with two slots against 138.0 s and 255.9 s with one
-    (`bench/bench_class.py`), and a lone user loses nothing, because the second compute worker
-    starts only when a second computation is waiting (`ui.compute_pool`)."""
+    """Computations that run at once: one per compute process (`analysis.compute.processes`), at
+    least two (a computation waiting on one worker, an extraction, leaves the others idle for a
+    second one). ``$TUNESCOPE_COMPUTE_SLOTS``, an earlier setting, is still read, with a note."""
     text = os.environ.get(SLOTS_ENV, "").strip()
     if text:
+        warnings.warn(
+            f"{SLOTS_ENV} is deprecated: TUNESCOPE_PROCESSES sets the compute workers, and the "
+            "slots follow them.", FutureWarning, stacklevel=2,
+        )  # fmt: skip
         try:
             slots = int(text)
         except ValueError:
@@ -69,7 +73,7 @@ def default_slots() -> int:
         if slots < 1:
             raise ValueError(f"{SLOTS_ENV} must be a whole number ≥ 1 (got {text!r}).")
         return slots
-    return max(2, (os.cpu_count() or 1) // 2)
+    return max(2, processes())
 
 
 class ComputeQueue:
@@ -286,9 +290,10 @@ class ProgressMemo(Generic[T]):
                 lambda ahead: bar.progress(0.0, text=waiting_text(label, ahead)), priority
             ):
                 clock = time.perf_counter()  # the computation's own time, without the wait
-                value = compute(
-                    lambda f, m="": bar.progress(min(max(f, 0.0), 1.0), text=f"{label}: {m}")
-                )
+                with using(compute_pool.executor()):  # its layer tasks go to the compute pool
+                    value = compute(
+                        lambda f, m="": bar.progress(min(max(f, 0.0), 1.0), text=f"{label}: {m}")
+                    )
                 _log("computed", label, time.perf_counter() - clock)
             with self._lock:
                 self._items[key] = value

@@ -20,22 +20,21 @@ per shared row (1/n on its rows; a row listed twice counts twice), so the loss a
 all fits are elementwise operations on the (N, fits) product.
 
 **The products.** Above ``TORCH_MIN_NUMBERS`` shared numbers (N · d) they are torch's (MKL) on one
-thread: at 3,750 × 1,024 float32 and 10–15 fits, 2.6–2.9 ms a round against 3.9–6.0 ms with
-numpy's OpenBLAS, whose skinny products copy the large matrix into its packing buffers; below
-it numpy's (small tables: no torch import in the layer table's helper processes, and the rows fit
-in cache). The choice depends on the matrix's size alone, so a layer gets the same numbers in
-whichever process fits it. torch's inputs are its own 64-byte-aligned copies (MKL's kernels can
+thread (`analysis.compute.one_torch_thread`), faster than numpy's OpenBLAS there, whose skinny
+products copy the large matrix into its packing buffers; below it numpy's (small tables: no torch
+import in a worker that only fits layers, and the rows fit in cache). The choice depends on the
+matrix's size alone, so a layer gets the same numbers in whichever process fits it. torch's inputs are its own 64-byte-aligned copies (MKL's kernels can
 round differently on differently aligned memory).
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from analysis.compute import one_torch_thread
 from analysis.layers.lockstep import Minimum, minimize_together
 from analysis.layers.logistic import L2Logistic
 
@@ -91,7 +90,7 @@ class SharedRows:
         if self._torch is None:
             raw = (self.rows @ w.T).astype(np.float64)
         else:
-            with _one_torch_thread(self._torch):
+            with one_torch_thread():
                 w_t = self._torch.from_numpy(w).clone()
                 raw = (self._rows_t @ w_t.T).numpy().astype(np.float64)
         raw += offsets
@@ -105,46 +104,20 @@ class SharedRows:
             return (self.rows.T @ np.asfortranarray(residual, dtype=np.float32)).T.astype(
                 np.float64
             )
-        with _one_torch_thread(self._torch):
+        with one_torch_thread():
             r_t = self._torch.from_numpy(np.ascontiguousarray(residual.T, dtype=np.float32))
             return (r_t.clone() @ self._rows_t).numpy().astype(np.float64)
 
 
 def _two_columns(a: np.ndarray) -> np.ndarray:
     """``a`` (1, m) with a row of zeros below. A product with one column goes to the BLAS
-    matrix-vector routine, which sums in another order than the matrix-matrix one: padded, a fit's
-    numbers do not depend on how many fits share its round — with torch's MKL on the probe's
-    shapes every column of a product equals, bit for bit, the same column in a product with other
-    columns beside it (tests/layers/test_logistic_batch.py). numpy's OpenBLAS picks its kernels by
-    the product's width on small matrices, so there a fit's numbers can move by rounding with its
-    batch-mates; a given batch still gives the same numbers every time."""
+    matrix-vector routine, which sums in another order than the matrix-matrix one: padded, a fit
+    left alone in its last rounds keeps the matrix-matrix rounding it had beside others. Neither
+    BLAS promises more: both pick their kernels by the product's width (MKL on AVX2 blocks the
+    columns by fours and eights, whatever the thread count), so a fit's numbers can move by
+    rounding with its batch-mates; a given batch gives the same numbers every time
+    (tests/layers/test_logistic_batch.py)."""
     return np.concatenate([a, np.zeros_like(a)])
-
-
-_TORCH_THREADS = threading.Lock()
-
-
-class _one_torch_thread:
-    """torch's intra-op threads set to one for the block (the probe's products run on one thread,
-    as its BLAS calls do: `analysis.layers.rows.blas_threads`), restored after. The setting is
-    process-wide, so blocks of several threads of one process take turns (a lock): none restores
-    the count while another's product runs, and every product runs on exactly one thread."""
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-
-    def __enter__(self) -> None:
-        _TORCH_THREADS.acquire()
-        self.before = self.torch.get_num_threads()
-        if self.before != 1:
-            self.torch.set_num_threads(1)
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            if self.before != 1:
-                self.torch.set_num_threads(self.before)
-        finally:
-            _TORCH_THREADS.release()
 
 
 @dataclass

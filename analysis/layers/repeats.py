@@ -42,6 +42,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ import pandas as pd
 import torch
 
 from analysis.cache import DiskCache
+from analysis.compute import run_all
 from analysis.layers.metrics import (
     DEFAULT_BINS,
     METRICS,
@@ -61,10 +63,16 @@ from analysis.layers.metrics import (
     rho,
     zeta,
 )
-from analysis.layers.rows import (  # noqa: F401  (re-exported: resampled_row, split_by_example)
+from analysis.layers.rows import (  # noqa: F401  (re-exported: the resamples' pieces)
+    JACKKNIFE_GROUPS,
+    Resamples,
+    States,
+    bootstrap_indices,
+    jackknife_groups,
+    layer_source,
+    n_states,
     resampled_row,
     resampled_rows,
-    share_layers,
     split_by_example,
 )
 from analysis.layers.streamed import stream_limit_mb, use_streamed
@@ -77,7 +85,6 @@ if TYPE_CHECKING:
 DEFAULT_REPEATS = 50  # the Layers page's and the claims' default; the CLI's is 1 (no repeats)
 INTERVAL_REPEATS = 50  # intervals need at least this many repeats; fewer give s.e. only
 LEVEL = 0.9  # the intervals' level
-JACKKNIFE_GROUPS = 20  # delete-a-group jackknife for the BCa acceleration
 STABLE_SHARE = (4, 5)  # ℓ* is "stable" when one layer wins at least ⌈4/5 · R⌉ repeats
 RHO_METRICS = ("nu", "cca", "rank")
 # bump when a change here changes the numbers (part of the cache key). 3: the probe's
@@ -90,33 +97,6 @@ def at_least_share(count: int, total: int, share: tuple[int, int] = STABLE_SHARE
     with no float rounding (0.8 · 10 = 8.000000000000002 would otherwise need 9)."""
     num, den = share
     return count * den >= num * total
-
-
-def bootstrap_indices(classes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A stratified bootstrap resample: for each class, as many draws with replacement from its
-    examples as it has examples. classes: (N,) codes 0..C−1; returns (N,) indices, sorted."""
-    parts = [
-        rng.choice(members, size=len(members), replace=True)
-        for members in (np.flatnonzero(classes == y) for y in range(int(classes.max()) + 1))
-        if len(members)
-    ]
-    return np.sort(np.concatenate(parts))
-
-
-def jackknife_groups(classes: np.ndarray, seed: int, groups: int = JACKKNIFE_GROUPS) -> np.ndarray:
-    """(N,) group 0..G−1 of each example for the delete-a-group jackknife: within each class a
-    seeded permutation dealt round-robin, so every group keeps the class shares (G = min(groups,
-    smallest class count); at least 2)."""
-    counts = np.bincount(classes)
-    g = max(2, min(groups, int(counts[counts > 0].min())))
-    rng = np.random.default_rng([seed, 7919])
-    out = np.empty(len(classes), dtype=np.int64)
-    offset = 0
-    for y in range(len(counts)):
-        members = rng.permutation(np.flatnonzero(classes == y))
-        out[members] = (np.arange(len(members)) + offset) % g
-        offset += len(members)
-    return out
 
 
 @dataclass(frozen=True)
@@ -189,7 +169,7 @@ def _quiet() -> Iterator[None]:
 
 
 def layer_repeats(
-    states: ArrayLike,
+    states: States,
     labels: ArrayLike,
     metric: str = "accuracy",
     seed: int = 0,
@@ -199,16 +179,19 @@ def layer_repeats(
     progress: Progress | None = None,
     table: pd.DataFrame | None = None,
     jackknife: int = JACKKNIFE_GROUPS,
+    executor: Executor | None = None,
 ) -> LayerRepeats:
     """Every metric of every layer on ``repeats`` bootstrap resamples and ``jackknife`` delete-a-
     group subsamples (module docstring).
 
-    states: (L+1, N, d) (numpy or torch, float32 kept as is); labels: (N,); metric: the task's
-    score (``spearman``: regression, ν / CCA / ϱ on `bin_scores`). Repeat r uses the generator
-    seeded with (seed, r) for its resample and CCA's split. table: the full-sample
+    states: (L+1, N, d) (numpy, torch or an `analysis.cache.StoredTensor`, float32 kept as is);
+    labels: (N,); metric: the task's score (``spearman``: regression, ν / CCA / ϱ on
+    `bin_scores`). Repeat r uses the generator seeded with (seed, r) for its resample and CCA's
+    split. table: the full-sample
     `analysis.layers.table.layer_metrics` frame of these states with ``seed`` (its values are the
     estimates and its ``probe_predictions`` are resampled); computed when None. ``progress`` is
-    told how many layers are done.
+    told how many layers are done. Each layer is one task of ``executor`` (default
+    `analysis.compute.current`), which makes the draws itself from their seeds (`Resamples`).
     """
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"Repeats must be a whole number ≥ 1 (got {repeats!r}).")
@@ -218,38 +201,26 @@ def layer_repeats(
     report = progress or (lambda f, m="": None)
     start = time.perf_counter()
     if table is None:
-        table = layer_metrics(states, raw, metric, seed, which, n_bins)
+        table = layer_metrics(states, raw, metric, seed, which, n_bins, executor=executor)
     full = table[list(METRICS)].to_numpy(dtype=np.float64, copy=True)
     full[:, [m not in which for m in METRICS]] = np.nan
     predictions = table.attrs.get("probe_predictions")
-    n_layers = len(states)
-    groups = jackknife_groups(classes, seed, jackknife) if jackknife else None
-    draws = []
-    for r in range(repeats):
-        rng = np.random.default_rng([seed, r])
-        rows = bootstrap_indices(classes, rng)
-        draws.append((rows, int(rng.integers(2**31 - 1))))
-    if groups is not None:
-        for g in range(int(groups.max()) + 1):
-            draws.append((np.flatnonzero(groups != g), int(seed) + g))
-    out = np.full((len(draws), n_layers, len(METRICS)), np.nan)
-    calls = []
-    for layer in range(n_layers):
-        h = states[layer]
-        h = h.numpy() if isinstance(h, torch.Tensor) else np.asarray(h)
-        pred = None if predictions is None else np.asarray(predictions[layer])
-        calls.append((h, draws, classes, raw, pred, metric, which))
+    n_layers, n, d = n_states(states)
+    resamples = Resamples(classes, seed, repeats, jackknife)
+    n_draws = resamples.count
+    calls = [
+        (layer_source(states, layer), resamples, raw,
+         None if predictions is None else np.asarray(predictions[layer]), metric, which)
+        for layer in range(n_layers)
+    ]  # fmt: skip
     report(0.0, f"{repeats} repeats of {n_layers} layers")
-    per_layer = share_layers(  # the layers shared with helper processes (`analysis.layers.rows`)
-        resampled_rows,
-        calls,
-        work=n_layers * int(np.prod(calls[0][0].shape)),
+    per_layer = run_all(
+        resampled_rows, calls, executor=executor, work=n_layers * n * d,
         done=lambda finished, total: report(
             finished / total, f"{repeats} repeats: {finished} of {total} layers done"
         ),
-    )
-    for layer, values in enumerate(per_layer):
-        out[:, layer] = values
+    )  # fmt: skip
+    out = np.stack(per_layer, axis=1)  # (draws, L+1, 4)
     report(1.0, f"{repeats} repeats done")
     return LayerRepeats(
         values=out[:repeats],
@@ -259,12 +230,12 @@ def layer_repeats(
             "n": len(raw),
             "seed": seed,
             "repeats": repeats,
-            "jackknife_groups": len(draws) - repeats,
+            "jackknife_groups": n_draws - repeats,
             "which": list(which),
             "seconds": time.perf_counter() - start,
         },
         full=full,
-        jackknife=out[repeats:] if groups is not None else None,
+        jackknife=out[repeats:] if jackknife else None,
     )
 
 
@@ -294,12 +265,14 @@ def cached_layer_repeats(
     cache: DiskCache | None = None,
     progress: Progress | None = None,
     which: Sequence[str] = METRICS,
+    executor: Executor | None = None,
 ) -> tuple[LayerRepeats, bool]:
     """`layer_repeats` of one extraction (analysis.extract.LayerStates), served from the disk
     cache when already computed (keyed by `repeats_recipe`). Returns (repeats, hit). The
     single table (the estimates and the probe's out-of-fold predictions) comes from its own
     cache entry, computed if missing — unless ``which`` leaves out the probe (then only the
-    cheap metrics asked are computed, in memory).
+    cheap metrics asked are computed, in memory). Each layer is one task of ``executor``
+    (default `analysis.compute.current`), reading its layer from the cache file.
 
     Repeats are computed in memory only: on states large enough for the streamed table
     (`analysis.layers.streamed.use_streamed`) a clear ValueError says so. Why not stream them: a
@@ -321,12 +294,13 @@ def cached_layer_repeats(
 
     def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         if "probe" in which:
-            table, _ = cached_layer_metrics(layer_states, seed, n_bins, cache)
+            table, _ = cached_layer_metrics(layer_states, seed, n_bins, cache, executor=executor)
         else:
             table = None
+        source = layer_states.stored if layer_states.stored is not None else layer_states.states
         rep = layer_repeats(
-            layer_states.states, layer_states.labels, layer_states.metric, seed, repeats,
-            which, n_bins, progress, table=table,
+            source, layer_states.labels, layer_states.metric, seed, repeats, which, n_bins,
+            progress, table=table, executor=executor,
         )  # fmt: skip
         tensors = {"values": torch.tensor(rep.values), "full": torch.tensor(rep.full)}
         if rep.jackknife is not None:

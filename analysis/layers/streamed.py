@@ -39,21 +39,14 @@ exactly as long as the sample does not exceed the cap (the same rows, in the sam
 folds and fits).
 
 **Cost** per layer: N d² / 2 multiply-adds for the Gram matrices (staged rows, one BLAS ``dsyrk``
-per full stage, in place: `CellMoments`; ``$TUNESCOPE_GRAM_THREADS`` threads, default every core)
-plus C eigenvalue decompositions and 5 Cholesky factorisations of d × d matrices, plus the probe's 5
-fits on 0.8 × ``probe_cap`` rows each. By default (`overlap_probes`) every phase runs on one BLAS
-thread and the cores are shared out by processes: states stored in a file go to the layer
-table's helper processes by whole layers (`_shared_layers`: each process reads its layers from the
-file and makes every metric of them; the same numbers as one process, bit for bit; at 100,000 ×
-25 × 1,024 on 2 cores 55.6 s against 85.4 s for the route below with the previous probe code);
-states in memory are read here and their probes fitted while the next layers are read and their
-Grams built (`_pipelined_layers`): in the helpers (up to ``PROBE_PENDING`` layers queued, and once
-the Grams are done this process fits the queued probes no helper has started), or, where one
-process fits layers or the probes are small, in ``PROBE_THREADS`` (2) threads of this one, whose
-Python steps then share its interpreter lock. Memory: 3C Gram matrices
-(3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), their row stages (``STAGE_BYTES``, 64 MiB), two
-chunks and the gathered rows of the layers whose probes are in flight (probe_cap · d · 4 bytes
-each, ≤ 15 MB at the default cap), plus a helper's imports (≈ 200 MB) — none of it grows with N.
+per full stage, in place: `CellMoments`) plus C eigenvalue decompositions and 5 Cholesky
+factorisations of d × d matrices, plus the probe's 5 fits on 0.8 × ``probe_cap`` rows each. Each
+layer is one task of an executor (`analysis.compute`): the task reads its layer (from the cache
+file, for stored states) and makes every metric of it, so the layers run side by side in as many
+processes as the executor has, with the same numbers as in one. Memory per task: 3C Gram
+matrices (3C · d² · 8 bytes: 48 MiB for C = 2, d = 1,024), their row stages (``STAGE_BYTES``,
+64 MiB), two chunks and the probe's gathered rows (probe_cap · d · 4 bytes, ≤ 15 MB at the
+default cap) — none of it grows with N.
 
 **Repeats and subsets.** ``index`` (M,) lists the positions of the sample's examples among the N
 stored rows, repeats allowed: the result equals `layer_metrics(states[:, index], labels[index])`
@@ -66,14 +59,11 @@ both sides of the split, which is why the layer repeats stay in memory
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,15 +72,15 @@ import numpy as np
 import pandas as pd
 import scipy.linalg
 import scipy.linalg.blas
-from threadpoolctl import threadpool_limits
 
 from analysis.cache import StoredTensor
-from analysis.layers import rows as row_helpers
+from analysis.compute import run_all
 from analysis.layers.metrics import (
     DEFAULT_BINS,
     METRICS,
     ArrayLike,
     _inv_sqrt_psd,
+    as_float64,
     as_labels,
     as_states,
     between_class_directions,
@@ -98,9 +88,8 @@ from analysis.layers.metrics import (
     encode_classes,
     split_indices,
 )
-from analysis.layers.probe import outer_folds
-from analysis.layers.rows import fit_probe
-from analysis.layers.rows import helpers as layer_helpers
+from analysis.layers.probe import cv_predictions, outer_folds
+from analysis.layers.rows import States, n_states
 from analysis.progress import Progress, no_progress
 
 if TYPE_CHECKING:
@@ -111,56 +100,8 @@ PROBE_BUDGET = 10_000 * 384  # … and at most this many numbers (examples × d_
 CHUNK_ROWS = 4096  # rows read and accumulated at a time
 STAGE_BYTES = 64 * 2**20  # float64 rows staged for the Gram updates, all cells together
 COLUMNS = ("nu", "cca", "rank", "probe", "probe_c", "probe_se")
-# Probe fits in flight beside the Grams (overlap mode): the fits are the longer phase at the cap
-# (≈ 3 s per layer of 3,750 × 1,024 against ≈ 2 s of Grams per 100,000 rows), so two run at once
-# and share the cores with the Grams' one BLAS thread, instead of one fit at a time leaving a
-# core idle once the Grams are done.
-PROBE_THREADS = 2
-# With helper processes (`analysis.layers.rows`) the probes queue up to this many layers ahead
-# (their rows: ≤ 8 × 15 MB at the default cap) while this process builds the Grams.
-PROBE_PENDING = 8
-
-States = StoredTensor | ArrayLike  # (L+1, N, d): on disk, or an array / tensor
 # The table takes the streamed route when one layer's states, as float64, exceed this (MB).
 STREAM_ABOVE_MB = 256
-
-
-# --- threads per phase ---------------------------------------------------------------------------
-
-
-def gram_threads() -> int:
-    """BLAS threads for the Gram updates: ``$TUNESCOPE_GRAM_THREADS``, default every core this
-    process may use. Large rank-k updates scale with the cores; the probe's solver steps and the
-    d × d algebra of ν, CCA and ϱ (many small calls) run on `probe_threads`."""
-    value = os.environ.get("TUNESCOPE_GRAM_THREADS")
-    return max(1, int(value)) if value else max(1, len(os.sched_getaffinity(0)))
-
-
-def probe_threads() -> int:
-    """BLAS threads for the probe's fits and ν / CCA / ϱ: ``$TUNESCOPE_BLAS_THREADS`` (default 1),
-    as the in-memory route's (`analysis.layers.rows.blas_threads`): two threads made scikit-learn's L-BFGS fits
-    2.4× slower on this project's 2-core machine."""
-    return max(1, int(os.environ.get("TUNESCOPE_BLAS_THREADS", "1")))
-
-
-def layer_rows_helpers(work: int) -> int:
-    """Helper processes for the streamed probes (`analysis.layers.rows.helpers`): its
-    ``processes() − 1`` when the probes' rows hold at least ``PARALLEL_MIN_WORK`` numbers in all
-    (else none: a helper's start-up would cost more than it saves)."""
-    if work < row_helpers.PARALLEL_MIN_WORK:
-        return 0
-    return row_helpers.processes() - 1
-
-
-def overlap_probes() -> bool:
-    """Whether the streamed route fits earlier layers' probes (``PROBE_THREADS`` at once) while it
-    reads the next layer and builds its Grams (each phase then on one BLAS thread):
-    ``$TUNESCOPE_STREAM_OVERLAP`` (1 / 0), default on. Off, the phases take turns, each with its own thread count."""
-    return os.environ.get("TUNESCOPE_STREAM_OVERLAP", "1").strip().lower() not in (
-        "0",
-        "false",
-        "no",
-    )
 
 
 # --- which route --------------------------------------------------------------------------------
@@ -196,35 +137,31 @@ def probe_rows(d_model: int, cap: int = PROBE_CAP, budget: int = PROBE_BUDGET) -
 
     10,000 up to d = 384 (MiniLM), 5,000 at d = 768 (BERT-base), 3,750 at d = 1,024
     (BERT-large). Why the budget: an L-BFGS iteration of the probe reads the examples × d matrix
-    twice, and the 3-fold CV over 7 C values takes several hundred iterations on a hard layer; on
-    this project's 2-core machine a 20,000 × 1,024 probe took 40-60 s per layer. The CV probe fits
-    5 times on 80 % of its rows (5 × 8,000 rows at the default cap, about twice the single fit on
-    20,000 train rows it replaced), and every row is scored once: a score over 3,750 examples
-    still has a standard error under 0.8 points.
+    twice, and the 3-fold CV over 7 C values takes several hundred iterations on a hard layer, so
+    the probe's time grows with examples × d. The CV probe fits 5 times on 80 % of its rows, and
+    every row is scored once: a score over 3,750 examples still has a standard error under 0.8
+    points.
     """
     return max(2, min(cap, budget // max(d_model, 1)))
 
 
 def streamed_metrics_of(
-    layer_states: LayerStates, seed: int, n_bins: int, progress: Progress | None
+    layer_states: LayerStates,
+    seed: int,
+    n_bins: int,
+    progress: Progress | None,
+    executor: Executor | None = None,
 ) -> pd.DataFrame:
     """`streamed_layer_metrics` of one extraction: from its file when it has one (chunked reads
     that leave the resident set alone), else from the states in memory."""
     source = layer_states.stored if layer_states.stored is not None else layer_states.states
     return streamed_layer_metrics(
-        source, layer_states.labels, layer_states.metric, seed, METRICS, n_bins, progress
-    )
+        source, layer_states.labels, layer_states.metric, seed, METRICS, n_bins, progress,
+        executor=executor,
+    )  # fmt: skip
 
 
 # --- reading a layer in chunks -------------------------------------------------------------------
-
-
-def n_states(states: States) -> tuple[int, int, int]:
-    """(L+1, N, d) of stored or in-memory states."""
-    shape = tuple(states.shape)
-    if len(shape) != 3:
-        raise ValueError(f"States must have shape (L+1, N, d); got {shape}.")
-    return shape  # type: ignore[return-value]
 
 
 def layer_chunks(
@@ -481,7 +418,7 @@ def cca_from_moments(m: CellMoments, lay: _Layout, grid: Sequence[float]) -> flo
     taken through the J × J matrix T_λᵀ T_λ = Kᵀ (Σ_xx + λI)⁻¹ K with K = Σ_xy Σ_yy^{-1/2}: its
     eigenvectors v_j give b_j = Σ_yy^{-1/2} v_j and a_j ∝ (Σ_xx + λI)⁻¹ K v_j (a correlation does
     not see the scale of a_j). One Cholesky factorisation per λ (d³/3 multiply-adds) instead of
-    an eigendecomposition of Σ_xx: 0.1 s instead of 0.6 s per layer at d = 1,024.
+    an eigendecomposition of Σ_xx, several times cheaper at d = 1,024.
     """
     _, _, sxx, sxy, share = _part_covariances(m, lay, 0)
     p = share[:-1]
@@ -572,29 +509,35 @@ class _Pass:
         return None if self.probe is None else self.probe[0]
 
 
-def _stored_layer(
-    stored: StoredTensor, layer: int, job: _Pass
+def _layer_task(
+    states: States, index: int, layer: int, job: _Pass
 ) -> tuple[dict[str, float], dict[str, float], int]:
-    """A whole layer of stored states, in whichever process `rows.share_layers` gives it to, on
-    one BLAS thread: (its row, its phases' seconds, rows sent to the Grams)."""
+    """Layer ``layer`` (``states[index]``: as sent, `_task_states`), in whichever process the
+    executor runs it (one thread): (its row, its phases' seconds, rows sent to the Grams)."""
     timing = {}
-    probe = job.probe
-    with threadpool_limits(1, user_api="blas"):
-        clock = time.perf_counter()
-        moments, values = _layer_pass(stored, layer, job.lay.weights, job.gather, job.chunk_rows)
-        timing["read_and_moments"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        row = _moment_row(layer, moments, job.lay, job.which, job.cca_ok)
-        timing["nu_cca_rank"] = time.perf_counter() - clock
-        staged = moments.rows_staged
-        del moments
-        clock = time.perf_counter()
-        if probe is not None:
-            _, labels, metric, folds, seed = probe
-            fitted, _ = fit_probe(values, labels, metric, folds, seed, 1)
-            row.update(probe=fitted.score, probe_c=fitted.c, probe_se=fitted.se)
-        timing["probe"] = timing["probe_fits"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    moments, values = _layer_pass(states, index, job.lay.weights, job.gather, job.chunk_rows)
+    timing["read_and_moments"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    row = _moment_row(layer, moments, job.lay, job.which, job.cca_ok)
+    timing["nu_cca_rank"] = time.perf_counter() - clock
+    staged = moments.rows_staged
+    del moments
+    clock = time.perf_counter()
+    if job.probe is not None:
+        _, labels, metric, folds, seed = job.probe
+        fitted = cv_predictions(as_float64(values), labels, metric, folds, seed=seed)
+        row.update(probe=fitted.score, probe_c=fitted.c, probe_se=fitted.se)
+    timing["probe"] = time.perf_counter() - clock
     return row, timing, staged
+
+
+def _task_states(states: States, layer: int) -> tuple[States, int]:
+    """What a layer's task is sent, (states, index): stored states as they are (a path, absolute:
+    a worker keeps the working folder it started in), else only that layer's array (index 0)."""
+    if isinstance(states, StoredTensor):
+        return dataclasses.replace(states, path=Path(states.path).resolve()), layer
+    return as_states(states[layer])[None], 0
 
 
 # --- every layer --------------------------------------------------------------------------------
@@ -611,7 +554,7 @@ def streamed_layer_metrics(
     index: ArrayLike | None = None,
     probe_cap: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
-    overlap: bool | None = None,
+    executor: Executor | None = None,
 ) -> pd.DataFrame:
     """Every metric for every layer from streamed statistics (module docstring).
 
@@ -620,7 +563,8 @@ def streamed_layer_metrics(
     (repeats allowed; default all N once). Returns `layer_metrics`'s frame (columns layer, nu, cca,
     rank, probe, probe_c, probe_se) with attrs as there plus route = "streamed", probe_cap (default
     `probe_rows` of d: 10,000 examples up to d = 384, fewer above), probe_n (rows the
-    cross-validated probe predicted).
+    cross-validated probe predicted), timing (each phase's seconds, summed over the layers) and
+    gram_gflop. Each layer is one task of ``executor`` (default `analysis.compute.current`).
     """
     unknown = set(which) - set(METRICS)
     if unknown:
@@ -656,19 +600,18 @@ def streamed_layer_metrics(
 
     report = progress or no_progress
     probe = (positions[probe_rows_], raw[probe_rows_], metric, folds, seed) if probe_ok else None
-    dense, fits = gram_threads(), probe_threads()
-    overlap = probe_ok and dense > 1 and (overlap_probes() if overlap is None else overlap)
-    helpers = layer_rows_helpers(len(probe_rows_) * d * n_layers) if overlap else 0
-    shared = bool(helpers) and isinstance(states, StoredTensor)
-    if overlap:  # one BLAS thread for every phase: the cores are shared out by processes
-        dense = fits = 1
     job = _Pass(lay, which, cca_ok, probe, chunk_rows)
-    if shared:
-        rows, timing, gram_rows = _shared_layers(states, job, report)
-    else:
-        rows, timing, gram_rows = _pipelined_layers(
-            states, job, report, (dense, fits), overlap, helpers
-        )
+    calls = [(*_task_states(states, layer), layer, job) for layer in range(n_layers)]
+    report(0.0, f"{n_layers} layers (streamed)")
+    results = run_all(
+        _layer_task, calls, executor=executor, work=n_layers * n_rows * d,
+        done=lambda finished, total: report(
+            finished / total, f"{finished} of {total} layers (streamed)"
+        ),
+    )  # fmt: skip
+    timing = {key: sum(seconds[key] for _, seconds, _ in results) for key in results[0][1]}
+    gram_rows = sum(staged for *_, staged in results)
+    rows = [row for row, _, _ in results]
     report(1.0, "all layers done")
     df = pd.DataFrame(rows, columns=["layer", *COLUMNS])
     df["layer"] = df["layer"].astype(int)
@@ -687,13 +630,6 @@ def streamed_layer_metrics(
         route="streamed",
         timing={k: round(v, 3) for k, v in timing.items()},
         gram_gflop=round(gram_rows * d * d / 1e9, 3),  # the Gram updates' flops (syrk: N d² each)
-        threads={
-            "gram": dense,
-            "probe": fits,
-            "overlap": bool(overlap),
-            "helpers": helpers,
-            "shared_layers": shared,
-        },
         probe_cap=probe_cap,
         probe_n=len(probe_rows_) if probe_ok else 0,
         route_note=(
@@ -703,123 +639,3 @@ def streamed_layer_metrics(
         ),
     )
     return df
-
-
-def _shared_layers(
-    stored: StoredTensor, job: _Pass, report: Progress
-) -> tuple[list[dict], dict[str, float], int]:
-    """Stored states: whole layers shared between this process and the layer helpers
-    (`analysis.layers.rows.share_layers`), each process reading its layers from the file and
-    making every metric of them (`_stored_layer`). (rows, summed phase seconds, Gram rows)."""
-    n_layers = n_states(stored)[0]
-    # an absolute path: a helper started earlier keeps the working folder it started in
-    stored = dataclasses.replace(stored, path=Path(stored.path).resolve())
-    calls = [(stored, layer, job) for layer in range(n_layers)]
-
-    def done(finished: int, total: int) -> None:
-        report(finished / total, f"{finished} of {total} layers (streamed, shared)")
-
-    report(0.0, f"layer 0 of {n_layers - 1} (streamed, shared)")
-    results = row_helpers.share_layers(
-        _stored_layer, calls, work=row_helpers.PARALLEL_MIN_WORK, done=done
-    )
-    timing = {key: 0.0 for key in ("read_and_moments", "nu_cca_rank", "probe", "probe_fits")}
-    for _, seconds, _ in results:
-        for key in timing:
-            timing[key] += seconds[key]
-    return [row for row, _, _ in results], timing, sum(staged for *_, staged in results)
-
-
-def _pipelined_layers(
-    states: States,
-    job: _Pass,
-    report: Progress,
-    threads: tuple[int, int],
-    overlap: bool,
-    helpers: int,
-) -> tuple[list[dict], dict[str, float], int]:
-    """The layers one after the other in this process, each layer's probe fitted while the next
-    layers are read (``overlap``: in ``helpers`` helper processes, else `PROBE_THREADS`
-    threads) or right after its own pass. (rows, phase seconds, Gram rows)."""
-    n_layers = n_states(states)[0]
-    dense, fits = threads
-    probe = job.probe
-    rows = []
-    timing = {"read_and_moments": 0.0, "nu_cca_rank": 0.0, "probe": 0.0}  # seconds
-    gram_rows = 0
-    limits = contextlib.ExitStack()
-    prober: Any = None
-    in_flight = PROBE_THREADS  # probes fitted meanwhile, at most
-    if overlap:  # set once for the whole pass: no thread changes the other's count
-        limits.enter_context(threadpool_limits(1, user_api="blas"))
-        if helpers:  # fits in helper processes: no interpreter lock shared with the Grams
-            prober, in_flight = layer_helpers(helpers), PROBE_PENDING
-        else:
-            prober = limits.enter_context(ThreadPoolExecutor(PROBE_THREADS))
-    pending: deque[tuple[dict, Any, np.ndarray]] = deque()  # (row, future, rows) being fitted
-    fit_clock = [0.0]
-
-    def fit(values: np.ndarray) -> tuple[Any, float]:
-        _, labels, metric, folds, seed = probe
-        return fit_probe(values, labels, metric, folds, seed, fits)
-
-    def finish(row: dict, done: tuple[Any, float]) -> None:
-        fitted, seconds = done
-        fit_clock[0] += seconds
-        row.update(probe=fitted.score, probe_c=fitted.c, probe_se=fitted.se)
-
-    def collect(entry: tuple[dict, Any, np.ndarray]) -> None:
-        row, future, values = entry
-        try:
-            finish(row, future.result())
-        except BrokenProcessPool:  # a helper died (killed, out of memory): fit it here
-            finish(row, fit(values))
-
-    # On any exit (a cancel, an error): the queued probes are dropped, the thread prober shuts
-    # down and the thread count is restored.
-    limits.callback(lambda: [future.cancel() for _, future, _ in pending])
-    with limits:
-        for layer in range(n_layers):
-            clock = time.perf_counter()
-            report(layer / n_layers, f"layer {layer} of {n_layers - 1} (streamed)")
-            with threadpool_limits(dense, user_api="blas"):
-                moments, values = _layer_pass(
-                    states, layer, job.lay.weights, job.gather, job.chunk_rows
-                )
-            timing["read_and_moments"] += time.perf_counter() - clock
-            gram_rows += moments.rows_staged
-            clock = time.perf_counter()
-            # The d × d algebra (eigvalsh, Cholesky) is many small BLAS calls: on the probes'
-            # thread count (two spinning threads on a loaded 2-core machine ran it 75× slower).
-            with threadpool_limits(fits, user_api="blas"):
-                row = _moment_row(layer, moments, job.lay, job.which, job.cca_ok)
-            del moments
-            timing["nu_cca_rank"] += time.perf_counter() - clock
-            clock = time.perf_counter()
-            while len(pending) >= in_flight:  # earlier layers' probes, fitted meanwhile
-                collect(pending.popleft())
-            if probe is not None and prober is not None:  # (helper processes or threads alike)
-                _, labels, metric, folds, seed = probe
-                future = prober.submit(fit_probe, values, labels, metric, folds, seed, fits)
-                pending.append((row, future, values))
-            elif probe is not None:
-                finish(row, fit(values))
-            timing["probe"] += time.perf_counter() - clock
-            rows.append(row)
-        clock = time.perf_counter()
-        # The Grams are done: this process fits the probes no one has started yet, from the
-        # last layer back, while the helpers finish theirs (a fit that has started cannot be
-        # cancelled, so none is fitted twice).
-        here = set()
-        for k in reversed(range(len(pending))):
-            row, future, values = pending[k]
-            if future.cancel():
-                finish(row, fit(values))
-                here.add(k)
-        for k, entry in enumerate(pending):
-            if k not in here:
-                collect(entry)
-        pending.clear()
-        timing["probe"] += time.perf_counter() - clock
-    timing["probe_fits"] = fit_clock[0]  # the fits' own time (beside the Grams when overlapped)
-    return rows, timing, gram_rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from analysis.layers.metrics import (
     zeta,
 )
 from analysis.layers.probe import CV_FOLDS, OUTER_FOLDS, PROBE_GRID, outer_folds
-from analysis.layers.rows import blas_threads, layer_rows
+from analysis.layers.rows import States, layer_rows, n_states
 from analysis.layers.streamed import route_recipe, streamed_metrics_of
 from analysis.progress import Progress
 
@@ -39,19 +40,22 @@ COLUMNS = (*METRICS, "probe_c", "probe_se")  # a metrics frame's columns after `
 
 
 def layer_metrics(
-    states: ArrayLike,
+    states: States,
     labels: ArrayLike,
     metric: str = "accuracy",
     seed: int = 0,
     which: Sequence[str] = METRICS,
     n_bins: int = DEFAULT_BINS,
     progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> pd.DataFrame:
     """Every metric for every layer: a DataFrame with columns layer, nu, cca, rank, probe,
     probe_c (the median of the C its inner CV chose per outer fold), probe_se (the probe score's
     bootstrap s.e.).
 
-    states: (L+1, N, d), layer 0 = embeddings; labels: (N,); metric: the task's score
+    states: (L+1, N, d), layer 0 = embeddings (an array, a tensor, or an
+    `analysis.cache.StoredTensor`: each layer is then read from the file where it is fitted);
+    labels: (N,); metric: the task's score
     (``spearman`` marks a regression task). One seeded stratified 80/10/10 split of the N examples
     serves CCA (fit on train, λ chosen on dev, scored on test). The probe is scored by
     cross-validated predictions over all N examples (`analysis.layers.probe.cv_predictions`:
@@ -62,12 +66,13 @@ def layer_metrics(
     Metrics left out of ``which`` are NaN. ``df.attrs`` also holds task_type, metric, n, seed,
     probe_folds (k), probe_c_folds (per layer, the C of each outer fold) and probe_predictions
     ((L+1, N) each example's out-of-fold prediction, NaN rows without a probe; the repeats
-    resample them).
+    resample them). Each layer is one task of ``executor`` (default `analysis.compute.current`).
     """
     unknown = set(which) - set(METRICS)
     if unknown:
         raise ValueError(f"Unknown metrics {sorted(unknown)}: choose from {', '.join(METRICS)}.")
-    if len(states) < 2:
+    n_layers = n_states(states)[0]
+    if n_layers < 2:
         raise ValueError("layer_metrics needs states of shape (L+1, N, d) with L ≥ 1.")
     raw = as_labels(labels)
     regression = metric == "spearman"
@@ -75,7 +80,6 @@ def layer_metrics(
     split = split_indices(classes, seed)
     folds = outer_folds(classes, seed) if len(np.unique(raw)) >= 2 else None
     report = progress or (lambda f, m="": None)
-    n_layers = len(states)
     predictions = np.full((n_layers, len(raw)), np.nan)
     c_folds: list[list[float]] = []
     rows = []
@@ -83,6 +87,7 @@ def layer_metrics(
     fitted = layer_rows(
         states,
         (classes, raw, split, metric, which, seed, folds),
+        executor=executor,
         done=lambda finished, total: report(finished / total, f"{finished} of {total} layers done"),
     )
     for layer, (row, probe) in enumerate(fitted):
@@ -226,12 +231,15 @@ def cached_layer_metrics(
     n_bins: int = DEFAULT_BINS,
     cache: DiskCache | None = None,
     progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> tuple[pd.DataFrame, bool]:
     """`layer_metrics` of one extraction, served from the disk cache when already computed.
 
-    layer_states: analysis.extract.LayerStates. Returns (df, hit); df.attrs as in `layer_metrics`
-    plus ``seconds`` (compute time of the first run). A sample with fewer than 5 examples of some
+    layer_states: analysis.extract.LayerStates (its layers are read from the cache file where
+    they are fitted, when it has one). Returns (df, hit); df.attrs as in `layer_metrics` plus
+    ``seconds`` (compute time of the first run). A sample with fewer than 5 examples of some
     class is refused first (`check_sample_size`: one ValueError, for the CLI and the page alike).
+    Each layer is one task of ``executor`` (default `analysis.compute.current`).
     """
     check_sample_size(layer_states.labels, layer_states.metric, layer_states.label_names, n_bins)
     cache = cache or DiskCache()
@@ -240,12 +248,12 @@ def cached_layer_metrics(
     def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         start = time.perf_counter()
         if recipe.get("route") == "streamed":  # large states: analysis.layers.streamed
-            with blas_threads():
-                df = streamed_metrics_of(layer_states, seed, n_bins, progress)
+            df = streamed_metrics_of(layer_states, seed, n_bins, progress, executor)
         else:
+            source = layer_states.stored if layer_states.stored is not None else layer_states.states
             df = layer_metrics(
-                layer_states.states, layer_states.labels, layer_states.metric, seed, METRICS,
-                n_bins, progress,
+                source, layer_states.labels, layer_states.metric, seed, METRICS, n_bins,
+                progress, executor,
             )  # fmt: skip
         values = torch.tensor(df[list(COLUMNS)].to_numpy(dtype=np.float64))  # (L+1, 6)
         meta = {k: v for k, v in df.attrs.items() if k != "probe_predictions"}

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from analysis.children import usable_cores
+from analysis.compute import usable_cores
 from analysis.config import help_of
 from analysis.io import atomic_write_json, read_json
 from analysis.runs.db import RunsDB

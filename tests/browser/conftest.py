@@ -47,7 +47,7 @@ def server(tmp_path_factory):
         "TUNESCOPE_CACHE": str(cache),
         "TUNESCOPE_N": os.environ.get("TUNESCOPE_BROWSER_N", "300"),
         "TUNESCOPE_WORKER_IDLE_S": "30",
-        "TUNESCOPE_COMPUTE_PROCESSES": "1",  # the server's computations in its compute workers
+        "TUNESCOPE_PROCESSES": "2",  # the server's computations in its two compute workers
     }
     log = open(cache / "server.log", "w")  # noqa: SIM115 (closed at teardown)
     proc = subprocess.Popen(

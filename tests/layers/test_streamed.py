@@ -227,42 +227,33 @@ def test_cell_moments_stage_flushes_and_reads_midway(stage_rows):
     assert m.rows_staged == int((w > 0).sum())
 
 
-def test_probe_beside_the_grams_gives_the_same_table(monkeypatch):
-    """Overlapping layer ℓ's probe with layer ℓ + 1's Grams changes the time, not the numbers."""
-    monkeypatch.setenv("TUNESCOPE_GRAM_THREADS", "2")
-    states, labels = bert_like(n=300, n_layers=3)
-    side = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
-    turns = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=False)
-    pd.testing.assert_frame_equal(side, turns)
-    assert side.attrs["threads"] == {
-        "gram": 1, "probe": 1, "overlap": True, "helpers": 0, "shared_layers": False
-    }  # fmt: skip
-    assert turns.attrs["threads"] == {
-        "gram": 2, "probe": 1, "overlap": False, "helpers": 0, "shared_layers": False
-    }  # fmt: skip
-    assert side["probe"].notna().all() and side.attrs["gram_gflop"] > 0
+@pytest.fixture(scope="module")
+def workers():
+    from analysis import compute
+
+    pool = compute.Workers(2)
+    yield pool
+    pool.shutdown()
 
 
-def test_probes_in_helper_processes_give_the_same_table(monkeypatch):
-    """The probes fitted in a helper process (and, once the Grams are done, the ones it has not
-    started fitted here) give the same table as threads; a killed helper is replaced."""
-    from analysis.layers import rows
-
-    monkeypatch.setenv("TUNESCOPE_GRAM_THREADS", "2")
-    monkeypatch.setenv(rows.PROCESSES_ENV, "2")
-    states, labels = bert_like(n=300, n_layers=5)
-    threads = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
-    monkeypatch.setattr(rows, "PARALLEL_MIN_WORK", 0)
-    helped = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
-    assert helped.attrs["threads"] == {
-        "gram": 1, "probe": 1, "overlap": True, "helpers": 1, "shared_layers": False
-    }  # fmt: skip
-    pd.testing.assert_frame_equal(helped, threads)
-    (pid,) = rows.start_helpers()
+def _kill_one(workers) -> None:
+    """Kill one of the workers between two tables, and wait until the pool has seen it."""
+    pid = workers.submit(os.getpid).result()
     os.kill(pid, signal.SIGKILL)
     time.sleep(1.0)  # (the pool notices)
-    again = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, overlap=True)
-    pd.testing.assert_frame_equal(again, threads)
+
+
+def test_layers_in_worker_processes_give_the_same_table(workers):
+    """Each layer a task, sent its layer's array alone: the same table as in this process, bit
+    for bit; a worker killed between two tables is replaced."""
+    states, labels = bert_like(n=300, n_layers=5)
+    here = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64)
+    there = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, executor=workers)
+    pd.testing.assert_frame_equal(there, here, check_exact=True)
+    assert there["probe"].notna().all() and there.attrs["gram_gflop"] > 0
+    _kill_one(workers)
+    again = streamed.streamed_layer_metrics(states, labels, seed=3, chunk_rows=64, executor=workers)
+    pd.testing.assert_frame_equal(again, here, check_exact=True)
 
 
 def stored_states(tmp_path, states: np.ndarray):
@@ -280,36 +271,25 @@ def stored_states(tmp_path, states: np.ndarray):
     return cache.stored("states", {"r": 2})["states"]
 
 
-def test_stored_layers_shared_with_helpers_give_the_same_table(monkeypatch, tmp_path):
-    """Stored states: whole layers go to the helper processes (each reads its layers from the
-    file): the same table as one process, the phases' seconds summed over the processes; a
-    helper killed between two tables loses nothing."""
-    from analysis.layers import rows
-
-    monkeypatch.setenv("TUNESCOPE_GRAM_THREADS", "2")
-    monkeypatch.setenv(rows.PROCESSES_ENV, "2")
+def test_stored_layers_read_by_worker_processes_give_the_same_table(workers, monkeypatch, tmp_path):
+    """Stored states: each worker reads its layers from the file (its path made absolute: the
+    workers started in another working folder than the cache's): the same table as one process,
+    the phases' seconds summed over the layers; a worker killed between two tables loses
+    nothing."""
     states, labels = bert_like(n=300, n_layers=5, n_classes=3, seed=7)
-    rows.start_helpers()  # helpers started in another working folder than the cache's
+    workers.submit(os.getpid).result()  # workers started before the change of folder
     monkeypatch.chdir(tmp_path)
     stored = stored_states("cache", states)
     assert not stored.path.is_absolute()
-    alone = streamed.streamed_layer_metrics(stored, labels, seed=3, chunk_rows=64, overlap=True)
-    assert not alone.attrs["threads"]["shared_layers"]  # too small to share: one process
-    monkeypatch.setattr(rows, "PARALLEL_MIN_WORK", 0)
+    alone = streamed.streamed_layer_metrics(stored, labels, seed=3, chunk_rows=64)
     seen = []
     shared = streamed.streamed_layer_metrics(
-        stored, labels, seed=3, chunk_rows=64, overlap=True,
+        stored, labels, seed=3, chunk_rows=64, executor=workers,
         progress=lambda share, text: seen.append((share, text)),
     )  # fmt: skip
-    assert shared.attrs["threads"] == {
-        "gram": 1, "probe": 1, "overlap": True, "helpers": 1, "shared_layers": True
-    }  # fmt: skip
-    pd.testing.assert_frame_equal(shared, alone)
-    assert rows.last_share["helpers"] and rows.last_share["here"]  # both processes took layers
-    assert set(shared.attrs["timing"]) >= {"read_and_moments", "nu_cca_rank", "probe"}
+    pd.testing.assert_frame_equal(shared, alone, check_exact=True)
+    assert set(shared.attrs["timing"]) == {"read_and_moments", "nu_cca_rank", "probe"}
     assert seen[-1][0] == 1.0 and any("of 6 layers" in text for _, text in seen)
-    (pid,) = rows.start_helpers()
-    os.kill(pid, signal.SIGKILL)
-    time.sleep(1.0)  # (the pool notices)
-    again = streamed.streamed_layer_metrics(stored, labels, seed=3, chunk_rows=64, overlap=True)
-    pd.testing.assert_frame_equal(again, alone)
+    _kill_one(workers)
+    again = streamed.streamed_layer_metrics(stored, labels, seed=3, chunk_rows=64, executor=workers)
+    pd.testing.assert_frame_equal(again, alone, check_exact=True)

@@ -1,4 +1,5 @@
-"""The dashboard's compute workers (ui/compute_pool.py): real spawned processes."""
+"""The dashboard's compute workers (ui/compute_pool.py, on analysis.compute.Workers): real spawned
+processes."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from apptest_utils import errors, make_app, open_page
-from pool_jobs import count_to, die, layer_helpers, refuse, spin
+from pool_jobs import count_to, die, refuse, spin
 
-from analysis.layers import rows
+from analysis.compute import WorkerDied
 from analysis.workspace import Workspace
-from ui.compute_pool import LAYER_PROCESSES_ENV, ComputePool, WorkerDied, layer_processes
+from ui.compute_pool import ComputePool
 
 
 @pytest.fixture
@@ -95,48 +96,39 @@ def test_a_call_made_while_the_first_worker_starts_up_waits_for_it(tmp_path):
     assert workers.started == 0
 
 
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
+def test_a_layer_table_fans_out_over_the_workers_from_the_cache_file(tmp_path, monkeypatch):
+    """The page's layer table on the pool: one task per layer, each worker reading its layers
+    from the cache file (no states sent), both workers taking some; the very table the
+    in-process route gives. Progress reaches the caller layer by layer."""
+    import numpy as np
 
+    from analysis.cache import DiskCache, TensorSpec
+    from analysis.compute import IN_PROCESS, using
+    from analysis.layers.table import layer_metrics
 
-def test_a_worker_fits_layers_in_its_share_of_the_cores_and_its_helpers_end_with_it(
-    monkeypatch,
-):
-    """The first worker's layer tables use its share of the cores, at least two processes (a lone
-    table on a 2-core machine uses both), while no other worker computes; beside a busy worker a
-    call fits alone. The helpers die with their worker, even killed."""
-    import signal
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400)
+    states = (rng.standard_normal((6, 400, 16)) + labels[:, None]).astype(np.float32)
+    cache = DiskCache(tmp_path)
 
-    monkeypatch.delenv(LAYER_PROCESSES_ENV, raising=False)
-    assert LAYER_PROCESSES_ENV == rows.PROCESSES_ENV
-    assert [layer_processes(w) for w in (1, 2, 4)] == [
-        min(max(2, rows.usable_cores() // w), rows.usable_cores()) for w in (1, 2, 4)
-    ]
+    def write(writer):
+        for layer in range(6):
+            writer.write("states", states[layer], 0, index=layer)
+        return {}
+
+    cache.get_or_write("states", {"r": 1}, {"states": TensorSpec("F32", states.shape, row_dim=1)},
+                       write)  # fmt: skip
+    stored = cache.stored("states", {"r": 1})["states"]
     workers = ComputePool(2)
     try:
-        workers.warm()
-        first = workers.call(layer_helpers)
-        assert first["setting"] == str(layer_processes(2))
-        assert len(first["helpers"]) == layer_processes(2) - 1
-        # While that worker computes, a call in the second worker fits alone, with no helper.
-        busy = threading.Thread(target=workers.call, args=(spin, 3.0))
-        busy.start()
-        time.sleep(0.5)
-        beside = workers.call(layer_helpers)
-        busy.join()
-        assert beside == {"setting": "1", "helpers": []} and workers.started == 2
-        again = workers.call(layer_helpers)  # alone again: the first worker, its helpers
-        assert again == first
-        worker = workers.call(count_to, 1)["pid"]
-        os.kill(worker, signal.SIGKILL)
-        assert all(_gone(pid) for pid in first["helpers"])
+        seen = []
+        with using(workers):
+            pooled = layer_metrics(stored, labels, progress=lambda f, m="": seen.append(m))
+        assert workers.started == 2 and workers.completed == 6
+        assert "6 of 6 layers done" in seen
+        with using(IN_PROCESS):
+            here = layer_metrics(states, labels)
+        assert pooled.equals(here)
     finally:
         workers.shutdown()
 
@@ -157,9 +149,8 @@ def test_the_jobs_module_imports_no_streamlit():
 
 def test_the_warm_up_threads_context_warning_is_dropped_and_no_other():
     import logging
-    import threading
 
-    from ui.compute_pool import _WARM_THREAD, _NoContextWarning
+    from ui.loaders import _WARM_THREAD, _NoContextWarning
 
     def record_from(name: str) -> logging.LogRecord:
         box = []
@@ -182,6 +173,7 @@ def test_a_fresh_server_sends_the_extraction_before_loading_its_own_model(
 ):
     """With the workers on and the model not yet loaded here, the page's extraction goes to a
     worker first (the worker has the model), and this process loads its own after."""
+    import ui.jobs
     import ui.loaders
     from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
     from ui.memo import ProgressMemo
@@ -205,7 +197,7 @@ def test_a_fresh_server_sends_the_extraction_before_loading_its_own_model(
         return load
 
     monkeypatch.setattr(ui.loaders.compute_pool, "compute", compute)
-    monkeypatch.setattr(ui.loaders.compute_pool, "worker_model", loader("worker model"))
+    monkeypatch.setattr(ui.jobs, "worker_model", loader("worker model"))
     monkeypatch.setattr(ui.loaders, "get_model", loader("server model"))
     cfg = ExtractConfig(ModelSpec(str(tiny_bert_dir)), DataSpec(), SampleSpec(n=12, seed=3))
     states = ui.loaders.get_states(cfg)
@@ -219,27 +211,28 @@ def test_a_fresh_server_sends_the_extraction_before_loading_its_own_model(
 
 
 def test_layers_page_through_the_workers_equals_the_in_process_page(tiny_bert_dir, monkeypatch):
-    """The page's extraction, layer table and repeats computed in compute workers give the very
-    table the in-process route gives (and the workers' states land in the same cache)."""
+    """The page's extraction in a compute worker, its layer table and repeats fanned out over the
+    workers, give the very table the in-process route gives (and the workers' states land in the
+    same cache)."""
     import ui.compute_pool
     import ui.loaders
 
     monkeypatch.setattr(ui.loaders, "_LOADED", set())  # a fresh server: the extraction first
 
     def table(processes: str):
-        monkeypatch.setenv("TUNESCOPE_COMPUTE_PROCESSES", processes)
+        monkeypatch.setenv("TUNESCOPE_PROCESSES", processes)
         at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/layers.py")
         assert not errors(at)
         return at.dataframe[0].value
 
     try:
-        through_workers = table("1")
-        # the extraction, the layer table and its repeats ran in the workers
-        assert ui.compute_pool._POOL is not None and ui.compute_pool._POOL.completed >= 3
+        through_workers = table("2")
+        # the extraction, and a task per layer of the layer table and of its repeats, ran there
+        assert ui.compute_pool._POOL is not None and ui.compute_pool._POOL.completed >= 1 + 2 * 3
         cache = Path(os.environ["TUNESCOPE_CACHE"])
         assert any(cache.rglob("*")), "the workers wrote no cache entry"
         monkeypatch.setenv("TUNESCOPE_CACHE", str(cache.parent / "elsewhere"))
-        in_process = table("0")
+        in_process = table("1")
     finally:
         if ui.compute_pool._POOL is not None:
             ui.compute_pool._POOL.shutdown()
@@ -250,7 +243,6 @@ def test_layers_page_through_the_workers_equals_the_in_process_page(tiny_bert_di
 def test_a_second_worker_starts_only_when_a_computation_finds_the_first_busy(tmp_path):
     """Two slots: the warm-up starts one worker; a call while it is busy starts the second
     (a lone user's computations never pay a second start-up)."""
-    import threading
 
     workers = ComputePool(2)
     try:
@@ -281,7 +273,7 @@ def test_a_model_that_does_not_load_gives_the_pages_message_through_the_workers(
     import ui.loaders
 
     monkeypatch.setattr(ui.loaders, "_LOADED", set())
-    monkeypatch.setenv("TUNESCOPE_COMPUTE_PROCESSES", "1")
+    monkeypatch.setenv("TUNESCOPE_PROCESSES", "2")
     try:
         at = open_page(make_app(tmp_path / "no-such-model", monkeypatch), "views/layers.py")
         assert any("does not exist" in message for message in errors(at)), errors(at)

@@ -151,14 +151,20 @@ def test_when_the_shared_computation_fails_a_waiting_session_computes_it_itself(
     assert sorted(outcomes, key=str) == [7, "failed"]
 
 
-def test_slots_come_from_the_environment(monkeypatch):
-    monkeypatch.setenv(SLOTS_ENV, "3")
+def test_slots_follow_the_compute_processes_and_the_earlier_setting_still_counts(monkeypatch):
+    """One slot per compute worker (TUNESCOPE_PROCESSES), at least two; the earlier
+    TUNESCOPE_COMPUTE_SLOTS is read, with a note."""
+    monkeypatch.delenv(SLOTS_ENV, raising=False)
+    monkeypatch.setenv("TUNESCOPE_PROCESSES", "3")
     assert default_slots() == 3
+    monkeypatch.setenv("TUNESCOPE_PROCESSES", "1")  # computing in the server's threads
+    assert default_slots() == 2
+    monkeypatch.setenv(SLOTS_ENV, "5")
+    with pytest.warns(FutureWarning, match="TUNESCOPE_COMPUTE_SLOTS is deprecated"):
+        assert default_slots() == 5
     monkeypatch.setenv(SLOTS_ENV, "none")
-    with pytest.raises(ValueError, match="whole number"):
+    with pytest.raises(ValueError, match="whole number"), pytest.warns(FutureWarning):
         default_slots()
-    monkeypatch.delenv(SLOTS_ENV)
-    assert default_slots() >= 2
     assert "2 computations are ahead of yours" in waiting_text("Layer metrics", 2)
 
 

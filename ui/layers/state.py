@@ -23,7 +23,7 @@ from analysis.layers.repeats import LayerRepeats, cached_layer_repeats
 from analysis.layers.table import cached_layer_metrics, states_key
 from ui import compute_pool
 from ui.compute_pool import compute
-from ui.jobs import metrics_job, predictions_job, repeats_job
+from ui.jobs import predictions_job
 from ui.loaders import get_data
 from ui.memo import ProgressMemo, queued
 
@@ -40,11 +40,9 @@ def get_layer_metrics(
     layer_states: LayerStates, seed: int, n_bins: int = DEFAULT_BINS, label: str = "Layer metrics"
 ) -> tuple[pd.DataFrame, bool]:
     """(df, hit) of analysis.layers.table.cached_layer_metrics, with a progress bar on a miss
-    (computed in a compute worker, `ui.compute_pool`, for states extracted from a config)."""
+    (its layers fitted in the compute workers, `ui.compute_pool`)."""
 
     def run(progress):
-        if _in_worker(layer_states):
-            return compute(metrics_job, layer_states.config, seed, n_bins, progress=progress)
         return cached_layer_metrics(layer_states, seed=seed, n_bins=n_bins, progress=progress)
 
     df, hit = _METRICS.get((states_key(layer_states), seed, n_bins), label, run)
@@ -55,12 +53,9 @@ def get_layer_repeats(
     layer_states: LayerStates, seed: int, repeats: int, n_bins: int = DEFAULT_BINS
 ) -> tuple[LayerRepeats, bool]:
     """(repeats, hit) of analysis.layers.repeats.cached_layer_repeats, with a progress bar that
-    counts the layers done on a miss (in a compute worker, as `get_layer_metrics`)."""
+    counts the layers done on a miss (in the compute workers, as `get_layer_metrics`)."""
 
     def run(progress):
-        if _in_worker(layer_states):
-            return compute(repeats_job, layer_states.config, seed, repeats, n_bins,
-                           progress=progress)  # fmt: skip
         return cached_layer_repeats(
             layer_states, seed=seed, repeats=repeats, n_bins=n_bins, progress=progress
         )
