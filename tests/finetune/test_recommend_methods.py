@@ -201,3 +201,33 @@ def test_eva_runs_end_to_end(bert3_folder):
     result = run_finetune(cfg)
     assert result.score is not None and result.n_trainable > 0
     assert dataclasses.asdict(cfg.options)["r"] == 2
+
+
+def test_mp_median_matches_a_large_noise_matrix():
+    from analysis.finetune.methods.layer_set import mp_median
+
+    assert mp_median(1.0) == pytest.approx(0.6528, abs=1e-3)  # Gavish & Donoho (2014)
+    noise = torch.randn(4000, 1000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    eig = torch.linalg.svdvals(noise) ** 2 / 4000
+    assert float(eig.median()) == pytest.approx(mp_median(0.25), rel=0.01)
+
+
+def test_weight_snr_on_noise_and_on_a_planted_low_rank_signal():
+    from analysis.finetune.methods.layer_set import weight_snr
+
+    generator = torch.Generator().manual_seed(1)
+    n, m, sigma = 600, 300, 0.05
+    noise = sigma * torch.randn(n, m, generator=generator, dtype=torch.float64)
+    snr, estimate, above = weight_snr(noise)
+    assert estimate == pytest.approx(sigma, rel=0.03)  # the bulk's noise level, from the median
+    assert above <= 1 and snr < 0.01  # nothing (or one edge value) stands out of the bulk
+    u = torch.linalg.qr(torch.randn(n, 3, generator=generator, dtype=torch.float64))[0]
+    v = torch.linalg.qr(torch.randn(m, 3, generator=generator, dtype=torch.float64))[0]
+    spikes = torch.tensor([40.0, 20.0, 10.0], dtype=torch.float64) * sigma * (n * m) ** 0.25
+    signal = noise + u @ torch.diag(spikes) @ v.T
+    snr, estimate, above = weight_snr(signal)
+    values = torch.linalg.svdvals(signal)
+    assert above == 3 and estimate == pytest.approx(sigma, rel=0.05)
+    assert snr == pytest.approx(float(values[:3].sum() / values[3:].sum()), rel=1e-9)
+    stronger = noise + 2 * u @ torch.diag(spikes) @ v.T
+    assert weight_snr(stronger)[0] > snr

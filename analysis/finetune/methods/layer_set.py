@@ -10,6 +10,7 @@ not be contiguous, and nothing is cut: the classifier reads ℓ_head (default L)
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ def chosen_layers(options: LayerSetOptions, n_layers: int, seed: int, snr=None) 
 # -- the weights' signal-to-noise ratio (Spectrum's choice) --------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
 def mp_median(beta: float) -> float:
     """The median of the Marchenko–Pastur law of ratio β = m / n ∈ (0, 1] (unit variance): the
     μ with ∫_a^μ √((b − x)(x − a)) / (2π β x) dx = ½, a, b = (1 ∓ √β)²."""
