@@ -167,8 +167,10 @@ def launch_form(extract_cfg: ExtractConfig, loaded: LoadedModel, db: RunsDB) -> 
             persist_state=KEEP,
         )  # fmt: skip
         seeds_text = d.text_input(
-            "Seeds", "0", help="comma-separated, e.g. 0,1,2", key="ft_seeds", persist_state=KEEP
-        )
+            "Seeds", "0,1,2", key="ft_seeds", persist_state=KEEP,
+            help="comma-separated; 3 by default, so that every comparison can reach a verdict "
+            "(one seed a side has no interval)",
+        )  # fmt: skip
         n_train = e.number_input(
             "Train examples (0 = all)", 0, 10_000_000, default_of(FinetuneConfig, "n_train") or 0,
             step=500, key="ft_n_train", persist_state=KEEP,
