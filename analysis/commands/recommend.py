@@ -175,10 +175,11 @@ def candidates_text(rec) -> str:
             lines.append(f"{'':<26} {'':<11} {'':>9} {'':>9}  evidence: {choice.evidence}")
         if cost is not None and cost.match:
             lines.append(f"{'':<26} {'':<11} {'':>9} {'':>9}  budget: {cost.match}")
-    if abs(rec.costs.drift) > 0.2:
+    if rec.costs.drift > 0.2:
         lines.append(
-            f"(full fine-tuning's step time drifted {100 * rec.costs.drift:+.0f} % between its "
-            "first and last timing: the machine was busy; the ratios use the median of both)"
+            f"(full fine-tuning's step time varied by {100 * rec.costs.drift:.0f} % during the "
+            "measurement: the machine was busy; each ratio compares steps taken in turn with "
+            "full fine-tuning's)"
         )
     return "\n".join(lines)
 

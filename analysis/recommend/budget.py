@@ -2,11 +2,14 @@
 the engine prepares it) and its step time as a ratio to full fine-tuning's, timed side by side
 on one batch (docs/explanation/recommendation.md, "The budget").
 
-Step time: every choice takes one untimed warm-up step, then ``timed_steps`` timed AdamW steps on
-the same batch of ``batch_size`` train examples (padded to their longest, at most ``max_length``
-tokens); its time is the median. Full fine-tuning is timed first and again last, and the ratio
-divides by the median of both, so a machine that slows down meanwhile shows as a drift (reported)
-rather than as a cheaper choice. Random layers are timed with seed 0's draw.
+Step time, side by side: full fine-tuning's model stays built; every other choice's model is
+built beside it and the two take turns, one AdamW step each on the same batch of ``batch_size``
+train examples (padded to their longest, at most ``max_length`` tokens), ``timed_steps`` times
+after one untimed warm-up step. The choice's ratio is the median of its step times over the
+median of full fine-tuning's steps *of those same turns*, so a machine that slows down or speeds
+up meanwhile moves both alike. ``drift``: how far full fine-tuning's medians spread over the
+whole measurement (largest / smallest − 1). Random layers are timed with seed 0's draw. Two
+models are in memory at a time.
 
 Matching: an alternative is at its candidate's budget when its trainable count is within ±10 %
 (`MATCH`); otherwise the note says by how much it differs.
@@ -50,8 +53,8 @@ class Cost:
 
 @dataclass(frozen=True)
 class Costs:
-    """Every choice's `Cost` by name, and the drift of full fine-tuning's step time between its
-    first and last timing (last / first − 1)."""
+    """Every choice's `Cost` by name, and the drift of full fine-tuning's step time over the
+    measurement (its largest median over its smallest − 1)."""
 
     by_name: dict[str, Cost]
     drift: float
@@ -109,44 +112,52 @@ def measure(
     loss_fn = torch.nn.MSELoss() if regression else torch.nn.CrossEntropyLoss()
     base = cfg.base_run(cfg.seeds[0])
 
-    def timed(choice) -> tuple[int, int, float]:
-        run = choice.config(base, seed=0)
-        built = build_model(run, loaded, n_outputs, device)
-        optimizer, scheduler = make_optimizer(built.prepared, run)
-        autocast, amp_dtype = _autocast(torch.device(device), run.mixed_precision)
-        scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
-        times = []
-        built.model.train()
-        for step in range(cfg.timed_steps + 1):
-            start = time.perf_counter()
-            train_step(built.model, batch, labels, loss_fn, optimizer, scheduler, built.prepared,
-                       scaler, autocast)  # fmt: skip
-            if step:  # the first step allocates: not timed
-                times.append(time.perf_counter() - start)
-        return built.n_trainable, built.n_params, statistics.median(times)
+    class Stepper:
+        """One choice's model, ready to train on the batch; `step` returns its seconds."""
 
-    order = [c for c in proposal.choices if c.role == "reference"]
-    order += [c for c in proposal.choices if c.role != "reference"]
-    measured: dict[str, tuple[int, int, float]] = {}
-    total = len(order) + 1
-    for i, choice in enumerate(order):
-        progress(i / total, f"timing {choice.name}")
-        measured[choice.name] = timed(choice)
-    reference = order[0].name
-    progress(len(order) / total, f"timing {reference} again")
-    first = measured[reference][2]
-    last = timed(order[0])[2]
-    full_time = statistics.median([first, last])
+        def __init__(self, choice) -> None:
+            run = choice.config(base, seed=0)
+            self.built = build_model(run, loaded, n_outputs, device)
+            self.optimizer, self.scheduler = make_optimizer(self.built.prepared, run)
+            self.autocast, amp = _autocast(torch.device(device), run.mixed_precision)
+            self.scaler = torch.amp.GradScaler("cuda") if amp == torch.float16 else None
+            self.built.model.train()
+
+        def step(self) -> float:
+            start = time.perf_counter()
+            train_step(self.built.model, batch, labels, loss_fn, self.optimizer, self.scheduler,
+                       self.built.prepared, self.scaler, self.autocast)  # fmt: skip
+            return time.perf_counter() - start  # a Python float came back: the device is done
+
+    reference = proposal.choices[0]
+    progress(0.0, f"timing {reference.name}")
+    full = Stepper(reference)
+    full.step()  # the first step allocates: not timed
+    full_medians = [statistics.median(full.step() for _ in range(cfg.timed_steps))]
+    measured: dict[str, tuple[int, int, float, float]] = {}
+    others = proposal.choices[1:]
+    for i, choice in enumerate(others):
+        progress((i + 1) / (len(others) + 1), f"timing {choice.name} beside {reference.name}")
+        mine = Stepper(choice)
+        mine.step()
+        pairs = [(mine.step(), full.step()) for _ in range(cfg.timed_steps)]
+        full_median = statistics.median(f for _, f in pairs)
+        full_medians.append(full_median)
+        seconds = statistics.median(m for m, _ in pairs)
+        measured[choice.name] = (mine.built.n_trainable, mine.built.n_params, seconds,
+                                 seconds / full_median)  # fmt: skip
+        del mine
+    measured[reference.name] = (full.built.n_trainable, full.built.n_params,
+                                statistics.median(full_medians), 1.0)  # fmt: skip
     progress(1.0, "costs measured")
-    counts = {name: n for name, (n, _, _) in measured.items()}
+    counts = {name: n for name, (n, *_) in measured.items()}
     out = {}
-    measured[reference] = (*measured[reference][:2], full_time)  # the reference: 1× itself
     for choice in proposal.choices:
-        n, n_params, seconds = measured[choice.name]
+        n, n_params, seconds, ratio = measured[choice.name]
         matched = choice.matched_to or _nearest(choice, proposal, counts)
         note = "" if matched is None else match_note(n, counts[matched], matched)
-        out[choice.name] = Cost(n, n_params, seconds, seconds / full_time, note, matched)
-    return Costs(out, last / first - 1)
+        out[choice.name] = Cost(n, n_params, seconds, ratio, note, matched)
+    return Costs(out, max(full_medians) / min(full_medians) - 1)
 
 
 def _nearest(choice, proposal: Proposal, counts: dict[str, int]) -> str | None:

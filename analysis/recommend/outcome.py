@@ -275,11 +275,14 @@ def decide(
     if held:
         arm = held[0]
         what = trains.get(arm.name, arm.name)
+        verdict = arm.verdict
+        if "n seeds" not in verdict:
+            verdict += f", n seeds = {arm.n_seeds}, {full.n_seeds}"
         sentence = (
             f"Tune {what} ({arm.name}): {_cost_words(arm)}, {_points(arm.diff)} ± "
-            f"{POINTS * arm.margin:.1f} points against full fine-tuning ({arm.verdict}; "
-            f"{arm.n_seeds} and {full.n_seeds} seeds) — the cheapest choice not shown worse by "
-            f"more than δ = {delta_points:g} point{'s' if delta_points != 1 else ''}."
+            f"{POINTS * arm.margin:.1f} points against full fine-tuning ({verdict}) — the "
+            f"cheapest choice not shown worse by more than δ = {delta_points:g} "
+            f"point{'s' if delta_points != 1 else ''}."
         )
         return Decision("recommend", sentence, arm.name)
     waiting = tuple(a.name for a in cheaper if a.undecided(delta))

@@ -117,3 +117,8 @@ def test_a_sample_too_small_for_the_analyses_gets_one_message(tiny_bert_dir, mon
     assert not at.exception
     assert len(at.error) == 1 and "at least 5 examples of every class" in at.error[0].value
     assert not at.dataframe  # no candidates from a sample that cannot support them
+
+
+def test_the_fine_tune_page_launches_three_seeds_by_default(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert next(w for w in at.text_input if w.label == "Seeds").value == "0,1,2"
