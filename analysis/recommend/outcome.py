@@ -292,9 +292,10 @@ def decide(
         )
         return Decision(
             "too few seeds",
-            f"Too few seeds to tell: the intervals of {shown} are wider than δ = "
-            f"{delta_points:g} point{'s' if delta_points != 1 else ''} around the line −δ — add "
-            "seeds (or wait for the runs still training).",
+            f"Too few seeds to tell: the intervals of {shown} still reach across −δ = "
+            f"−{delta_points:g} point{'s' if delta_points != 1 else ''} (or have none yet), so no "
+            "cheaper choice is shown to hold up or to fall short — add seeds (or wait for the "
+            "runs still training).",
             waiting=waiting,
         )
     best = max(cheaper, key=lambda a: a.diff, default=None)
