@@ -108,7 +108,7 @@ class LoraAllocation:
             "lora_alpha": self.alpha,
             "total_rank": self.total_rank,
             "ranks": {str(layer): rank for layer, rank in self.ranks},
-            "weights": {str(layer): gain for layer, gain in self.gains},
+            "weights": {str(layer): round(gain, 6) for layer, gain in self.gains},
         }
         if family is not None:
             settings = self.settings(family)
