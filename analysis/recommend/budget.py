@@ -37,7 +37,7 @@ MATCH = 0.10  # ±10 % of the candidate's trainable count (SPEC's "same budget")
 class Cost:
     """One choice's cost: trainable entries, the model's parameters, its median step time (s) and
     that as a ratio to full fine-tuning's; ``match``: how its count compares with the candidate it
-    is matched to ("" for the reference and the candidates)."""
+    is matched to ("" for the reference and the candidates), and whether it exceeds the budget."""
 
     n_trainable: int
     n_params: int
@@ -156,6 +156,8 @@ def measure(
         n, n_params, seconds, ratio = measured[choice.name]
         matched = choice.matched_to or _nearest(choice, proposal, counts)
         note = "" if matched is None else match_note(n, counts[matched], matched)
+        if choice.role != "reference" and not cfg.budget.allows(n / n_params, ratio):
+            note = "; ".join(filter(None, [note, f"over the budget ({cfg.budget.text()})"]))
         out[choice.name] = Cost(n, n_params, seconds, ratio, note, matched)
     return Costs(out, max(full_medians) / min(full_medians) - 1)
 

@@ -4,7 +4,6 @@ Recommend page and the runs' settings."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,10 +154,3 @@ class RecommendConfig:
         PageRank run queued here and there is one run group."""
         return {"data": self.data.name, "sample_seed": self.sample_seed,
                 "max_length": self.max_length}  # fmt: skip
-
-    def settings(self) -> dict[str, Any]:
-        """The settings a report states (JSON-ready)."""
-        out = dataclasses.asdict(self)
-        out["budget"] = self.budget.to_dict()
-        out["seeds"] = list(self.seeds)
-        return out
