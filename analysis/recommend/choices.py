@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.finetune.config import FinetuneConfig, HeadsOptions, LoraOptions
+from analysis.finetune.config import FinetuneConfig, HeadsOptions, LoraOptions, canonical
 from analysis.finetune.methods.eva import EvaOptions
 from analysis.finetune.methods.layer_set import LayerSetOptions, chosen_layers
 from analysis.finetune.methods.lora_ranks import LoraRanksOptions
@@ -232,6 +232,8 @@ def _alternatives(
                "weight signal-to-noise ratio) and the classifier",
                f"weights only, as axolotl's Spectrum: mean SNR per layer {snr_text}",
                options=LayerSetOptions(pick="snr", k=k), matched_to=first_layers),
+    ] if wanted_layers else []  # fmt: skip
+    wanted += [
         Choice(f"uniform LoRA r={r}", "alternative", "lora",
                f"LoRA rank {r} on query and value of every layer, and the classifier",
                "PEFT's default placement", options=LoraOptions(layers=None, r=r, alpha=alpha),
@@ -245,8 +247,6 @@ def _alternatives(
                "a fixed, very small budget"),
     ]  # fmt: skip
     for alt in wanted:
-        if alt.method in ("layers", "layer-set") and not wanted_layers:
-            continue
         add(choices, notes, alt, big_l)
 
 
@@ -262,6 +262,6 @@ def add(choices: list[Choice], notes: list[str], choice: Choice, n_layers: int) 
 
 
 def _trains(choice: Choice, n_layers: int) -> tuple:
-    if choice.method == "layers" and choice.layers == (1, n_layers, n_layers):
-        return ("full", None, None)
-    return (choice.method, choice.layers, choice.options)
+    """What a choice trains, under its one name (`canonical`: layers (1, L, L) is full)."""
+    cfg = canonical(choice.config(FinetuneConfig()), n_layers)
+    return (cfg.method, cfg.layers, cfg.options)
