@@ -45,14 +45,14 @@ def test_sweep_expansion_keeps_first_family_and_marks_full():
     triples = [s.layers for s in plan if s.layers is not None]
     assert len(triples) == len(set(triples))
     first = plan[0]
-    assert first == st.Strategy("baseline", "full", None) or first.strategy_family == "ℓ*-down"
+    assert first == st.Strategy("baseline", "full", None) or first.family == "ℓ*-down"
     # (1, 6, 6) is full fine-tuning, listed once (under ℓ*-down here, as method full).
     full = [s for s in plan if s.method == "full"]
-    assert len(full) == 1 and full[0].strategy_family == "ℓ*-down"
+    assert len(full) == 1 and full[0].family == "ℓ*-down"
     # (4, 6, 6) is both ℓ*-down (ℓ*−2) and a baseline (L−2): kept under ℓ*-down.
-    assert next(s for s in plan if s.layers == (4, 6, 6)).strategy_family == "ℓ*-down"
+    assert next(s for s in plan if s.layers == (4, 6, 6)).family == "ℓ*-down"
     assert [s.method for s in plan[-2:]] == ["lora", "bitfit"]
-    assert not any(s.strategy_family == "ℓ*-up" for s in plan)  # ℓ* = L: nothing above
+    assert not any(s.family == "ℓ*-up" for s in plan)  # ℓ* = L: nothing above
 
 
 def test_sweep_needs_l_star_and_known_names():
