@@ -297,10 +297,6 @@ def method_config(method: str, loaded: LoadedModel, sizes: Sizes, trajectory: Pa
         from analysis.finetune.methods.layer_set import LayerSetOptions
 
         options = LayerSetOptions(pick="snr", k=1)
-    elif method == "lora-ranks":  # the recommendation's LoRA allocation: a rank per layer
-        from analysis.finetune.methods.lora_ranks import LoraRanksOptions
-
-        options = LoraRanksOptions(f"1:2,{n_layers}:1", r=2, alpha=4)
     return FinetuneConfig(
         model=loaded.spec, data=DataSpec("movie-snippets"), method=method,
         layers=(1, max(1, n_layers // 2), n_layers) if method == "layers" else None,

@@ -1,4 +1,4 @@
-"""LoRA ranks per layer from the layer metrics, and the PEFT ``LoraConfig`` that says so
+"""LoRA ranks per layer from the layer metrics, as options of method ``lora``
 (docs/explanation/recommendation.md, "The LoRA allocation, and EVA's").
 
 The rule (probe gain): with s_ℓ the probe score of layer ℓ (ℓ = 0 the embeddings),
@@ -11,6 +11,10 @@ matches it) is shared out in proportion to g_ℓ, each chosen layer getting at l
 (`apportion`: largest remainders, ties to the lower layer). A flat or falling probe curve
 (no g_ℓ > 0) gives every layer the same share. alpha_ℓ = alpha · r_ℓ / r keeps every layer's
 update scale alpha / r. Deterministic: the same curve gives the same ranks.
+
+The allocation trains as method ``lora`` with ``ranks`` and ``alphas`` (`LoraAllocation.options`),
+so its runs, its exact trainable count and its PEFT ``LoraConfig`` (``rank_pattern`` /
+``alpha_pattern``) are that method's (`analysis.finetune.methods.lora`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.finetune.methods.lora_ranks import lora_settings, ranks_text
+from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.methods.lora import LoraOptions, lora_config
 
 RULE = "probe gain"
 
@@ -87,13 +92,18 @@ class LoraAllocation:
         return tuple(layer for layer, _ in self.ranks)
 
     @property
-    def ranks_pattern(self) -> str:
-        """The ``ranks_pattern`` option of method ``lora-ranks``: ``"3:4,4:8"``."""
-        return ranks_text(self.ranks)
+    def alphas(self) -> tuple[tuple[int, float], ...]:
+        """Each layer's alpha_ℓ = alpha · r_ℓ / r."""
+        return tuple((layer, self.alpha * rank / self.r) for layer, rank in self.ranks)
 
-    def settings(self, family: str) -> dict[str, Any]:
-        """PEFT ``LoraConfig`` keyword arguments (`lora_settings`)."""
-        return lora_settings(self.ranks, self.r, self.alpha, family)
+    @property
+    def is_uniform(self) -> bool:
+        """Rank r on every layer: uniform LoRA itself."""
+        return self.ranks == tuple((layer, self.r) for layer in range(1, self.n_layers + 1))
+
+    def options(self) -> LoraOptions:
+        """Method ``lora``'s options that train this allocation."""
+        return LoraOptions(r=self.r, alpha=self.alpha, ranks=self.ranks, alphas=self.alphas)
 
     def words(self) -> str:
         """``ranks 2, 8, 6 on layers 2, 3, 5 (total 16 = 8 × 2 layers' worth)``."""
@@ -102,6 +112,9 @@ class LoraAllocation:
         return f"LoRA ranks {ranks} on layers {layers} (total {self.total_rank})"
 
     def to_dict(self, family: str | None = None) -> dict[str, Any]:
+        """The rule, its weights and ranks; with ``family``, the PEFT fields method ``lora``
+        exports (``layers_to_transform`` 0-based, ``rank_pattern``, ``alpha_pattern``,
+        ``target_modules``)."""
         out: dict[str, Any] = {
             "rule": self.rule,
             "r": self.r,
@@ -111,14 +124,20 @@ class LoraAllocation:
             "weights": {str(layer): round(gain, 6) for layer, gain in self.gains},
         }
         if family is not None:
-            settings = self.settings(family)
+            config = self.peft_config(family)
             out.update(
-                layers_to_transform=settings["layers_to_transform"],
-                rank_pattern=settings["rank_pattern"],
-                alpha_pattern=settings["alpha_pattern"],
-                target_modules=settings["target_modules"],
+                layers_to_transform=list(config.layers_to_transform),
+                rank_pattern=dict(config.rank_pattern),
+                alpha_pattern=dict(config.alpha_pattern),
+                target_modules=sorted(config.target_modules),
             )
         return out
+
+    def peft_config(self, family: str):
+        """The ``peft.LoraConfig`` method ``lora`` trains this allocation with
+        (`analysis.finetune.methods.lora.lora_config`)."""
+        cfg = FinetuneConfig(method="lora", options=self.options())
+        return lora_config(cfg, family, self.n_layers)
 
 
 def allocate_lora(probe: Sequence[float], r: int = 8, alpha: float = 16.0) -> LoraAllocation:
@@ -130,18 +149,3 @@ def allocate_lora(probe: Sequence[float], r: int = 8, alpha: float = 16.0) -> Lo
         ranks=tuple(ranks.items()), r=r, alpha=float(alpha), n_layers=n_layers,
         gains=tuple(gains.items()),
     )  # fmt: skip
-
-
-def lora_config(allocation: LoraAllocation, family: str, for_classification: bool = True):
-    """The allocation as a ``peft.LoraConfig`` that ``get_peft_model`` loads: LoRA on query and
-    value of ``layers_to_transform`` with ``rank_pattern`` / ``alpha_pattern``; for an
-    ``AutoModelForSequenceClassification`` (``for_classification``) its head trains too
-    (``modules_to_save``, task type SEQ_CLS)."""
-    from peft import LoraConfig
-
-    from analysis.export.families import HF_HEADS
-
-    settings = allocation.settings(family)
-    if for_classification:
-        settings.update(task_type="SEQ_CLS", modules_to_save=HF_HEADS[family]["modules_to_save"])
-    return LoraConfig(**settings)

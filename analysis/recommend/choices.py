@@ -24,10 +24,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.finetune.config import FinetuneConfig, HeadsOptions, LoraOptions, canonical
+from analysis.finetune.config import FinetuneConfig, canonical
 from analysis.finetune.methods.eva import EvaOptions
+from analysis.finetune.methods.heads import HeadsOptions
 from analysis.finetune.methods.layer_set import LayerSetOptions, chosen_layers
-from analysis.finetune.methods.lora_ranks import LoraRanksOptions
+from analysis.finetune.methods.lora import LoraOptions
 from analysis.recommend.allocation import LoraAllocation, allocate_lora
 from analysis.recommend.config import RecommendConfig
 from analysis.recommend.evidence import Evidence
@@ -185,19 +186,20 @@ def propose(cfg: RecommendConfig, evidence: Evidence, model_name: str = "") -> P
     allocation = allocate_lora(evidence.probe, r=r, alpha=alpha)
     gains = ", ".join(f"{layer} {gain:+.3f}" for layer, gain in allocation.gains if gain > 0)
     lora_name = "LoRA by probe gain"
-    if not gains:
+    if allocation.is_uniform:
+        why = "No layer improves" if not gains else "Every layer improves equally"
         notes.append(
-            "No layer improves the probe on the layer below it, so the probe-gain allocation is "
+            f"{why} the probe on the layer below it, so the probe-gain allocation is "
             f"uniform LoRA (rank {r} in every layer) itself: trained once, as uniform LoRA."
         )
         lora_name = None
     else:
         choices.append(Choice(
-            lora_name, "candidate", "lora-ranks",
+            lora_name, "candidate", "lora",
             f"{allocation.words()} on query and value, and the classifier",
             f"ranks ∝ the probe's gain over the layer below ({gains}); total rank "
             f"{allocation.total_rank} = {r} × {big_l} layers, as uniform LoRA",
-            options=LoraRanksOptions(allocation.ranks_pattern, r, alpha), lora=allocation,
+            options=allocation.options(), lora=allocation,
         ))  # fmt: skip
     _alternatives(choices, notes, evidence, r, alpha, lora_name)
     return Proposal(choices, notes)

@@ -94,45 +94,14 @@ def queue(
 def take_home(
     rec: Recommendation, name: str, folder: Path | str, loaded: LoadedModel
 ) -> list[Path]:
-    """Write choice ``name``'s recipe into ``folder``: the export's recipe folder
-    (`analysis.export.build`), or for a LoRA allocation PEFT's ``adapter_config.json`` (its
-    rank_pattern and alpha_pattern) with a README; a ValueError for what cannot be exported."""
+    """Write choice ``name``'s recipe into ``folder``: the export every run has
+    (`analysis.export.build`: recipe.json, the recipe module, a README and, for LoRA, PEFT's
+    ``adapter_config.json`` with its ``rank_pattern`` / ``alpha_pattern``); a ValueError for
+    what cannot be exported (EVA's data-dependent start)."""
     from analysis.export.build import build_recipe, write_recipe
-    from analysis.io import atomic_write_bytes, atomic_write_text
-    from analysis.recommend.allocation import lora_config
 
     choice = rec.proposal.by_name(name)
     config = choice.config(rec.cfg.base_run())
-    folder = Path(folder)
-    if choice.lora is None:
-        provenance = {"source": "recommend", "candidate": name, "evidence": choice.evidence}
-        recipe = build_recipe(config, loaded, rec.evidence.n_outputs, provenance)
-        return write_recipe(recipe, folder)
-    import tempfile
-
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        lora_config(choice.lora, rec.evidence.family).save_pretrained(tmp)
-        data = (Path(tmp) / "adapter_config.json").read_bytes()
-    readme = "\n".join([
-        f"# tunescope recommendation: {name}",
-        "",
-        f"{choice.trains}. Evidence: {choice.evidence}.",
-        "",
-        "```python",
-        "from peft import LoraConfig, get_peft_model",
-        "from transformers import AutoModelForSequenceClassification",
-        f'model = AutoModelForSequenceClassification.from_pretrained("{loaded.spec.name}", '
-        f"num_labels={max(rec.evidence.n_outputs, 1)})",
-        f'model = get_peft_model(model, LoraConfig.from_pretrained("{folder}"))',
-        "```",
-        "",
-        f"Learning rate as tunescope trains it: {config.lr:g} for LoRA, "
-        f"{config.classifier_lr:g} for the classifier; {config.steps} steps of "
-        f"{config.batch_size} examples.",
-        "",
-    ])  # fmt: skip
-    return [
-        atomic_write_bytes(folder / "adapter_config.json", data),
-        atomic_write_text(folder / "README.md", readme),
-    ]
+    provenance = {"source": "recommend", "candidate": name, "evidence": choice.evidence}
+    recipe = build_recipe(config, loaded, rec.evidence.n_outputs, provenance)
+    return write_recipe(recipe, folder)

@@ -56,11 +56,12 @@ def test_recommend_compares_waits_and_writes_json_report_and_recipe(
     assert (recipe / "recipe.json").is_file() or (recipe / "adapter_config.json").is_file()
 
 
-def test_a_lora_allocation_goes_home_as_a_peft_config(tiny_bert_dir, tmp_path):
+def test_a_lora_allocation_goes_home_as_the_lora_recipe_with_its_peft_config(
+    tiny_bert_dir, tmp_path
+):
     from peft import LoraConfig
 
     from analysis.config import ModelSpec
-    from analysis.finetune.methods.lora_ranks import LoraRanksOptions
     from analysis.models import load_model
     from analysis.recommend.allocation import allocate_lora
     from analysis.recommend.choices import Choice, Proposal
@@ -70,14 +71,13 @@ def test_a_lora_allocation_goes_home_as_a_peft_config(tiny_bert_dir, tmp_path):
 
     loaded = load_model(ModelSpec(str(tiny_bert_dir)))
     alloc = allocate_lora([0.5, 0.8, 0.85], r=2, alpha=4)  # gains 0.3, 0.05: total 4 → 3, 1
-    options = LoraRanksOptions(alloc.ranks_pattern, alloc.r, alloc.alpha)
-    choice = Choice("LoRA by probe gain", "candidate", "lora-ranks", "LoRA", "probe",
-                    options=options, lora=alloc)  # fmt: skip
+    choice = Choice("LoRA by probe gain", "candidate", "lora", "LoRA", "probe",
+                    options=alloc.options(), lora=alloc)  # fmt: skip
     evidence = Evidence(n_layers=2, n_heads=4, d_model=32, family="bert", metric="accuracy",
                         n_outputs=2, table=None, l_star=2, repeats=1)  # fmt: skip
     rec = Recommendation(RecommendConfig(model=loaded.spec), evidence, Proposal([choice]), None)
     files = take_home(rec, "LoRA by probe gain", tmp_path / "home", loaded)
-    assert {f.name for f in files} == {"adapter_config.json", "README.md"}
+    assert {"adapter_config.json", "recipe.json", "README.md"} <= {f.name for f in files}
     config = LoraConfig.from_pretrained(tmp_path / "home")
     assert config.layers_to_transform == [0, 1] and config.task_type == "SEQ_CLS"
     assert config.rank_pattern == {"layer.0.attention.self.query": 3,

@@ -1,5 +1,6 @@
 """The recommendation's arms as methods on a tiny in-process BERT: a set of whole layers (given,
-random per seed, by weight SNR), LoRA with a rank per layer, LoRA started by PEFT's EVA. Each
+random per seed, by weight SNR), the LoRA allocation as method lora with a rank per layer, LoRA
+started by PEFT's EVA. Each
 trains exactly what it says (everything else bit-identical) and costs what it should."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from analysis.config import ModelSpec
 from analysis.finetune.config import FinetuneConfig, flat_config
 from analysis.finetune.engine import build_model, make_optimizer, train_step
 from analysis.finetune.methods.layer_set import LayerSetOptions, chosen_layers, layer_snr
+from analysis.finetune.registry import method_spec
 from analysis.models import layer_modules, load_model
 
 
@@ -136,8 +138,11 @@ def test_a_bad_layer_set_gets_one_clear_message(flat, message):
         flat_config(method="layer-set", **flat)
 
 
-def test_lora_ranks_put_each_layer_s_rank_and_keep_the_update_scale(bert4):
-    cfg = cfg_for(bert4, "lora-ranks", ranks_pattern="4:2,2:6", ranks_r=4, ranks_alpha=8)
+def test_a_lora_allocation_trains_as_method_lora_with_its_ranks_and_the_update_scale(bert4):
+    from analysis.recommend.allocation import LoraAllocation
+
+    allocation = LoraAllocation(ranks=((2, 6), (4, 2)), r=4, alpha=8.0, n_layers=4)
+    cfg = dataclasses.replace(cfg_for(bert4, "lora"), options=allocation.options())
     built, before, after = take_steps(bert4, cfg)
     model = built.model
     lora = {n for n, _ in model.named_parameters() if ".lora_" in n}
@@ -154,18 +159,9 @@ def test_lora_ranks_put_each_layer_s_rank_and_keep_the_update_scale(bert4):
         assert not hasattr(parts["key"], "lora_A")
     assert ranks == {2: {6}, 4: {2}}
     d = model.d_model
-    assert built.n_trainable - sum(p.numel() for p in model.classifier.parameters()) == (
-        2 * (6 + 2) * (d + d)
-    )
-
-
-def test_lora_ranks_refuse_what_they_cannot_read():
-    with pytest.raises(ValueError, match="layer:rank pairs"):
-        flat_config(method="lora-ranks", ranks_pattern="3-4")
-    with pytest.raises(ValueError, match="names a layer twice"):
-        flat_config(method="lora-ranks", ranks_pattern="3:4,3:2")
-    with pytest.raises(ValueError, match="needs the ranks per layer"):
-        flat_config(method="lora-ranks")
+    body = built.n_trainable - sum(p.numel() for p in model.classifier.parameters())
+    assert body == 2 * (6 + 2) * (d + d)
+    assert body == method_spec("lora").export(cfg, bert4).n_trainable  # the export's exact count
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +227,41 @@ def test_weight_snr_on_noise_and_on_a_planted_low_rank_signal():
     assert snr == pytest.approx(float(values[:3].sum() / values[3:].sum()), rel=1e-9)
     stronger = noise + 2 * u @ torch.diag(spikes) @ v.T
     assert weight_snr(stronger)[0] > snr
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "stored", "label"),
+    [("layer-set", LayerSetOptions(pick="random", k=2), {"layers": None, "pick": "random", "k": 2},
+      "random ×2"),
+     ("layer-set", LayerSetOptions(layers=(3, 1)), {"layers": [1, 3], "pick": "given", "k": None},
+      "layers 1,3"),
+     ("lora-eva", None, {"layers": None, "r": 8, "alpha": 16, "rho": 2.0, "batches": 8},
+      "lora-eva r=8")],
+)  # fmt: skip
+def test_the_arms_store_their_options_nested_and_label_their_runs(method, options, stored, label):
+    from analysis.runs.record import migrate_config
+    from analysis.runs.records import run_label
+
+    cfg = FinetuneConfig(method=method, options=options)
+    payload = cfg.to_dict()
+    assert payload["options"] == stored
+    assert not {"set_pick", "set_k", "set_layers", "eva_r", "eva_layers"} & set(payload)
+    assert (
+        FinetuneConfig.from_dict(payload)
+        == cfg
+        == FinetuneConfig.from_dict(migrate_config(payload))
+    )
+    assert run_label(payload) == label
+
+
+def test_eva_refuses_to_export_and_says_why_while_a_layer_set_exports_its_drawn_layers(bert4):
+    from analysis.export.build import build_recipe
+
+    eva = flat_config(model=bert4.spec, method="lora-eva", eva_r=2)
+    with pytest.raises(ValueError, match="cannot be exported: EVA's start is data-dependent"):
+        build_recipe(eva, bert4, 2)
+    drawn = flat_config(model=bert4.spec, method="layer-set", set_pick="random", set_k=2, seed=3)
+    recipe = build_recipe(drawn, bert4, 2)
+    layers = chosen_layers(drawn.options, 4, 3)
+    trained = {int(name.split(".")[2]) + 1 for name in recipe["train"]["params"]}
+    assert trained == set(layers) and recipe["train"]["peft"] is None

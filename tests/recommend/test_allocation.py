@@ -1,5 +1,5 @@
 """The LoRA allocation from the layer metrics: known answers on synthetic probe curves, and a
-round trip of the exported PEFT LoraConfig through get_peft_model on a tiny BERT classifier."""
+round trip of method lora's exported PEFT LoraConfig through get_peft_model on a tiny BERT classifier."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import torch
 import transformers as tf
 from tiny import make_tiny_model_dir
 
-from analysis.recommend.allocation import allocate_lora, apportion, lora_config, probe_gains
+from analysis.config import ModelSpec
+from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.registry import method_spec
+from analysis.models import load_model
+from analysis.recommend.allocation import allocate_lora, apportion, probe_gains
 
 
 def test_apportion_known_answers():
@@ -39,13 +43,17 @@ def test_the_probe_gain_rule_on_a_curve_with_a_known_allocation():
     alloc = allocate_lora(probe, r=4, alpha=8)
     # total 4 · 6 = 24: 1 each for layers 2, 3, 5, then 21 · (2 : 1 : 1) = 10.5, 5.25, 5.25
     assert dict(alloc.ranks) == {2: 12, 3: 6, 5: 6}
-    assert alloc.total_rank == 24 and alloc.ranks_pattern == "2:12,3:6,5:6"
-    settings = alloc.settings("bert")
+    assert alloc.total_rank == 24 and not alloc.is_uniform
+    options = alloc.options()  # method lora's options: ranks, and alpha_ℓ = alpha · r_ℓ / r
+    assert options.ranks == ((2, 12), (3, 6), (5, 6)) and options.layers == (2, 3, 5)
+    assert options.alphas == ((2, 24.0), (3, 12.0), (5, 12.0))
+    settings = alloc.to_dict("bert")
     assert settings["layers_to_transform"] == [1, 2, 4]
     assert settings["rank_pattern"]["layer.1.attention.self.query"] == 12
     assert settings["alpha_pattern"]["layer.4.attention.self.value"] == pytest.approx(8 * 6 / 4)
+    assert settings["target_modules"] == ["query", "value"]
     flat = allocate_lora([0.8, 0.79, 0.78], r=2)  # a falling curve: the uniform allocation
-    assert dict(flat.ranks) == {1: 2, 2: 2}
+    assert dict(flat.ranks) == {1: 2, 2: 2} and flat.is_uniform
 
 
 def test_the_exported_lora_config_round_trips_through_peft(tmp_path):
@@ -54,7 +62,10 @@ def test_the_exported_lora_config_round_trips_through_peft(tmp_path):
     folder = make_tiny_model_dir("bert", tmp_path, n_layers=4, d_model=32)
     alloc = allocate_lora([0.5, 0.6, 0.6, 0.9, 0.95], r=3, alpha=6)  # total 12 over layers 1, 3, 4
     assert dict(alloc.ranks) == {1: 3, 3: 7, 4: 2}
-    lora_config(alloc, "bert").save_pretrained(tmp_path / "adapter")
+    cfg = FinetuneConfig(method="lora", options=alloc.options())
+    exported = method_spec("lora").export(cfg, load_model(ModelSpec(str(folder)), device="cpu"))
+    assert exported.layers == (1, 3, 4)
+    exported.peft.save_pretrained(tmp_path / "adapter")
     loaded = LoraConfig.from_pretrained(tmp_path / "adapter")
     torch.manual_seed(0)
     model = tf.AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2)
@@ -72,4 +83,4 @@ def test_the_exported_lora_config_round_trips_through_peft(tmp_path):
     assert any("classifier" in n for n in trainable)  # the head trains (modules_to_save)
     d = 32
     lora_count = sum(p.numel() for n, p in peft_model.named_parameters() if ".lora_" in n)
-    assert lora_count == 2 * alloc.total_rank * (d + d)
+    assert lora_count == 2 * alloc.total_rank * (d + d) == exported.n_trainable

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.config import DataSpec, ModelSpec
+from analysis.finetune.config import FinetuneConfig
 from analysis.recommend.choices import propose, sizes
 from analysis.recommend.config import Budget, RecommendConfig
 from analysis.recommend.evidence import Evidence
@@ -39,7 +40,8 @@ def test_l_star_and_the_probe_plateau_give_their_layer_sets():
     assert "layers 5–6 removed" in by_name["layers 2–4 (ℓ*)"].trains
     assert by_name["layers 3–5 (probe)"].layers == (3, 5, 5)
     lora = by_name["LoRA by probe gain"]
-    assert lora.lora.total_rank == 8 * 6 and lora.options.ranks == lora.lora.ranks_pattern
+    assert lora.lora.total_rank == 8 * 6 and lora.options == lora.lora.options()
+    assert lora.method == "lora" and lora.config(FinetuneConfig()).to_dict()["options"]["ranks"]
     # the alternatives match the first layer candidate's 3 layers
     assert by_name["last 3 layers"].layers == (4, 6, 6)
     assert by_name["3 random layers"].options.k == 3

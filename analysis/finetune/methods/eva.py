@@ -22,13 +22,16 @@ from typing import Any
 from analysis.config import setting
 from analysis.finetune.spec import (
     MethodSpec,
-    at_head,
+    at_classifier_layer,
     is_int,
     is_number,
     layer_list,
+    peft_config,
     refuse_export,
     span,
 )
+
+PARTS = ("query", "value")  # as method lora (`analysis.finetune.methods.lora.PARTS`)
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,6 @@ class EvaOptions:
         if not is_int(self.batches) or self.batches < 1:
             raise ValueError(f"eva_batches must be a positive whole number (got {self.batches!r}).")
 
-    def layers_used(self) -> tuple[int, ...]:
-        return self.layers or ()
-
 
 def eva_batches(cfg, device) -> list[dict]:
     """``batches`` batches of ``batch_size`` train examples, drawn with the run's seed, tokenized
@@ -81,7 +81,7 @@ def eva_batches(cfg, device) -> list[dict]:
     from analysis.extract import pad_id_of, texts_of, tokenize
     from analysis.models import resolve_source
 
-    options = cfg.options
+    options = cfg.options_for(EvaOptions)
     source, _ = resolve_source(cfg.model.name)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=cfg.model.trust_remote_code)
     train = load_data(cfg.data).parts["train"]
@@ -98,24 +98,24 @@ def eva_batches(cfg, device) -> list[dict]:
 
 def prepare(model, cfg, inputs):
     """LoRA with EVA's start and ranks on query and value of the placement's layers."""
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
     from peft.tuners.lora.config import EvaConfig
     from peft.tuners.lora.eva import initialize_lora_eva_weights
 
     from analysis.extract import model_inputs
     from analysis.finetune.prepare import train_only
     from analysis.finetune.prepared import Prepared
-    from analysis.models import LAYER_PARTS
+    from analysis.hf_names import target_name
 
     options = cfg.options_for(EvaOptions)
     layers = cfg.placement(model.n_layers_total)
-    parts = LAYER_PARTS[model.model_family]
-    config = LoraConfig(
+    config = peft_config(
+        "LoraConfig",
         r=options.r,
         lora_alpha=options.alpha,
         lora_dropout=0.0,
         bias="none",
-        target_modules=[parts["query"], parts["value"]],
+        target_modules=[target_name(model.model_family, part) for part in PARTS],
         layers_to_transform=[layer - 1 for layer in layers],
         layers_pattern="layer",
         init_lora_weights="eva",
@@ -125,7 +125,7 @@ def prepare(model, cfg, inputs):
     device = next(encoder.parameters()).device
     # EVA needs PEFT's model wrapper (its hooks and rank bookkeeping); the wrapper injects into
     # the encoder in place and is dropped afterwards, as method lora's in-place injection.
-    wrapped = get_peft_model(encoder, config)
+    wrapped = get_peft_model(encoder, config, low_cpu_mem_usage=True)  # EVA makes the weights
 
     def forward(_, batch):
         return encoder(**model_inputs(encoder, batch))
@@ -155,7 +155,7 @@ def eva_ranks(encoder, family: str) -> dict[int, int]:
     for index, block in enumerate(encoder_layers(encoder)):
         parts = layer_modules(block, family)
         total = 0
-        for name in ("query", "value"):
+        for name in PARTS:
             lora_a = getattr(parts[name], "lora_A", None)
             if lora_a is not None and "default" in lora_a:
                 total += lora_a["default"].weight.shape[0]
@@ -164,10 +164,11 @@ def eva_ranks(encoder, family: str) -> dict[int, int]:
 
 
 def run_label(config: Mapping[str, Any]) -> str:
-    """``lora-eva r=8``, ``lora-eva r=8 3,4`` (explicit layers)."""
-    layers = config.get("eva_layers")
+    """``lora-eva r=8``, ``lora-eva r=8 3,4`` (explicit layers), from the stored options."""
+    options = config.get("options") or {}
+    layers = options.get("layers")
     where = " " + ",".join(str(x) for x in layers) if layers else ""
-    return f"lora-eva r={config.get('eva_r')}{where}" + at_head(config)
+    return f"lora-eva r={options.get('r')}{where}" + at_classifier_layer(config)
 
 
 SPEC = MethodSpec(
@@ -180,8 +181,14 @@ SPEC = MethodSpec(
     options=EvaOptions,
     order=55,
     run_label=run_label,
+    # EVA's start (each A, and where the rank goes) is computed from the run's own training
+    # batches: data-dependent weights, which a recipe of settings cannot hold, and a LoraConfig
+    # with init_lora_weights="eva" applied without that step would silently train plain LoRA.
     export=refuse_export(
-        "EVA starts LoRA from the activations of training batches, a step a recipe cannot hold; "
-        "use PEFT's LoraConfig(init_lora_weights='eva') and initialize_lora_eva_weights"
+        "EVA's start is data-dependent: each LoRA A and the rank of every module come from an "
+        "SVD of the training batches' activations, which a recipe (settings, no weights) cannot "
+        "hold; in your own pipeline use PEFT's LoraConfig(init_lora_weights='eva', "
+        "eva_config=EvaConfig(rho=...)) and run initialize_lora_eva_weights on your dataloader "
+        "before training"
     ),
 )

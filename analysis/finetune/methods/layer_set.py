@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analysis.config import setting
-from analysis.finetune.spec import MethodSpec, at_head, export_as_prepared, is_int, layer_list, span
+from analysis.finetune.spec import (
+    MethodSpec,
+    at_classifier_layer,
+    export_as_prepared,
+    is_int,
+    layer_list,
+    span,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -60,9 +67,6 @@ class LayerSetOptions:
             raise ValueError(
                 f"set_pick {self.pick!r} needs set_k, a whole number of layers ≥ 1 (got {self.k!r})."
             )
-
-    def layers_used(self) -> tuple[int, ...]:
-        return self.layers or ()
 
 
 def chosen_layers(options: LayerSetOptions, n_layers: int, seed: int, snr=None) -> tuple[int, ...]:
@@ -164,13 +168,14 @@ def prepare(model, cfg, inputs):
 
 
 def run_label(config: Mapping[str, Any]) -> str:
-    """``layers 2,5,6``, ``random ×3``, ``snr ×3``."""
-    pick = config.get("set_pick") or "given"
+    """``layers 2,5,6``, ``random ×3``, ``snr ×3`` (from the stored config's options)."""
+    options = config.get("options") or {}
+    pick = options.get("pick") or "given"
     if pick == "given":
-        label = "layers " + ",".join(str(x) for x in config.get("set_layers") or ())
+        label = "layers " + ",".join(str(x) for x in options.get("layers") or ())
     else:
-        label = f"{pick} ×{config.get('set_k')}"
-    return label + at_head(config)
+        label = f"{pick} ×{options.get('k')}"
+    return label + at_classifier_layer(config)
 
 
 SPEC = MethodSpec(
