@@ -93,3 +93,16 @@ def test_the_comparison_figure_draws_every_interval_and_the_minus_delta_line():
     front = next(t for t in fig.data if t.name == "frontier")
     assert list(front.x) == [0.4, 1.0]  # layer 1 costs less, full scores more: both on it
     assert list(fig.layout.yaxis2.range) == [0.0, 1.0]  # accuracy's range
+
+
+def test_an_arm_without_an_interval_gets_no_bar_rather_than_a_zero_wide_one():
+    from analysis.recommend.outcome import ArmOutcome
+
+    arms = [
+        ArmOutcome("full fine-tuning", "reference", "full", 1, mean=0.8, step_time_ratio=1.0),
+        ArmOutcome("layer 1", "candidate", "layers", 1, mean=0.79, diff=-0.01,
+                   verdict="no difference shown (n seeds = 1, 1)", step_time_ratio=0.4),
+    ]  # fmt: skip
+    fig = comparison_figure(arms, 1.0, "accuracy")
+    assert list(fig.data[0].error_x.array) == [None]  # one seed a side: no margin
+    assert all(list(t.error_y.array) == [None] for t in fig.data[1:] if t.error_y.array)

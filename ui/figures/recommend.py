@@ -55,7 +55,8 @@ def comparison_figure(
             error_x=dict(
                 type="data",
                 visible=True,
-                array=[POINTS * a.margin if math.isfinite(a.margin) else 0 for a in compared],
+                # no bar where there is no interval (one seed a side), rather than a 0-wide one
+                array=[POINTS * a.margin if math.isfinite(a.margin) else None for a in compared],
             ),
             customdata=[[a.verdict, a.n_seeds] for a in compared],
             hovertemplate="%{y}<br>%{x:+.1f} points<br>%{customdata[0]}<br>n seeds %{customdata[1]}"
@@ -94,7 +95,7 @@ def comparison_figure(
                 error_y=dict(
                     type="data",
                     visible=True,
-                    array=[a.se if math.isfinite(a.se) else 0 for a in part],
+                    array=[a.se if math.isfinite(a.se) else None for a in part],
                 ),
                 customdata=[[a.n_seeds, 100 * (a.trainable_share or math.nan)] for a in part],
                 hovertemplate="%{text}<br>step time %{x:.2f}× full<br>score %{y:.4f}"
