@@ -25,7 +25,8 @@ import waiting
 
 from analysis.cli import main
 from analysis.config import DataSpec, ModelSpec
-from analysis.runs.db import RunsDB, pid_alive
+from analysis.runs.db import RunsDB
+from analysis.runs.queue import pid_alive
 from analysis.runs.ray_cluster import node_label
 from analysis.runs.ray_executor import RayUnavailable, check_address
 from analysis.runs.worker import RAY, worker_pid

@@ -18,7 +18,8 @@ import ray_head
 import waiting
 
 from analysis.config import DataSpec, ModelSpec
-from analysis.runs.db import RunsDB, pid_alive
+from analysis.runs.db import RunsDB
+from analysis.runs.queue import pid_alive
 from analysis.runs.worker import RAY, ensure_ray_worker, worker_pid
 
 HOST = socket.gethostname()
