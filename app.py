@@ -21,6 +21,7 @@ st.set_page_config(page_title="tunescope", page_icon=str(ICON), layout="wide")
 
 PAGES = [
     st.Page("views/home.py", title="Home", icon=":material/home:", default=True),
+    st.Page("views/recommend.py", title="Recommend", icon=":material/recommend:"),
     st.Page("views/data.py", title="Data", icon=":material/table_view:"),
     st.Page("views/layers.py", title="Layers", icon=":material/layers:"),
     st.Page("views/heads.py", title="Heads", icon=":material/hub:"),

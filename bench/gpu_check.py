@@ -293,6 +293,10 @@ def method_config(method: str, loaded: LoadedModel, sizes: Sizes, trajectory: Pa
         options = HeadsOptions(HeadSelection(heads_of))
     elif method in ("subspace", "subspace-random"):
         options = SubspaceOptions(str(trajectory) if trajectory else None)
+    elif method == "layer-set":  # the recommendation's weight-SNR alternative
+        from analysis.finetune.methods.layer_set import LayerSetOptions
+
+        options = LayerSetOptions(pick="snr", k=1)
     return FinetuneConfig(
         model=loaded.spec, data=DataSpec("movie-snippets"), method=method,
         layers=(1, max(1, n_layers // 2), n_layers) if method == "layers" else None,

@@ -84,6 +84,7 @@ def test_a_registered_method_is_on_the_page_form_and_in_the_runs_table(
     widget(at.number_input, "Steps").set_value(2)
     widget(at.number_input, "Train examples (0 = all)").set_value(16)
     widget(at.number_input, "Dev/test examples scored").set_value(8)
+    widget(at.text_input, "Seeds").set_value("0")  # one run (the page's default is 3 seeds)
     widget(at.button, "Estimate time").click().run()  # times 2 steps of the dummy here
     assert not errors(at), errors(at)
     assert any("one dummy run" in i.value for i in at.info)

@@ -27,7 +27,8 @@ PATH = (
     Step("views/runs.py", "Runs", "compare, annotate and export every run"),
 )
 # Pages off the path, and the page each leads to.
-AFTER = {"views/claims.py": "views/runs.py"}
+AFTER = {"views/claims.py": "views/runs.py", "views/recommend.py": "views/runs.py"}
+RECOMMEND = "views/recommend.py"  # every other page links to it too: the answer in one place
 ICONS = {
     "Data": ":material/table_view:",
     "Layers": ":material/layers:",
@@ -55,6 +56,12 @@ def next_step(page: str) -> None:
     """The link to the next step, at the bottom of ``page`` (the sidebar settings come along)."""
     step = next_of(page)
     st.divider()
+    if page != RECOMMEND:
+        st.page_link(
+            RECOMMEND, icon=":material/recommend:",
+            label="The answer in one place: **Recommend** — what to tune, its cost and evidence, "
+            "tested against the alternatives at the same budget",
+        )  # fmt: skip
     verb = "Launch more runs" if page == PATH[-1].page else "Next"
     st.page_link(step.page, label=f"{verb}: **{step.title}** — {step.does}", icon=ICONS[step.title])
 

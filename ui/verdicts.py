@@ -31,9 +31,10 @@ def explain() -> None:
     st.latex(
         r"\mathrm{diff}=\bar s_A-\bar s_B,\quad se=\sqrt{se_A^2+se_B^2},\quad "
         r"se_X=\frac{\operatorname{sd}(s_X)}{\sqrt{n_X}},\quad"
-        r"\text{verdict}=\begin{cases}A\text{ better} & \mathrm{diff}>2\,se\\"
-        r"B\text{ better} & \mathrm{diff}<-2\,se\\ \text{no difference shown} & \text{else}"
-        r"\end{cases}"
+        r"\text{verdict}=\begin{cases}A\text{ better} & \mathrm{diff}>t\,se\\"
+        r"B\text{ better} & \mathrm{diff}<-t\,se\\ \text{no difference shown} & \text{else}"
+        r"\end{cases},\quad t=t_{0.975,\,\nu_{\mathrm{Welch}}},\ "
+        r"\nu_{\mathrm{Welch}}=\frac{se^4}{se_A^4/(n_A-1)+se_B^4/(n_B-1)}"
     )
 
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 def wait_idle(pg, timeout_s: float = 120) -> None:
@@ -39,3 +48,53 @@ def screenshot_for_docs(pg, name: str) -> None:
         folder = ROOT / "docs" / "screenshots"
         folder.mkdir(parents=True, exist_ok=True)
         pg.screenshot(path=str(folder / f"{name}.png"), full_page=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(cache: Path, **env: str):
+    """The dashboard on a free localhost port with its own cache (and ``env`` set): yields
+    {"url", "cache"}; stopped on exit."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (./tasks.sh test installs it as root)")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "TUNESCOPE_CACHE": str(cache),
+        "TUNESCOPE_N": os.environ.get("TUNESCOPE_BROWSER_N", "300"),
+        "TUNESCOPE_WORKER_IDLE_S": "30",
+        "TUNESCOPE_PROCESSES": "2",  # the server's computations in its two compute workers
+        **env,
+    }
+    log = open(cache / "server.log", "w")  # noqa: SIM115 (closed at teardown)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.headless", "true", "--server.address", "127.0.0.1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail(f"the app did not start; log: {(cache / 'server.log').read_text()[-2000:]}")
+    try:
+        yield {"url": url, "cache": cache}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -3,23 +3,16 @@ chromium (never a downloaded browser). A failing test leaves a screenshot in tes
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # browser_utils, beside this file
-from browser_utils import wait_idle
+from browser_utils import CHROMIUM, serve, wait_idle
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -29,51 +22,11 @@ FLAGS = [
 pytestmark = pytest.mark.browser
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     """The dashboard on the embedded default model and data, with its own cache."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (./tasks.sh test installs it as root)")
-    port = _free_port()
-    cache = tmp_path_factory.mktemp("browser-cache")
-    env = {
-        **os.environ,
-        "TUNESCOPE_CACHE": str(cache),
-        "TUNESCOPE_N": os.environ.get("TUNESCOPE_BROWSER_N", "300"),
-        "TUNESCOPE_WORKER_IDLE_S": "30",
-        "TUNESCOPE_PROCESSES": "2",  # the server's computations in its two compute workers
-    }
-    log = open(cache / "server.log", "w")  # noqa: SIM115 (closed at teardown)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.headless", "true", "--server.address", "127.0.0.1"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail(f"the app did not start; log: {(cache / 'server.log').read_text()[-2000:]}")
-    yield {"url": url, "cache": cache}
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    with serve(tmp_path_factory.mktemp("browser-cache")) as served:
+        yield served
 
 
 @pytest.fixture(scope="session")

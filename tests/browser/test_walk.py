@@ -64,6 +64,7 @@ def _queue_run(page, steps: int) -> None:
     _fill(page, "Dev/test examples scored", "64")
     _fill(page, "Dev score every k steps", "5")
     _fill(page, "Batch size", "8")
+    _fill(page, "Seeds", "0")  # one run (the page's default is 3 seeds)
     page.get_by_role("button", name="Queue").click()
     wait_idle(page)
 

@@ -67,6 +67,7 @@ def test_ia3_on_the_page_in_the_runs_table_and_in_the_figures(tiny_bert_dir, mon
     assert not errors(at), errors(at)
     widget(at.multiselect, "IA³ layers").set_value([1])
     widget(at.number_input, "Steps").set_value(2)
+    widget(at.text_input, "Seeds").set_value("0")  # one run (the page's default is 3 seeds)
     widget(at.button, "Queue").click().run()
     assert not errors(at), errors(at)
     (run,) = RunsDB().list_runs().itertuples()

@@ -336,7 +336,8 @@ def test_zero_weights_sets_the_named_entries(tmp_path, bert4):
 def test_every_method_has_a_preparer_and_subspace_methods_need_their_trajectory(bert4):
     assert all(callable(spec.prepare) for spec in method_specs())
     assert set(method_names()) == {"full", "layers", "heads", "adapter", "lora", "ia3", "bitfit",
-                                   "frozen", "subspace", "subspace-random"}  # fmt: skip
+                                   "frozen", "subspace", "subspace-random", "layer-set",
+                                   "lora-eva"}  # fmt: skip
     cfg = cfg_for(bert4, "subspace", subspace_from="run-7")
     with pytest.raises(ValueError, match="needs the trajectory of 'run-7'"):
         build_model(cfg, bert4, 2, "cpu")

@@ -213,7 +213,9 @@ def training_fields() -> dict[str, Any]:
             persist_state=KEEP,
         ),
         seeds_text=d.text_input(
-            "Seeds", "0", help="comma-separated, e.g. 0,1,2", key="ft_seeds", persist_state=KEEP
+            "Seeds", "0,1,2", key="ft_seeds", persist_state=KEEP,
+            help="comma-separated; 3 by default, so that every comparison can reach a verdict "
+            "(one seed a side has no interval)",
         ),
         n_train=e.number_input(
             "Train examples (0 = all)", 0, 10_000_000,

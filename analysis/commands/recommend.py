@@ -1,0 +1,241 @@
+"""``recommend``: what to tune for this model and data, at what cost, on what evidence — and, with
+``--compare``, tested against the alternatives at the same budget, in one sentence
+(`analysis.recommend`; docs/explanation/recommendation.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from analysis.commands.options import (
+    TqdmProgress,
+    add_executor_options,
+    add_model_data,
+    data_spec_from_args,
+    executor_from_args,
+    model_spec_from_args,
+    write_json,
+)
+from analysis.config import POOLINGS
+
+NAME = "recommend"
+HELP = "candidates to tune with their cost and evidence; --compare tests them at equal budget"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_data(parser)
+    parser.add_argument("--n", type=int, default=1000, help="examples of the layer analyses")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed of the analyses")
+    parser.add_argument("--pooling", default="mean", choices=POOLINGS, help="pooling")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens kept per example")
+    parser.add_argument(
+        "--budget", default=None,
+        help="params=SHARE (trainable share, e.g. params=10%%) or time=SHARE (of full "
+        "fine-tuning's step time, e.g. time=0.5); default: no limit, the cheapest choice not "
+        "shown worse than full",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repeats", type=int, default=50, help="bootstrap repeats of the layer metrics (ℓ* counts)"
+    )
+    parser.add_argument("--heads-n", type=int, default=300, help="examples of the head statistics")
+    parser.add_argument("--k", type=int, default=None, help="heads per layer (default 3)")
+    parser.add_argument(
+        "--lora-r", type=int, default=8,
+        help="rank r of the uniform LoRA whose total r · L the allocation shares out",
+    )  # fmt: skip
+    parser.add_argument("--lora-alpha", type=float, default=16.0, help="LoRA alpha at rank r")
+    parser.add_argument(
+        "--delta", type=float, default=1.0,
+        help="δ in points of the metric: the cheapest arm whose interval's lower end is ≥ −δ "
+        "against full is recommended",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timed-steps", type=int, default=5, help="steps timed per choice (median step time)"
+    )
+    parser.add_argument(
+        "--compare", action="store_true",
+        help="queue every arm × seed against full fine-tuning (finished runs are reused)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seeds", default="3", help="training seeds per arm: a count (3 → 0,1,2) or a list"
+    )
+    parser.add_argument("--steps", type=int, default=200, help="optimizer steps of every run")
+    parser.add_argument("--batch-size", type=int, default=16, help="examples per training step")
+    parser.add_argument("--n-train", type=int, default=None, help="train examples (default all)")
+    parser.add_argument("--n-eval", type=int, default=1000, help="dev / test examples scored")
+    parser.add_argument("--eval-every", type=int, default=50, help="dev score every k steps")
+    parser.add_argument(
+        "--wait", action="store_true", help="with --compare: wait for the runs (with progress)"
+    )
+    parser.add_argument("--poll", type=float, default=5.0, help="seconds between checks")
+    parser.add_argument("--json", default=None, help="write the recommendation here ('-': stdout)")
+    parser.add_argument(
+        "--report", default=None, help="write one self-contained HTML report here (FILE.html)"
+    )
+    parser.add_argument(
+        "--recipe", default=None,
+        help="write the recommended candidate's recipe into this folder (or, before a "
+        "comparison, the candidate named by --candidate)",
+    )  # fmt: skip
+    parser.add_argument("--candidate", default=None, help="the candidate --recipe takes home")
+    add_executor_options(parser)
+
+
+def config_from_args(args: argparse.Namespace):
+    from analysis.commands.claims import seeds_of
+    from analysis.recommend.config import Budget, RecommendConfig
+
+    return RecommendConfig(
+        model=model_spec_from_args(args), data=data_spec_from_args(args),
+        budget=Budget.parse(args.budget), n=args.n, sample_seed=args.seed, pooling=args.pooling,
+        max_length=args.max_length, repeats=args.repeats, heads_n=args.heads_n, k=args.k,
+        lora_r=args.lora_r, lora_alpha=args.lora_alpha, seeds=seeds_of(args.seeds),
+        steps=args.steps, batch_size=args.batch_size, n_train=args.n_train, n_eval=args.n_eval,
+        eval_every=args.eval_every, delta=args.delta, timed_steps=args.timed_steps,
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.models import load_model
+    from analysis.recommend.recommendation import recommend
+    from analysis.runs.db import RunsDB
+    from analysis.runs.worker import check_executor
+
+    if args.wait and not args.compare:
+        raise ValueError("--wait goes with --compare (it waits for the comparison's runs).")
+    if args.report and not str(args.report).lower().endswith((".html", ".htm")):
+        raise ValueError(f"--report writes one HTML file: give FILE.html (got {args.report!r}).")
+    cfg = config_from_args(args)
+    executor = executor_from_args(args)
+    if args.compare:
+        check_executor(executor)  # before the analyses, not after them
+    out = sys.stderr if args.json == "-" else sys.stdout  # stdout: the JSON alone
+    started = time.perf_counter()
+    loaded = load_model(cfg.model)
+    bar = TqdmProgress("analyses and costs")
+    try:
+        rec = recommend(cfg, loaded, progress=bar)
+    finally:
+        bar.close()
+    print(
+        f"{cfg.model.name} on {cfg.data.name}: {rec.evidence.n_layers} layers, "
+        f"{rec.evidence.l_star_words()}; budget: {cfg.budget.text()} "
+        f"(analyses and costs in {time.perf_counter() - started:.0f} s)",
+        file=out,
+    )
+    print(candidates_text(rec), file=out)
+    for note in rec.proposal.notes:
+        print(f"note: {note}", file=out)
+    db = RunsDB()
+    if args.compare:
+        _drive(db, rec, executor, wait=args.wait, poll=args.poll)
+    runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
+    arms, decision = rec.outcome(runs)
+    if any(a.n_seeds for a in arms):
+        print(comparison_text(arms), file=out)
+    print(decision.sentence, file=out)
+    write_json(args.json, rec.to_json(runs))
+    if args.report:
+        # The report draws with the Recommend page's plotly figures, imported here only, so that
+        # the library and `--help` stay free of plotly.
+        from ui.recommend.report import write_report
+
+        path = write_report(rec, runs, args.report)
+        print(f"report written to {path}", file=out)
+    if args.recipe:
+        from analysis.recommend.recommendation import take_home
+
+        name = args.candidate or decision.candidate
+        if name is None:
+            raise ValueError(
+                "No candidate is recommended yet (compare first, --compare --wait), so --recipe "
+                "needs --candidate NAME: one of "
+                + ", ".join(repr(c.name) for c in rec.proposal.choices)
+            )
+        try:
+            files = take_home(rec, name, args.recipe, loaded)
+        except KeyError:
+            raise ValueError(f"No choice named {name!r}.") from None
+        print(f"recipe of {name!r} written to {args.recipe} ({len(files)} files)", file=out)
+    if args.json and args.json != "-":
+        print(f"JSON written to {args.json}", file=out)
+    print(f"total {time.perf_counter() - started:.0f} s", file=out)
+    return 0
+
+
+def candidates_text(rec) -> str:
+    lines = [f"{'choice':<26} {'role':<11} {'trainable':>9} {'step time':>9}  trains"]
+    for choice in rec.proposal.choices:
+        cost = rec.costs.get(choice.name)
+        share = "-" if cost is None else f"{100 * cost.share:.2f} %"
+        ratio = "-" if cost is None else f"{cost.step_time_ratio:.2f}×"
+        lines.append(f"{choice.name:<26} {choice.role:<11} {share:>9} {ratio:>9}  {choice.trains}")
+        if choice.evidence and choice.role == "candidate":
+            lines.append(f"{'':<26} {'':<11} {'':>9} {'':>9}  evidence: {choice.evidence}")
+        if cost is not None and cost.match:
+            lines.append(f"{'':<26} {'':<11} {'':>9} {'':>9}  budget: {cost.match}")
+    if rec.costs.drift > 0.2:
+        lines.append(
+            f"(full fine-tuning's step time varied by {100 * rec.costs.drift:.0f} % during the "
+            "measurement: the machine was busy; each ratio compares steps taken in turn with "
+            "full fine-tuning's)"
+        )
+    return "\n".join(lines)
+
+
+def comparison_text(arms) -> str:
+    """The comparison as a plain table (differences and margins in points)."""
+    lines = [
+        f"{'arm':<26} {'n':>2} {'score':>14} {'diff vs full':>17} {'step':>6} {'share':>8}  verdict"
+    ]
+    for a in arms:
+        score = "-" if a.n_seeds == 0 else f"{a.mean:.4f} ± {a.se:.4f}".replace("nan", "–")
+        if a.role == "reference" or a.n_seeds == 0 or a.diff != a.diff:
+            diff = "-"
+        else:
+            margin = "–" if a.margin != a.margin else f"{100 * a.margin:.1f}"
+            diff = f"{100 * a.diff:+.1f} ± {margin} pt"
+        step = "-" if a.step_time_ratio is None else f"{a.step_time_ratio:.2f}×"
+        share = "-" if a.trainable_share is None else f"{100 * a.trainable_share:.2f}%"
+        lines.append(
+            f"{a.name:<26} {a.n_seeds:>2} {score:>14} {diff:>17} {step:>6} {share:>8}  {a.verdict}"
+        )
+    lines.append("(± in the score: s.e. over seeds; ± in diff: the margin t·se, t at 97.5 % with "
+                 "Welch degrees of freedom)")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _drive(db, rec, executor, wait: bool, poll: float) -> None:
+    """Queue the missing runs once, then — with ``wait`` — poll (a bar of runs done) until no
+    planned run is queued or running. What it says goes to stderr."""
+    from analysis.recommend.outcome import progress_counts, run_status
+    from analysis.recommend.recommendation import queue
+    from analysis.runs.launch import launch
+
+    cfg = rec.cfg
+    runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
+    sweep_id = "recommend-" + time.strftime("%Y%m%d-%H%M%S")
+    launched = queue(db, rec, runs, executor, sweep_id)
+    total = len(rec.proposal.choices) * len(cfg.seeds)
+    print(
+        f"queued {len(launched.ids)} of {total} runs ({len(rec.proposal.choices)} arms × "
+        f"{len(cfg.seeds)} seeds; finished ones reused), {launched.how}",
+        file=sys.stderr,
+    )
+    if not wait:
+        return
+    bar = TqdmProgress(f"{total} runs")
+    try:
+        while True:
+            db.reap_dead()
+            runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
+            counts = progress_counts(run_status(cfg, rec.proposal, runs))
+            bar(counts["done"] / total, f"{counts['running']} running, {counts['queued']} queued, "
+                f"{counts['failed'] + counts['cancelled']} failed or cancelled")  # fmt: skip
+            if not counts["running"] and not counts["queued"]:
+                return
+            launch(db, [], executor, sweep_id)  # keeps a worker serving the queued runs
+            time.sleep(poll)
+    finally:
+        bar.close()

@@ -1,0 +1,2 @@
+"""The recommendation: candidates from the analyses, their budget, the comparison at equal budget
+and the sentence (docs/explanation/recommendation.md). This file stays empty."""

@@ -1,0 +1,100 @@
+"""``python -m analysis recommend`` end to end on a tiny model: candidates with cost and evidence,
+``--compare --wait`` training every arm through the worker, ``--json`` / ``--report`` /
+``--recipe``; a LoRA allocation taken home loads in PEFT; bad input gets one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.cli import main
+from analysis.runs.db import RunsDB
+
+pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
+KEYS = {"model", "data", "budget", "candidates", "comparison", "recommendation"}
+
+
+def tiny(model_dir, *extra: str) -> list[str]:
+    return [
+        "recommend", "--model", str(model_dir), "--n", "40", "--repeats", "2", "--heads-n", "12",
+        "--timed-steps", "1", "--lora-r", "2", "--steps", "2", "--batch-size", "4",
+        "--n-train", "24", "--n-eval", "12", "--eval-every", "2", "--poll", "0.5", *extra,
+    ]  # fmt: skip
+
+
+def test_recommend_compares_waits_and_writes_json_report_and_recipe(
+    tiny_bert_dir, tmp_path, capsys
+):
+    out, report, recipe = tmp_path / "rec.json", tmp_path / "rec.html", tmp_path / "recipe"
+    argv = tiny(tiny_bert_dir, "--compare", "--wait", "--seeds", "1", "--json", str(out),
+                "--report", str(report))  # fmt: skip
+    assert main(argv) == 0
+    payload = json.loads(out.read_text())
+    assert set(payload) == KEYS and payload["model"] == str(tiny_bert_dir)
+    assert payload["budget"]["kind"] is None
+    assert payload["candidates"] and all(
+        0 < c["trainable_share"] <= 1 for c in payload["candidates"]
+    )
+    arms = {row["arm"]: row for row in payload["comparison"]}
+    runs = RunsDB().list_runs()
+    assert set(runs["status"]) == {"done"} and len(runs) == len(arms)  # one seed per arm
+    assert arms["full fine-tuning"]["verdict"] == "reference"
+    assert {"BitFit", "EVA LoRA r=2", "uniform LoRA r=2"} <= set(arms)
+    assert all(row["n_seeds"] == 1 for row in arms.values())
+    # one seed a side: no interval, so no arm can be shown to hold up (nor to lose)
+    assert payload["recommendation"]["candidate"] is None
+    printed = capsys.readouterr()
+    assert "queued" in printed.err and "arm" in printed.out and "total" in printed.out
+    assert report.read_text().startswith("<!DOCTYPE html>")
+
+    # Again: every finished run is reused, nothing is queued; a candidate's recipe goes home.
+    name = payload["candidates"][0]["name"]
+    assert main(tiny(tiny_bert_dir, "--compare", "--seeds", "1", "--recipe", str(recipe),
+                     "--candidate", name)) == 0  # fmt: skip
+    assert "queued 0 of" in capsys.readouterr().err and len(RunsDB().list_runs()) == len(arms)
+    assert (recipe / "recipe.json").is_file() or (recipe / "adapter_config.json").is_file()
+
+
+def test_a_lora_allocation_goes_home_as_the_lora_recipe_with_its_peft_config(
+    tiny_bert_dir, tmp_path
+):
+    from peft import LoraConfig
+
+    from analysis.config import ModelSpec
+    from analysis.models import load_model
+    from analysis.recommend.allocation import allocate_lora
+    from analysis.recommend.choices import Choice, Proposal
+    from analysis.recommend.config import RecommendConfig
+    from analysis.recommend.evidence import Evidence
+    from analysis.recommend.recommendation import Recommendation, take_home
+
+    loaded = load_model(ModelSpec(str(tiny_bert_dir)))
+    alloc = allocate_lora([0.5, 0.8, 0.85], r=2, alpha=4)  # gains 0.3, 0.05: total 4 → 3, 1
+    choice = Choice("LoRA by probe gain", "candidate", "lora", "LoRA", "probe",
+                    options=alloc.options(), lora=alloc)  # fmt: skip
+    evidence = Evidence(n_layers=2, n_heads=4, d_model=32, family="bert", metric="accuracy",
+                        n_outputs=2, table=None, l_star=2, repeats=1)  # fmt: skip
+    rec = Recommendation(RecommendConfig(model=loaded.spec), evidence, Proposal([choice]), None)
+    files = take_home(rec, "LoRA by probe gain", tmp_path / "home", loaded)
+    assert {"adapter_config.json", "recipe.json", "README.md"} <= {f.name for f in files}
+    config = LoraConfig.from_pretrained(tmp_path / "home")
+    assert config.layers_to_transform == [0, 1] and config.task_type == "SEQ_CLS"
+    assert config.rank_pattern == {"layer.0.attention.self.query": 3,
+                                   "layer.0.attention.self.value": 3,
+                                   "layer.1.attention.self.query": 1,
+                                   "layer.1.attention.self.value": 1}  # fmt: skip
+    assert config.alpha_pattern["layer.0.attention.self.query"] == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(("--budget", "speed=0.5"), "--budget takes params=SHARE or time=SHARE"),
+     (("--wait",), "--wait goes with --compare"),
+     (("--report", "rec.md"), "give FILE.html"),
+     (("--seeds", "0,0"), "distinct")],
+)  # fmt: skip
+def test_bad_input_gets_one_line(tiny_bert_dir, capsys, extra, message):
+    assert main(tiny(tiny_bert_dir, *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1

@@ -1,0 +1,124 @@
+"""AppTest of the Recommend page on a tiny model: candidates with their cost and evidence, "Test
+these" queueing every arm × seed through the one launch path, the comparison and the sentence
+filling in from finished runs, the take-home downloads; bad input gets one message."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+from apptest_utils import errors, make_app, open_page
+
+from analysis.predictions import encode_predictions
+from analysis.recommend.budget import Costs
+from analysis.runs.db import RunsDB
+
+pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
+PAGE = "views/recommend.py"
+SMALL = {"rec_repeats": 2, "rec_heads_n": 40, "rec_timed_steps": 1, "rec_steps": 2,
+         "rec_batch_size": 8, "rec_n_train": 64, "rec_n_eval": 40, "rec_eval_every": 2,
+         "rec_lora_r": 2}  # fmt: skip
+
+
+def recommend_page(tiny_bert_dir, monkeypatch, **state):
+    at = make_app(tiny_bert_dir, monkeypatch, n=40)
+    for key, value in {**SMALL, **state}.items():
+        at.session_state[key] = value
+    return open_page(at, PAGE)
+
+
+def frame(at, column: str):
+    """The table that has ``column`` (choice: the candidates; arm: the comparison)."""
+    return next(d.value for d in at.dataframe if column in getattr(d.value, "columns", []))
+
+
+def test_the_page_proposes_candidates_with_cost_and_evidence_and_queues_the_comparison(
+    tiny_bert_dir, monkeypatch
+):
+    at = recommend_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at), errors(at)
+    choices = frame(at, "choice")
+    assert choices["role"].iloc[0] == "reference" and "candidate" in set(choices["role"])
+    assert {"BitFit", "EVA LoRA r=2", "uniform LoRA r=2"} <= set(choices["choice"])
+    assert any("PageRank heads" in c for c in choices["choice"])
+    assert (choices.loc[choices["role"] == "reference", "step time ×full"] == "1.00").all()
+    shown = " ".join(m.value for m in at.markdown) + " ".join(i.value for i in at.info)
+    assert "Not tested yet" in shown
+    n_arms = len(choices)
+    db = RunsDB()
+    assert db.list_runs().empty  # nothing is queued before the button
+    next(b for b in at.button if b.key == "rec_test").click().run()
+    assert not errors(at), errors(at)
+    queued = db.list_runs()
+    assert len(queued) == 3 * n_arms  # default 3 seeds per arm
+    assert set(queued["seed"]) == {0, 1, 2}
+    assert any("Queued" in s.value for s in at.success)
+    for run_id in queued["id"]:
+        db.request_cancel(run_id)
+    assert [link.proto.label for link in at.get("page_link")][-1].startswith("Next: **Runs**")
+
+
+def test_finished_runs_fill_in_the_table_and_the_sentence(tiny_bert_dir, monkeypatch):
+    at = recommend_page(tiny_bert_dir, monkeypatch, rec_seeds=3)
+    assert not errors(at), errors(at)
+
+    choices = frame(at, "choice")
+    rec = _cached_recommendation()
+    # Step times of a 2-layer toy are noise: fix them, so that BitFit is the cheapest arm.
+    rec.costs = Costs({name: dataclasses.replace(cost, step_time_ratio=1.0 if name ==
+                       "full fine-tuning" else 0.3 if name == "BitFit" else 0.6)
+                       for name, cost in rec.costs.by_name.items()}, 0.0)  # fmt: skip
+    db = RunsDB()
+    labels = np.array([0, 1] * 50)
+    for name, config in _planned(rec):
+        accuracy = 0.9 if name == "BitFit" else 0.8 if name == "full fine-tuning" else 0.6
+        accuracy += 0.01 * config.seed
+        preds = np.where(np.arange(100) < accuracy * 100, labels, 1 - labels)
+        run_id = db.enqueue(config, running_pid=os.getpid())
+        db.finish(run_id, {"score": float(np.mean(preds == labels)), "metric": "accuracy",
+                           "peak_mem_mb": 12.0,
+                           "test_predictions": encode_predictions(preds, labels, "t", False)})  # fmt: skip
+    at.run()
+    assert not errors(at), errors(at)
+    table = frame(at, "arm").set_index("arm")
+    assert set(table.index) == set(choices["choice"])
+    assert table.loc["BitFit", "verdict"] == "BitFit better"
+    assert table.loc["BitFit", "diff vs full (points)"] == "+10.0"
+    assert table.loc["full fine-tuning", "diff vs full (points)"] == "–"
+    assert table.loc["full fine-tuning", "verdict"] == "reference"
+    sentence = next(s.value for s in at.success if "BitFit" in s.value)
+    assert (
+        sentence.startswith("Tune every bias")
+        and "+10.0 ±" in sentence
+        and "δ = 1 point" in sentence
+    )
+    assert len(at.get("plotly_chart")) >= 2  # the costs and the comparison
+    picker = next(s for s in at.selectbox if s.label == "Recipe of")
+    assert picker.value == "BitFit"  # the recommended one, to take home
+
+
+def _cached_recommendation():
+    from ui.recommend.state import _RECOMMENDATIONS
+
+    return next(iter(_RECOMMENDATIONS._items.values()))
+
+
+def _planned(rec):
+    from analysis.recommend.outcome import planned_runs
+
+    return planned_runs(rec.cfg, rec.proposal)
+
+
+def test_a_sample_too_small_for_the_analyses_gets_one_message(tiny_bert_dir, monkeypatch):
+    at = make_app(tiny_bert_dir, monkeypatch, n=6)
+    at = open_page(at, PAGE)
+    assert not at.exception
+    assert len(at.error) == 1 and "at least 5 examples of every class" in at.error[0].value
+    assert not at.dataframe  # no candidates from a sample that cannot support them
+
+
+def test_the_fine_tune_page_launches_three_seeds_by_default(tiny_bert_dir, monkeypatch):
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert next(w for w in at.text_input if w.label == "Seeds").value == "0,1,2"

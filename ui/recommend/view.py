@@ -1,0 +1,158 @@
+"""The Recommend page's parts: the candidates with their cost and evidence, "Test these" (the
+comparison's runs queued through the one launch path), the comparison table and figure with the
+sentence (a fragment that refreshes while runs train), and taking the answer home (the chosen
+candidate's recipe, the HTML report)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from analysis.recommend.outcome import comparison_frame, missing_runs, progress_counts, run_status
+from analysis.recommend.recommendation import Recommendation, queue, take_home
+from ui.figures.recommend import comparison_figure, cost_figure
+from ui.finetune.executor import chosen_executor
+from ui.finetune.state import get_db
+from ui.loaders import get_model, show_error
+from ui.tables import MISSING
+
+REFRESH_S = 5
+# How each number of the two tables is written (a missing one reads "–").
+FORMATS = {"score": "{:.4f}", "se": "{:.4f}", "diff vs full (points)": "{:+.1f}",
+           "margin t·se (points)": "{:.1f}", "step time ×full": "{:.2f}", "trainable %": "{:.2f}",
+           "peak MB": "{:.0f}"}  # fmt: skip
+
+
+def formatted(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the numbers of `FORMATS` written out, "–" where one is missing."""
+    out = frame.copy()
+    for column, pattern in FORMATS.items():
+        if column in out:
+            out[column] = [
+                MISSING if v is None or v != v else pattern.format(v) for v in out[column]
+            ]
+    return out
+
+
+def candidates_view(rec: Recommendation) -> None:
+    """Every choice: what it trains, its measured cost and the evidence it rests on."""
+    st.subheader("Candidates, and the alternatives at the same budget")
+    st.caption(
+        f"{rec.evidence.l_star_words()} · budget: {rec.cfg.budget.text()} · step time: median "
+        f"of {rec.cfg.timed_steps} timed steps on one batch, as a share of full fine-tuning's"
+    )
+    rows = []
+    for choice in rec.proposal.choices:
+        cost = rec.costs.get(choice.name)
+        rows.append({
+            "choice": choice.name, "role": choice.role, "trains": choice.trains,
+            "trainable %": None if cost is None else 100 * cost.share,
+            "step time ×full": None if cost is None else cost.step_time_ratio,
+            "evidence": choice.evidence, "budget match": "" if cost is None else cost.match,
+        })  # fmt: skip
+    st.dataframe(
+        formatted(pd.DataFrame(rows)), hide_index=True, width="stretch", key="rec_candidates",
+        column_config={"trains": st.column_config.TextColumn(width="large"),
+                       "evidence": st.column_config.TextColumn(width="large")},
+    )  # fmt: skip
+    for note in rec.proposal.notes:
+        st.caption(note)
+    costs = [rec.costs.get(c.name) for c in rec.proposal.choices]
+    st.plotly_chart(
+        cost_figure([c.name for c in rec.proposal.choices], [k.share for k in costs],
+                    [k.step_time_ratio for k in costs], [c.role for c in rec.proposal.choices]),
+        width="stretch", key="rec_costs",
+    )  # fmt: skip
+
+
+@st.fragment(run_every=REFRESH_S)
+def comparison_view(rec: Recommendation) -> None:
+    """Test these, the comparison and the sentence; refreshes while the runs train."""
+    db = get_db()
+    db.reap_dead()
+    runs = db.list_runs(model=rec.cfg.model.name, data=rec.cfg.data.name)
+    st.subheader("Test these: the comparison at equal budget")
+    status = run_status(rec.cfg, rec.proposal, runs)
+    counts = progress_counts(status)
+    planned = len(rec.proposal.choices) * len(rec.cfg.seeds)
+    missing = missing_runs(rec.cfg, rec.proposal, runs)
+    arms_n, seeds_n = len(rec.proposal.choices), len(rec.cfg.seeds)
+    st.markdown(
+        f"{arms_n} arms × {seeds_n} seeds = **{planned} runs** of {rec.cfg.steps} steps "
+        f"(batch {rec.cfg.batch_size}); finished runs with the same settings are reused. "
+        f"Done {counts['done']}, training {counts['running']}, queued {counts['queued']}"
+        + (f", failed or cancelled {counts['failed'] + counts['cancelled']}" if
+           counts["failed"] + counts["cancelled"] else "") + "."
+    )  # fmt: skip
+    if missing and st.button(f"Test these ({len(missing)} runs to queue)", type="primary",
+                             key="rec_test"):  # fmt: skip
+        try:
+            sweep = "recommend-" + time.strftime("%Y%m%d-%H%M%S")
+            launched = queue(db, rec, runs, chosen_executor(), sweep)
+        except ValueError as exc:
+            show_error(exc)
+        else:
+            st.success(f"Queued {len(launched.ids)} run(s); they train {launched.how}.")
+            runs = db.list_runs(model=rec.cfg.model.name, data=rec.cfg.data.name)
+    if planned:
+        st.progress(counts["done"] / planned, text=f"{counts['done']} of {planned} runs done")
+    arms, decision = rec.outcome(runs)
+    (st.success if decision.branch == "recommend" else st.info)(decision.sentence)
+    if any(a.n_seeds for a in arms):
+        st.dataframe(formatted(comparison_frame(arms)), hide_index=True, width="stretch",
+                     key="rec_comparison")  # fmt: skip
+        st.plotly_chart(comparison_figure(arms, rec.cfg.delta, rec.evidence.metric),
+                        width="stretch", key="rec_figure")  # fmt: skip
+    take_home_view(rec, runs, decision.candidate)
+
+
+def take_home_view(rec: Recommendation, runs: pd.DataFrame, chosen: str | None) -> None:
+    """The chosen candidate's recipe (zip) and the HTML report, prepared only when clicked."""
+    st.subheader("Take it home")
+    names = [c.name for c in rec.proposal.choices if c.role != "reference"]
+    index = names.index(chosen) if chosen in names else 0
+    left, right = st.columns(2)
+    # keyed by the recommendation: the picker moves to the recommended candidate when one is named
+    name = left.selectbox("Recipe of", names, index=index, key=f"rec_recipe_of:{chosen}",
+                          help="The recommended candidate once the comparison names one.")  # fmt: skip
+    left.download_button(
+        "Recipe (zip)", lambda: recipe_zip(rec, name), "tunescope-recipe.zip", "application/zip",
+        key="rec_recipe", on_click="ignore",
+    )  # fmt: skip
+    right.download_button(
+        "Report (one HTML file)", lambda: report_bytes(rec, runs), "tunescope-recommendation.html",
+        "text/html", key="rec_report", on_click="ignore",
+        help="The question, the settings, the candidates, the comparison and the verdicts, with "
+        "the figures; it opens offline.",
+    )  # fmt: skip
+    right.download_button(
+        "Recommendation (JSON)", json.dumps(rec.to_json(runs), indent=1), "recommendation.json",
+        "application/json", key="rec_json", on_click="ignore",
+    )  # fmt: skip
+
+
+def recipe_zip(rec: Recommendation, name: str) -> bytes:
+    """`take_home` into a temporary folder, zipped; a text file saying why when it cannot be."""
+    buffer = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(buffer, "w") as archive:
+        try:
+            files = take_home(rec, name, Path(tmp) / "recipe", get_model(rec.cfg.model))
+        except ValueError as exc:
+            archive.writestr("recipe/WHY-NO-RECIPE.txt", f"{exc}\n")
+        else:
+            for file in files:
+                archive.write(file, f"recipe/{file.name}")
+    return buffer.getvalue()
+
+
+def report_bytes(rec: Recommendation, runs: pd.DataFrame) -> bytes:
+    from ui.recommend.report import report_html
+
+    return report_html(rec, runs).encode("utf-8")
