@@ -178,9 +178,11 @@ def _column_pickers(side, choice: str) -> None:
                 links.drop(key, f"is not a column of {data_label(choice)}", "the guessed column")
         links.rerun_if_dropped()
     state = st.session_state
-    guessed = {"text", "sentence"} & set(columns) and {"label", "labels"} & set(columns)
-    chosen = any(state.get(key) for key in COLUMN_KEYS)
-    with side.expander("Columns (text, label)", expanded=not guessed and not chosen):
+    text_known = state.get("text_col") or {"text", "sentence"} & set(columns)
+    label_known = state.get("label_col") or {"label", "labels"} & set(columns)
+    # Open until both the text and the label column are known (guessed or chosen): choosing the
+    # text column alone must not fold the label picker away.
+    with side.expander("Columns (text, label)", expanded=not (text_known and label_known)):
         st.selectbox("Text column", columns, index=None, key="text_col",
                      placeholder=TEXT_GUESS, bind=links.BIND)  # fmt: skip
         st.selectbox("Second-text column (pairs)", columns, index=None, key="pair_col",
