@@ -26,6 +26,9 @@ def _isolated_cache(tmp_path, monkeypatch):
     # AppTest drives one page at a time in this process: its computations run here, not in
     # compute workers (tests/ui/test_compute_pool.py and the browser tests use the workers).
     monkeypatch.setenv("TUNESCOPE_COMPUTE_PROCESSES", "0")
+    # The server's background preparation of the built-in lessons (the 12-layer model) is for a
+    # real server; a test that wants it turns it on.
+    monkeypatch.setenv("TUNESCOPE_PREPARE_LESSONS", "0")
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ page then finds the very cache entry (`analysis.lessons.prepare`)."""
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -186,6 +187,7 @@ class LibraryRunner:
                     and not Path(claims.outlier_file(root, source_id)).is_file()):  # fmt: skip
                 claims.write_disable_files(db, source_id, cfg.seeds)
             planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
+            self._remember_plan(cfg, planned)
             missing = [p for p in claims.missing_runs(planned, runs) if p.key not in queued]
             if missing:
                 hit = False
@@ -205,6 +207,22 @@ class LibraryRunner:
                 return hit
             claims.queue_runs(db, [], f"lesson-{int(start)}")  # keeps a worker serving them
             time.sleep(self.poll_s)
+
+    def _plan_file(self, cfg) -> Path:
+        """Where the runs a claims step was planned with are kept (what `cached` checks, so that
+        finding out never computes the claims' inputs)."""
+        import hashlib
+
+        digest = hashlib.sha256(repr(cfg).encode()).hexdigest()[:16]
+        return self.workspace.lessons / "plans" / f"{digest}.json"
+
+    def _remember_plan(self, cfg, planned) -> None:
+        from analysis.io import atomic_write_json
+
+        keys = sorted([list(p.key) for p in planned])
+        path = self._plan_file(cfg)
+        if not path.is_file() or json.loads(path.read_text()) != keys:
+            atomic_write_json(path, keys)
 
     def trajectory_run(self, s) -> str | None:
         """The run the Subspaces step shows: its view's, else the model's newest done run that
@@ -237,9 +255,9 @@ class LibraryRunner:
     # -- is it in the cache? ---------------------------------------------------------------------
 
     def cached(self, need: Need) -> bool:
-        """Whether ``need`` is in the cache now (nothing is computed to find out). Claim inputs
-        have no single entry to look for: they count as cached (the record says whether they
-        were prepared)."""
+        """Whether ``need`` is in the cache now (nothing is computed to find out). The claims'
+        inputs have no single entry to look for: they count as there once their runs were
+        planned with them."""
         from analysis.cache import DiskCache
         from analysis.extract import states_cached
 
@@ -263,6 +281,8 @@ class LibraryRunner:
             recipe = {"model": loaded.identity(), "text": text, "text_pair": pair,
                       "max_length": int(s["stats"].extract.max_length), "version": 1}  # fmt: skip
             return DiskCache().entry_dir("attention", recipe).is_dir()
+        if need.kind == "claim inputs":
+            return self._plan_file(s["claims"]).is_file()  # (computed when the runs were planned)
         if need.kind == "claim runs":
             return self._runs_done(s["claims"])
         if need.kind == "trajectory":
@@ -291,16 +311,19 @@ class LibraryRunner:
         return cache.entry_dir("projection", recipe).is_dir()
 
     def _runs_done(self, cfg) -> bool:
-        from analysis import claims
+        """Whether every run the step was planned with (when it was prepared) is done."""
+        from analysis.runs.record import runs_of
+        from analysis.runs.results import group_key
 
-        db = self.workspace.db()
-        runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
-        source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
-        source_id = source["id"] if source and source["status"] == "done" else None
-        planned = claims.plan_runs(cfg, self.claim_inputs(cfg), source=source_id,
-                                   root=self.workspace.root)  # fmt: skip
-        status = claims.run_status(planned, runs)
-        return len(status) == len(planned) and all(v["status"] == "done" for v in status.values())
+        path = self._plan_file(cfg)
+        if not path.is_file():
+            return False
+        wanted = {(key, int(seed)) for key, seed in json.loads(path.read_text())}
+        runs = self.workspace.db().list_runs(model=cfg.model.name, data=cfg.data.name,
+                                             status="done")  # fmt: skip
+        done = {(group_key(r.stored), int(r.stored.get("seed", 0))) for r in runs_of(runs)
+                if r.stored}  # fmt: skip
+        return bool(wanted) and wanted <= done
 
     def _trajectory_cached(self, s) -> bool:
         from analysis.cache import DiskCache

@@ -48,6 +48,9 @@ def server(tmp_path_factory):
         "TUNESCOPE_N": os.environ.get("TUNESCOPE_BROWSER_N", "300"),
         "TUNESCOPE_WORKER_IDLE_S": "30",
         "TUNESCOPE_COMPUTE_PROCESSES": "1",  # the server's computations in its compute workers
+        "TUNESCOPE_PREPARE_LESSONS": "0",  # no background preparation of the built-in lessons
+        "TUNESCOPE_COMPUTE_LOG": str(cache / "compute.log"),  # what the server computed, when
+        "TUNESCOPE_MODEL": os.environ.get("TUNESCOPE_BROWSER_MODEL", "minilm"),  # small, fast
     }
     log = open(cache / "server.log", "w")  # noqa: SIM115 (closed at teardown)
     proc = subprocess.Popen(
