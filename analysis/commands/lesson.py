@@ -1,6 +1,6 @@
 """``lesson``: a teacher's lessons — prepare one ahead of class, see whether it is ready, list.
 
-    tunescope lesson prepare FILE_OR_NAME [--no-wait]   every step's results into the cache
+    tunescope lesson prepare FILE_OR_NAME [--no-wait | --no-runs]   every step's results, cached
     tunescope lesson status NAME                         each step: prepared, not, or changed
     tunescope lesson list                                the workspace's and the built-in lessons
 
@@ -29,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-wait", action="store_true",
         help="queue the fine-tuning runs a step needs and return (the background workers train "
         "them) instead of waiting for them",
+    )  # fmt: skip
+    prepare.add_argument(
+        "--no-runs", action="store_true",
+        help="prepare the analyses only: no fine-tuning runs (what ./tasks.sh setup and a "
+        "server's first start prepare)",
     )  # fmt: skip
     prepare.add_argument("--json", default=None, help="write what was done as JSON ('-': stdout)")
     status = sub.add_parser("status", help="whether each step is prepared")
@@ -71,16 +76,16 @@ def run(args: argparse.Namespace) -> int:
     return _prepare(args, store, lesson)
 
 
-def _runner(args, wait: bool):
-    from analysis.lessons.library import LibraryRunner
+def _runner(args, wait: bool, runs: bool = True):
+    from analysis.lessons.library import ANALYSES, LibraryRunner
 
-    return LibraryRunner(args.workspace, wait_runs=wait)
+    return LibraryRunner(args.workspace, wait_runs=wait, kinds=None if runs else ANALYSES)
 
 
 def _prepare(args, store, lesson) -> int:
     from analysis.lessons.prepare import describe_estimate, prepare, unique_needs
 
-    runner = _runner(args, wait=not args.no_wait)
+    runner = _runner(args, wait=not args.no_wait, runs=not args.no_runs)
     uploads = args.workspace.uploads
     needs, _ = unique_needs(lesson, uploads)
     seconds = sum(runner.weight(n) for n in needs)

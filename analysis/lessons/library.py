@@ -23,19 +23,27 @@ from analysis.lessons.prepare import (
 from analysis.progress import Progress, no_progress
 from analysis.workspace import Workspace
 
+# Every kind of need but the fine-tuning runs and the trajectory analysis that reads one: what
+# set-up or a server's first start prepares (runs take hours of CPU nobody asked for).
+ANALYSES = ("states", "layer table", "repeats", "picture", "head statistics", "attention",
+            "claim inputs")  # fmt: skip
+
 
 class LibraryRunner:
     """``compute``, ``cached``, ``digest`` and ``weight`` of `analysis.lessons.prepare`, on one
     workspace, loading each model and data set once.
 
     wait_runs: whether ``compute`` of a claim's runs waits for them to finish (the CLI's default)
-    or only queues them for the background workers; say: where progress sentences go."""
+    or only queues them for the background workers; say: where progress sentences go; kinds:
+    the kinds of needs it computes (None: all; `ANALYSES`: everything but fine-tuning runs and
+    what reads them) — of the others it only says whether they are cached."""
 
     def __init__(
         self, workspace: Workspace, wait_runs: bool = True, poll_s: float = 10.0,
         say: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
         load_model: Callable[[ModelSpec], Any] | None = None,
         load_data: Callable[[DataSpec], Any] | None = None,
+        kinds: tuple[str, ...] | None = None,
     ) -> None:  # fmt: skip
         from analysis.data import load_data as library_data
         from analysis.models import load_model as library_model
@@ -45,6 +53,7 @@ class LibraryRunner:
         self.model = load_model or functools.lru_cache(maxsize=2)(library_model)
         self.data = load_data or functools.lru_cache(maxsize=4)(library_data)
         self._inputs: dict[str, Any] = {}
+        self.kinds = kinds
 
     @property
     def uploads(self) -> Path:
@@ -75,7 +84,10 @@ class LibraryRunner:
     # -- computing -------------------------------------------------------------------------------
 
     def compute(self, need: Need, progress: Progress = no_progress) -> bool:
-        """Compute ``need`` into the cache (or find it there); True when it was already cached."""
+        """Compute ``need`` into the cache (or find it there); True when it was already cached.
+        A need of a kind this runner leaves alone: whether it is cached, nothing computed."""
+        if self.kinds is not None and need.kind not in self.kinds:
+            return self.cached(need)
         return getattr(self, "_" + need.kind.replace(" ", "_"))(need.settings, progress)
 
     def states(self, cfg):

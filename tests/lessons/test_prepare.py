@@ -152,3 +152,19 @@ def test_the_cli_prepares_a_lesson_file_and_reports_each_step(tiny_bert_dir, csv
     assert "demo-lesson" in capsys.readouterr().out
     assert main(["lesson", "prepare", "nope", "--cache", str(cache)]) == 2
     assert "no lesson named 'nope'" in capsys.readouterr().err
+
+
+def test_no_runs_prepares_the_analyses_and_queues_no_fine_tuning(tiny_bert_dir, csv_data, tmp_path,
+                                                                 capsys):  # fmt: skip
+    cache = tmp_path / "cache"
+    view = {"model": str(tiny_bert_dir), "data": str(csv_data), "n": "40"}
+    claims = {**view, "claims_only": "X4", "claims_repeats": "2", "claims_seeds": "1",
+              "claims_steps": "2"}  # fmt: skip
+    lessons = Lessons(Workspace(cache).lessons)
+    lessons.save(Lesson("runs", "Runs", (Step("claims", claims, "X4"),)))
+    assert main(["lesson", "prepare", "runs", "--no-runs", "--cache", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "Paper check inputs (X4)" in out and "0 failed" in out
+    assert Workspace(cache).db().list_runs().empty  # nothing queued
+    assert main(["lesson", "status", "runs", "--cache", str(cache)]) == 1
+    assert "fine-tuning runs of X4" in capsys.readouterr().out  # what is missing

@@ -14,14 +14,12 @@ import logging
 import os
 import threading
 
-from analysis.lessons.library import LibraryRunner
+from analysis.lessons.library import ANALYSES, LibraryRunner
 from analysis.lessons.prepare import Need, prepare
 from analysis.progress import Progress, no_progress
 from analysis.workspace import Workspace
 
 ENV = "TUNESCOPE_PREPARE_LESSONS"  # 0: the server does not prepare the built-in lessons
-BACKGROUND = ("states", "layer table", "repeats", "picture", "head statistics", "attention",
-              "claim inputs")  # fmt: skip
 
 
 class PageRunner(LibraryRunner):
@@ -31,8 +29,7 @@ class PageRunner(LibraryRunner):
         from ui.loaders import get_data, get_model
 
         super().__init__(workspace, wait_runs=False, say=lambda text: None,
-                         load_model=get_model, load_data=get_data)  # fmt: skip
-        self.kinds = kinds  # None: every kind
+                         load_model=get_model, load_data=get_data, kinds=kinds)  # fmt: skip
 
     def compute(self, need: Need, progress: Progress = no_progress) -> bool:
         if self.kinds is not None and need.kind not in self.kinds:
@@ -125,7 +122,7 @@ def _prepare_builtin(workspace: Workspace) -> None:
         for name in lessons.names():
             try:
                 if lessons.load(name).builtin:
-                    done = prepare_lesson(name, kinds=BACKGROUND)
+                    done = prepare_lesson(name, kinds=ANALYSES)
                     log.info("built-in lesson %s prepared in %.0f s", name, done.seconds)
             except Exception as exc:  # a lesson that cannot be prepared must not stop the server
                 log.warning("the built-in lesson %s was not prepared: %s", name, exc)
