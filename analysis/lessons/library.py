@@ -68,7 +68,7 @@ class LibraryRunner:
         if spec is None:
             return 1.0
         loaded = self.model(spec)
-        return estimate_seconds(need, loaded.n_params, loaded.n_layers)
+        return estimate_seconds(need, loaded.n_params, loaded.n_layers, loaded.d_model)
 
     @staticmethod
     def _model_of(need: Need) -> ModelSpec | None:

@@ -22,7 +22,7 @@ import dataclasses
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -362,36 +362,34 @@ def statuses(lesson: Lesson, *args: Any) -> list[StepStatus]:
 
 # -- the estimate ----------------------------------------------------------------------------------
 
-# Rough costs measured on this project's 2-core CPU (seconds; scaled by the model's size and the
-# number of examples): what the Prepare button and `tunescope lesson prepare` quote before they
-# start. Runs are estimated from the runs database (`analysis.claims.estimate_seconds`).
-FORWARD_S_PER_EXAMPLE_PER_MPARAM = 1.2e-4  # one example of ~30 tokens through 1 M parameters
-TABLE_S_PER_EXAMPLE_PER_LAYER = 2.5e-3  # CCA, rank and the 5-fold probe, per layer and example
-REPEAT_S_PER_EXAMPLE_PER_LAYER = 1.5e-4  # one bootstrap repeat
+# Rough costs on this project's 2-core CPU, from its measured first figures (MiniLM, N = 1,000:
+# extraction 3.8 s, table ≈ 4 s; mpnet: first figure 36 s, finished page 268 s): what the Prepare
+# button and `tunescope lesson prepare` quote before they start. Runs are estimated apart, from
+# the runs database (`analysis.claims.estimate_seconds`), when they are queued.
+FORWARD_S = 1.7e-4  # one example (~30 tokens) through 1 M parameters
+TABLE_S = 1.5e-6  # CCA, rank and the 5-fold probe, per example, layer and dimension
+REPEAT_S = 4.6e-7  # one bootstrap repeat, per example, layer and dimension
 
 
-def estimate_seconds(need: Need, n_params: int, n_layers: int) -> float:
-    """A rough estimate of one need's seconds (module constants; runs: 0, see `run_estimate`)."""
+def estimate_seconds(need: Need, n_params: int, n_layers: int, d_model: int) -> float:
+    """A rough estimate of one need's seconds (module constants)."""
     s = need.settings
-    millions = n_params / 1e6
+    forward = n_params / 1e6 * FORWARD_S  # one example
+    per_example = (n_layers + 1) * d_model  # one example's states, every layer
     if need.kind == "states":
-        return s["cfg"].sample.n * millions * FORWARD_S_PER_EXAMPLE_PER_MPARAM
+        return s["cfg"].sample.n * forward
     if need.kind == "layer table":
-        return s["cfg"].sample.n * (n_layers + 1) * TABLE_S_PER_EXAMPLE_PER_LAYER
+        return s["cfg"].sample.n * per_example * TABLE_S
     if need.kind == "repeats":
-        return s["repeats"] * s["cfg"].sample.n * (n_layers + 1) * REPEAT_S_PER_EXAMPLE_PER_LAYER
+        return s["repeats"] * s["cfg"].sample.n * per_example * REPEAT_S
     if need.kind == "picture":
         return 15.0 if s["method"] == "umap" else 0.5
     if need.kind == "head statistics":
-        return 3 * s["stats"].extract.sample.n * millions * FORWARD_S_PER_EXAMPLE_PER_MPARAM
+        return 3 * s["stats"].extract.sample.n * forward
     if need.kind == "claim inputs":
         c = s["claims"]
-        per = (
-            c.n
-            * (n_layers + 1)
-            * (TABLE_S_PER_EXAMPLE_PER_LAYER + c.repeats * REPEAT_S_PER_EXAMPLE_PER_LAYER)
-        )
-        return c.samples * (per + c.n * millions * FORWARD_S_PER_EXAMPLE_PER_MPARAM)
+        per = c.n * (forward + per_example * (TABLE_S + c.repeats * REPEAT_S))
+        return c.samples * per
     return 1.0
 
 
@@ -401,16 +399,3 @@ def describe_estimate(seconds: float) -> str:
     if seconds < 5400:
         return f"about {seconds / 60:.0f} min"
     return f"about {seconds / 3600:.1f} h"
-
-
-def steps_needing(lesson: Lesson, uploads: Path, kinds: Iterable[str]) -> list[int]:
-    """The numbers (from 1) of the steps that need a result of one of ``kinds``."""
-    kinds = set(kinds)
-    return [
-        i + 1 for i, step in enumerate(lesson.steps)
-        if any(n.kind in kinds for n in needs_of(step, uploads))
-    ]  # fmt: skip
-
-
-def first_of(values: Sequence[Any], default: Any = None) -> Any:
-    return values[0] if values else default

@@ -117,9 +117,7 @@ def test_a_teacher_prepares_and_presents_a_lesson_and_a_second_browser_follows(b
                 for page in (teacher, student):  # the same view in both browsers
                     if number == 2:
                         assert tab_open(page, "Layer picture")
-                        expect(page.get_by_role("slider").first).to_have_attribute(
-                            "aria-valuenow", "2"
-                        )
+                        expect(page.get_by_role("slider").first).to_have_value("2")
                     else:
                         assert tab_open(page, "Information richness")
                         assert page.get_by_label("k heads per layer").input_value() == "2"
@@ -164,7 +162,7 @@ def test_a_link_restores_the_pages_whole_view_in_a_fresh_browser(browser, server
         assert_no_exception(page)
         if path == "layers":
             assert tab_open(page, "Layer picture")
-            expect(page.get_by_role("slider").first).to_have_attribute("aria-valuenow", "0")
+            expect(page.get_by_role("slider").first).to_have_value("0")
             assert page.get_by_role("switch", name="mark the probe's mistakes").is_checked()
         else:
             assert page.get_by_label("k heads per layer").input_value() == "2"

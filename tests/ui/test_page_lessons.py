@@ -129,3 +129,14 @@ def test_the_built_in_lesson_is_offered_and_opens(tiny_bert_dir, monkeypatch):
     assert not errors(at), errors(at)
     assert at.selectbox(key="lessons_pick").value == "papers-story"  # the first lesson
     assert any("A built-in lesson" in c.value for c in at.caption)
+
+
+def test_the_presenter_is_told_when_a_step_is_not_prepared(tiny_bert_dir, monkeypatch):
+    lessons_here().save(demo(tiny_bert_dir))
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params.update(dict(lesson="demo", step="2", mode="present", model=str(tiny_bert_dir),
+                                n="40", layers_repeats="1", layers_tab="Layer picture",
+                                layer="1"))  # fmt: skip
+    at.switch_page("views/layers.py").run()
+    assert not errors(at), errors(at)
+    assert any("This step is **not prepared**: never prepared" in w.value for w in at.warning)

@@ -76,10 +76,11 @@ def lesson_bar(page: str):
 def _bar(lesson: Lesson, where: InClass) -> None:
     n = len(lesson)
     parts = [f"<b>{html.escape(lesson.title)}</b> · step {where.step} of {n}"]
+    own = "self" if where.mode == "follow" else None  # a follower who steps goes at their pace
     if where.step > 1:
-        parts.append(_anchor("◀ Previous", where.link(lesson, where.step - 1)))
+        parts.append(_anchor("◀ Previous", where.link(lesson, where.step - 1, mode=own)))
     if where.step < n:
-        parts.append(_anchor("Next ▶", where.link(lesson, where.step + 1), primary=True))
+        parts.append(_anchor("Next ▶", where.link(lesson, where.step + 1, mode=own), primary=True))
     if where.mode == "follow":
         parts.append(_anchor("Go at my own pace", where.link(lesson, mode="self")))
     elif where.mode == "self":
@@ -92,6 +93,7 @@ def _bar(lesson: Lesson, where: InClass) -> None:
         "self": "at your own pace",
     }
     parts.append(f"<i>{mode[where.mode]}</i>")
+    parts.append(_anchor("Leave the lesson", lesson.step(where.step).link()))
     with st.container(border=True, key="lesson_bar"):
         st.markdown(" ".join(parts), unsafe_allow_html=True)
         if where.mode == "present":
@@ -99,6 +101,30 @@ def _bar(lesson: Lesson, where: InClass) -> None:
                 "Students follow you from this link: "
                 f"`{lesson.link(where.step, mode='follow')}` (after this server's address)."
             )
+            _readiness(lesson, where.step)
+
+
+def _readiness(lesson: Lesson, number: int) -> None:
+    """For the presenter: whether this step is served from the cache, or will compute (never
+    prepared, or its inputs changed since preparing) — said once per step and session."""
+    from analysis.lessons.prepare import step_status
+    from analysis.workspace import Workspace
+    from ui.lessons.prepare import PageRunner
+
+    key = f"lesson_ready_{lesson.name}_{number}"
+    if key not in st.session_state:
+        workspace = Workspace.current()
+        runner = PageRunner(workspace)
+        try:
+            st.session_state[key] = step_status(lesson, number - 1, store(), runner.digest,
+                                                runner.cached, workspace.uploads)  # fmt: skip
+        except ValueError as exc:
+            st.session_state[key] = None
+            st.caption(f"Whether this step is prepared is unknown: {exc}")
+    status = st.session_state[key]
+    if status is not None and not status.ready:
+        st.warning(f"This step is **{status.state}**: {status.why}. It computes now; prepare the "
+                   "lesson on the Lessons page before class.", icon=":material/hourglass:")  # fmt: skip
 
 
 @st.fragment(run_every=POLL_S)
