@@ -484,8 +484,11 @@ async def lesson_class_async(args) -> dict:
             proc.kill()
     entries = log_entries(cache / "compute.log")
     class_entries = [e for e in entries if float(e[2]) >= t0_wall]
-    drawn = sorted(float(sec) for kind, sec, _, _, session in class_entries
-                   if kind == "drawn" and session != "-")  # fmt: skip
+    pages = [(float(sec), label) for kind, sec, _, label, session in class_entries
+             if kind == "drawn" and session != "-"]  # fmt: skip
+    drawn = sorted(sec for sec, _ in pages)
+    cpu = sorted(float(m.group(1)) for _, label in pages
+                 if (m := re.search(r"\(cpu ([0-9.]+) s\)", label)))  # fmt: skip
     kinds = [kind for kind, *_ in class_entries]
     # The browsers' part: from the presenter's click to each student showing the next step.
     lags = sorted(t - moved[i] for i, step in enumerate(reached[1:]) for t in step
@@ -498,6 +501,7 @@ async def lesson_class_async(args) -> dict:
         "results": results,
         "steps": steps,
         "drawn": drawn,
+        "cpu": cpu,
         "lags": lags,
         "computed": kinds.count("computed"),
         "loaded": kinds.count("loaded"),
@@ -524,9 +528,11 @@ def summarise_lesson(out: dict) -> str:
     drawn, lags = out["drawn"], out["lags"]
     print(f"class follows a prepared lesson: {len(results)} students, {steps} steps, "
           f"{served} saw every step, {len(errors)} with an error")  # fmt: skip
+    cpu = out["cpu"]
     print(f"the server's part of each step's page (script run, view → drawn, {len(drawn)} "
           f"pages): median {q(drawn, 0.5):.2f} s, p95 {q(drawn, 0.95):.2f} s, max "
-          f"{q(drawn, 1):.2f} s; computations during the class: {out['computed']} computed, "
+          f"{q(drawn, 1):.2f} s (the script thread's own CPU: median {q(cpu, 0.5):.2f} s, max "
+          f"{q(cpu, 1):.2f} s); computations during the class: {out['computed']} computed, "
           f"{out['loaded']} read from the disk cache, {out['hits']} served from memory")  # fmt: skip
     print(f"the browsers' part (presenter's click → a student's page at the next step, on this "
           f"machine's niced browsers): median {q(lags, 0.5):.1f} s, p95 {q(lags, 0.95):.1f} s, "
@@ -535,7 +541,8 @@ def summarise_lesson(out: dict) -> str:
     return (
         f"lesson-class: sessions={len(results)} steps={steps} served={served} "
         f"errors={len(errors)} drawn_median_s={q(drawn, 0.5):.2f} drawn_p95_s={q(drawn, 0.95):.2f} "
-        f"drawn_max_s={q(drawn, 1):.2f} computed={out['computed']} loaded={out['loaded']} "
+        f"drawn_max_s={q(drawn, 1):.2f} cpu_max_s={q(cpu, 1):.2f} "
+        f"computed={out['computed']} loaded={out['loaded']} "
         f"browser_median_s={q(lags, 0.5):.1f} browser_max_s={q(lags, 1):.1f} "
         f"peak_rss_mb={out['peak_rss_mb']:.0f} prepare_s={out['prepare_s']:.0f}"
     )

@@ -184,16 +184,19 @@ def start_run() -> None:
     """Called at the top of every script run (app.py): this run's computations queue by when it
     started (`ComputeQueue.turn`)."""
     st.session_state[_PRIORITY] = QUEUE.next_priority()
-    st.session_state[_STARTED] = time.perf_counter()
+    st.session_state[_STARTED] = (time.perf_counter(), time.thread_time())
     _log("view", "script run", 0.0)
 
 
 def end_run(page: str) -> None:
     """Called when a script run has drawn its page (app.py): logs ``drawn`` with the run's
-    seconds, the server's whole part of showing ``page`` (`bench/bench_class.py` reads it)."""
+    seconds — the server's whole part of showing ``page`` — and, in its label, the CPU seconds
+    the run's own thread used (what its wall time is on a machine it shares with nothing)."""
     started = st.session_state.get(_STARTED)
     if started is not None:
-        _log("drawn", page or "home", time.perf_counter() - started)
+        wall, cpu = started
+        spent = time.thread_time() - cpu
+        _log("drawn", f"{page or 'home'} (cpu {spent:.3f} s)", time.perf_counter() - wall)
 
 
 def run_priority() -> float | None:
