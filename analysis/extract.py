@@ -288,10 +288,10 @@ def forward_all_layers(
     return out
 
 
-def extraction_recipe(cfg: ExtractConfig, loaded: LoadedModel, data_fingerprint: str) -> dict:
-    """Everything that decides the numbers (batch size does not: padding is masked out). The
+def extraction_inputs(cfg: ExtractConfig, loaded: LoadedModel, data_fingerprint: str) -> dict:
+    """The cache key's inputs: everything that decides the numbers (batch size does not: padding is masked out). The
     precision appears only when it is not float32, so float32 keys are those of earlier versions."""
-    recipe = {
+    inputs = {
         "model": loaded.identity(),
         "data": {**to_dict(cfg.data), "fingerprint": data_fingerprint},
         "sample": to_dict(cfg.sample),
@@ -299,8 +299,8 @@ def extraction_recipe(cfg: ExtractConfig, loaded: LoadedModel, data_fingerprint:
         "max_length": cfg.max_length,
     }
     if cfg.precision != "float32":
-        recipe["precision"] = cfg.precision
-    return recipe
+        inputs["precision"] = cfg.precision
+    return inputs
 
 
 def states_specs(n_layers: int, n: int, d_model: int, regression: bool) -> dict[str, TensorSpec]:
@@ -335,8 +335,8 @@ def states_cached(cfg: ExtractConfig, loaded: LoadedModel, cache: DiskCache | No
     checked: entries are published whole, and `extract_states` checks the content on its load)."""
     from analysis.data import load_data
 
-    recipe = extraction_recipe(cfg, loaded, load_data(cfg.data).fingerprint)
-    return (cache or DiskCache()).entry_dir("states", recipe).is_dir()
+    inputs = extraction_inputs(cfg, loaded, load_data(cfg.data).fingerprint)
+    return (cache or DiskCache()).entry_dir("states", inputs).is_dir()
 
 
 def extract_states(
@@ -357,7 +357,7 @@ def extract_states(
     rows = sample(data, cfg.sample)
     loaded = loaded or load_model(cfg.model)
     cache = cache or DiskCache()
-    recipe = extraction_recipe(cfg, loaded, data.fingerprint)
+    inputs = extraction_inputs(cfg, loaded, data.fingerprint)
     labels = _labels_tensor(rows, data.task_type)
     specs = states_specs(loaded.n_layers, len(rows), loaded.d_model, data.task_type == "regression")
 
@@ -372,7 +372,7 @@ def extract_states(
         write_states(writer, windows, labels, row_ids)
         return {"seconds": time.perf_counter() - start, "device": str(loaded.device)}
 
-    tensors, meta, hit = cache.get_or_write("states", recipe, specs, write)
+    tensors, meta, hit = cache.get_or_write("states", inputs, specs, write)
     if hit and progress:
         progress(1.0, "served from the cache")
     return LayerStates(
@@ -386,11 +386,11 @@ def extract_states(
         meta={
             **meta,
             "cache_hit": hit,
-            "cache_path": str(cache.entry_dir("states", recipe)),
+            "cache_path": str(cache.entry_dir("states", inputs)),
             "model_family": loaded.model_family,
             "n_heads": loaded.n_heads,
         },
-        stored=cache.stored("states", recipe)["states"],
+        stored=cache.stored("states", inputs)["states"],
     )
 
 

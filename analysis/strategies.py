@@ -1,6 +1,6 @@
 """The layer strategies of paper 000 as pure generators of (ℓ_bottom, ℓ_top, ℓ_head) triples.
 
-SPEC.md, "Strategies": layers ℓ_bottom..ℓ_top train, the classifier reads layer ℓ_head, and the
+docs/explanation/strategies.md: layers ℓ_bottom..ℓ_top train, the classifier reads layer ℓ_head, and the
 layers above ℓ_head are removed. With L layers and a chosen layer ℓ* (lowest ν):
 
 - ℓ*-down:  (ℓ_b, ℓ*, ℓ_h) for ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L}
@@ -10,6 +10,12 @@ layers above ℓ_head are removed. With L layers and a chosen layer ℓ* (lowest
 
 Invalid triples (ℓ_b < 1, ℓ_b > ℓ_t, ℓ_h < ℓ_t, anything > L) are dropped and duplicates removed,
 keeping the first family that produced a triple (order: ℓ*-down, ℓ*-up, baseline, middle).
+
+A **strategy** is one thing a sweep trains (`Strategy`): a layer triple (method ``layers``, or
+``full`` for (1, L, L)) or a whole-model method (LoRA, BitFit…), with the family it belongs to.
+A sweep is asked for strategies by name (`strategy_names`: a layer family's name, which stands
+for all its triples, or a method's). The runs database keeps each run's family in its column
+``strategy``, named before the word had one meaning.
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ def strategy_names() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Strategy:
-    """One run's recipe in a sweep: a method, its layer triple (layer methods) and its family."""
+    """One thing a sweep trains: a method, its layer triple (layer methods) and its family."""
 
-    strategy_family: str  # ℓ*-down, ℓ*-up, baseline, middle
+    family: str  # ℓ*-down, ℓ*-up, baseline, middle
     method: str
     layers: Triple | None = None
 
@@ -47,8 +53,8 @@ class Strategy:
 
 def is_valid(triple: Triple, n_layers: int) -> bool:
     """1 ≤ ℓ_b ≤ ℓ_t ≤ ℓ_h ≤ L."""
-    bottom, top, head = triple
-    return 1 <= bottom <= top <= head <= n_layers
+    bottom, top, classifier = triple
+    return 1 <= bottom <= top <= classifier <= n_layers
 
 
 def clean(triples: Iterable[Triple], n_layers: int) -> list[Triple]:
@@ -67,7 +73,7 @@ def middle_layer(n_layers: int) -> int:
 
 
 def l_star_down(l_star: int, n_layers: int) -> list[Triple]:
-    """(ℓ_b, ℓ*, ℓ_h), ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L}: head at ℓ* first, then at L."""
+    """(ℓ_b, ℓ*, ℓ_h), ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L}: the classifier at ℓ* first, then at L."""
     _check(l_star, n_layers)
     bottoms = (1, l_star - 2, l_star - 1, l_star)
     return clean(

@@ -8,6 +8,10 @@ that reads ``TUNESCOPE_CACHE``, and make it current for what they run (`Workspac
 library's defaults (`analysis.cache.default_root`, ``RunsDB()``) then name this workspace. A
 worker this process starts gets the root explicitly.
 
+It names places and opens nothing: the runs database (``RunsDB(workspace)``) and the disk cache
+(``DiskCache(workspace.root)``) are built by the code above it, which imports this module, never
+the other way round.
+
     <root>/                    the disk cache's entries (`analysis.cache.DiskCache`)
     <root>/runs.sqlite         the runs database
     <root>/runs/<run id>/      the files a run writes (its trajectory)
@@ -22,20 +26,20 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from analysis.cache import DiskCache
-    from analysis.runs.db import RunsDB
 
 ENV = "TUNESCOPE_CACHE"
 PROJECT_CACHE = Path(__file__).resolve().parent.parent / "cache"
 _current: contextvars.ContextVar[Workspace | None] = contextvars.ContextVar(
     "tunescope_workspace", default=None
 )
+
+
+class MissingCacheWarning(UserWarning):
+    """A command that only reads was pointed at a cache folder that does not exist."""
 
 
 @dataclass(frozen=True)
@@ -48,13 +52,25 @@ class Workspace:
         object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
 
     @classmethod
-    def from_env(cls, cache: str | Path | None = None) -> Workspace:
+    def from_env(cls, cache: str | Path | None = None, writes: bool = True) -> Workspace:
         """``cache`` when given (``--cache``), else ``$TUNESCOPE_CACHE``, else ``cache/`` at the
-        project's root."""
-        if cache:
-            return cls(Path(cache))
+        project's root.
+
+        Nothing is created here; what writes creates the folder. For a command that only reads
+        (``writes=False``) a missing folder other than the project's own ``cache/`` is most
+        likely a mistyped path: one `MissingCacheWarning` names it, and the command reads an
+        empty workspace without creating one."""
         env = os.environ.get(ENV)
-        return cls(Path(env) if env else PROJECT_CACHE)
+        workspace = cls(Path(cache) if cache else Path(env) if env else PROJECT_CACHE)
+        if not writes and not workspace.root.exists() and workspace.root != PROJECT_CACHE:
+            source = "--cache" if cache else ENV
+            warnings.warn(
+                f"the cache folder {workspace.root} ({source}) does not exist: nothing was "
+                "computed or recorded there. Check the path; nothing is created.",
+                MissingCacheWarning,
+                stacklevel=2,
+            )
+        return workspace
 
     @classmethod
     def current(cls) -> Workspace:
@@ -111,18 +127,6 @@ class Workspace:
     @property
     def worker_log(self) -> Path:
         return self.root / "worker.log"
-
-    # -- what lives there ------------------------------------------------------------------------
-
-    def db(self) -> RunsDB:
-        from analysis.runs.db import RunsDB
-
-        return RunsDB(self.runs_db)
-
-    def cache(self) -> DiskCache:
-        from analysis.cache import DiskCache
-
-        return DiskCache(self.root)
 
     def environment(self) -> dict[str, str]:
         """What a child process needs in its environment to work here."""

@@ -57,7 +57,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.config import DataSpec, ModelSpec
-from analysis.finetune.config import FinetuneConfig, HeadsOptions
+from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.engine import (
     PeakMemory,
     _autocast,
@@ -67,6 +67,7 @@ from analysis.finetune.engine import (
     release_free_memory,
     train_step,
 )
+from analysis.finetune.methods.heads import HeadsOptions
 from analysis.models import load_model
 
 

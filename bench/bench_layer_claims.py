@@ -46,6 +46,7 @@ def breakdown(data: list[str], n: int, seed: int) -> dict[str, float]:
 
     from analysis import claims
     from analysis.cache import DiskCache
+    from analysis.claims.layers import sample_block, train_size
     from analysis.commands.options import data_spec_from_args
     from analysis.config import SampleSpec
     from analysis.extract import extract_states
@@ -65,7 +66,7 @@ def breakdown(data: list[str], n: int, seed: int) -> dict[str, float]:
         cache = DiskCache(tmp)
         os.environ["TUNESCOPE_CACHE"] = tmp
         loaded = load_model(cfg.model)
-        mode, draws = claims.layer_samples(cfg, claims._part_size(cfg))
+        mode, draws = claims.layer_samples(cfg, train_size(cfg))
         size = cfg.samples * n if mode == "disjoint" else n
         for pooling in ("mean", "first"):
             done: dict[int, object] = {}
@@ -76,7 +77,7 @@ def breakdown(data: list[str], n: int, seed: int) -> dict[str, float]:
                                                   sample=SampleSpec(n=size, seed=s))  # fmt: skip
                     done[s] = extract_states(extract, loaded=loaded)
                 clock["extraction"] += time.perf_counter() - t
-                states = claims._block(done[s], block, f"block{block.start}-{block.stop}")
+                states = sample_block(done[s], block, f"block{block.start}-{block.stop}")
                 t = time.perf_counter()
                 if pooling == "mean":
                     cached_layer_metrics(states, seed=s, cache=cache)

@@ -55,6 +55,7 @@ def main() -> None:
 
     print(f"N = {args.n}, d = {args.d}, float32 states, float64 maths")
     print(f"{'C':>3} {'ours (s)':>10} {'textbook (s)':>13} {'ratio':>8} {'rel diff':>10}  nu")
+    summary = {}
     for n_classes in (2, 6):
         x, y = synthetic(args.n, args.d, n_classes)
         t_ours, ours = best_time(lambda x=x, y=y: nu(x, y), args.repeats)
@@ -65,6 +66,13 @@ def main() -> None:
         )
         numpy_default = nu_textbook(x, y, rtol=1e-15)
         print(f"    (textbook with numpy's default pinv cut-off 1e-15: {numpy_default:.6g})")
+        summary[n_classes] = (t_book / t_ours, rel)
+    # The summary line (docs/benchmarks.md records each benchmark's last line).
+    print(
+        f"nu: n={args.n} d={args.d} "
+        + " ".join(f"ratio_c{c}={r:.0f}" for c, (r, _) in summary.items())
+        + f" max_rel_diff={max(rel for _, rel in summary.values()):.1e}"
+    )
 
 
 if __name__ == "__main__":

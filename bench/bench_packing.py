@@ -36,6 +36,7 @@ from analysis.runs.db import RunsDB
 from analysis.runs.executor import ExecutorChoice
 from analysis.runs.launch import launch
 from analysis.runs.worker import cpu_packing, worker_pids
+from analysis.workspace import Workspace
 
 
 def load_average() -> str:
@@ -68,7 +69,7 @@ def sweep(args: argparse.Namespace) -> list[tuple[FinetuneConfig, None]]:
 def train(args: argparse.Namespace, root: Path, workers: int) -> dict:
     """Queue the sweep at ``root`` and let ``workers`` CPU workers train it; wait for the end."""
     root.mkdir(parents=True)
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     os.environ["TUNESCOPE_WORKER_IDLE_S"] = "2"
     start = time.perf_counter()
     launched = launch(db, sweep(args), ExecutorChoice(cpu_workers=workers), sweep_id="bench")

@@ -37,6 +37,7 @@ from analysis.finetune.config import FinetuneConfig
 from analysis.runs.db import RunsDB
 from analysis.runs.executor import RAY
 from analysis.runs.worker import serve
+from analysis.workspace import Workspace
 
 
 def queue(db: RunsDB, args: argparse.Namespace, tag: str) -> list[str]:
@@ -97,19 +98,19 @@ def main() -> None:
 
     import ray
 
-    from analysis.runs.ray_executor import LOCAL, connect
+    from analysis.runs.ray_executor import LOCAL_CLUSTER, connect
 
     with tempfile.TemporaryDirectory(prefix="tsbench-") as tmp:
         root = Path(tmp) / "cache"
         root.mkdir()
-        db = RunsDB(root / "runs.sqlite")
+        db = RunsDB(Workspace(root))
 
         local_ids = queue(db, args, "local")
         assert serve(root, device="cpu", idle_timeout=0.0, poll_s=0.05) == args.runs
         local = measure(db, local_ids)
 
         t0 = time.perf_counter()
-        connect(LOCAL, num_cpus=args.ray_cpus, temp_dir=str(Path(tmp) / "ray"))
+        connect(LOCAL_CLUSTER, num_cpus=args.ray_cpus, temp_dir=str(Path(tmp) / "ray"))
         cluster_start = time.perf_counter() - t0
         try:
             ray_ids = queue(db, args, "ray")

@@ -135,6 +135,7 @@ def main() -> None:
               f"({svd_s / 6:.2f} s a layer), ranks {ranks}")  # fmt: skip
         print(f"  one layer's W (t × D float32): {mb(w_bytes)}; peak extra memory: "
               f"{mb(mem.extra)} = {mem.extra / w_bytes:.2f} × W")  # fmt: skip
+        summary = f"subspace: minilm_layers_s={svd_s:.2f} minilm_peak_w={mem.extra / w_bytes:.2f}"
 
         with PeakAnon() as naive_mem:
             start = time.perf_counter()
@@ -156,6 +157,10 @@ def main() -> None:
               f" = {naive_mem.extra / w_bytes:.2f} × W; max |Δs| / s_max = {rel_naive:.1e}")  # fmt: skip
         print(f"    streamed Gram route:              {ours_s:6.2f} s, peak {mb(one_mem.extra)}"
               f" = {one_mem.extra / w_bytes:.2f} × W; max |Δs| / s_max = {rel:.1e}")  # fmt: skip
+        summary += (
+            f" layer1_s={ours_s:.2f} naive_s={naive_s:.2f} layer1_peak_w="
+            f"{one_mem.extra / w_bytes:.2f} naive_peak_w={naive_mem.extra / w_bytes:.2f}"
+        )
         shutil.rmtree(root / "minilm")
 
         if not args.skip_bert:
@@ -178,6 +183,9 @@ def main() -> None:
                   f"memory {mb(mem.extra)} = {mem.extra / w_bytes:.2f} × W")  # fmt: skip
             print("  (V, the D × t float32 output, is itself the size of W: the floor for any "
                   "method that returns V)")  # fmt: skip
+            summary += f" bert_layer_s={bert_s:.2f} bert_peak_w={mem.extra / w_bytes:.2f}"
+        # The summary line (docs/benchmarks.md records each benchmark's last line).
+        print(summary)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -281,7 +281,9 @@ def heads(on_device: LoadedModel, on_cpu: LoadedModel, n: int) -> dict[str, Any]
 
 
 def method_config(method: str, loaded: LoadedModel, sizes: Sizes, trajectory: Path | None, **kw):
-    from analysis.finetune.config import FinetuneConfig, HeadsOptions, SubspaceOptions
+    from analysis.finetune.config import FinetuneConfig
+    from analysis.finetune.methods.heads import HeadsOptions
+    from analysis.finetune.methods.subspace import SubspaceOptions
     from analysis.heads.selection_file import HeadSelection
 
     n_layers = loaded.n_layers

@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analysis.config import setting
-from analysis.finetune.spec import MethodSpec, at_head, export_as_prepared, is_number, layer_list
+from analysis.finetune.spec import (
+    MethodSpec,
+    at_classifier_layer,
+    export_as_prepared,
+    is_number,
+    layer_list,
+)
 
 
 @dataclass(frozen=True)
@@ -25,9 +31,6 @@ class DummyOptions:
         if self.layers is not None:
             object.__setattr__(self, "layers", layer_list(self.layers, "dummy_layers"))
 
-    def layers_used(self) -> tuple[int, ...]:
-        return self.layers or ()
-
 
 def prepare(model, cfg, inputs):
     from analysis.finetune.prepare import blocks, train_only
@@ -39,6 +42,11 @@ def prepare(model, cfg, inputs):
     return Prepared.from_model(model, f"LayerNorms of layers {layers} and the classifier")
 
 
+def run_label(config) -> str:
+    """``dummy ×0.5``: the stored config's options are under "options"."""
+    return f"dummy ×{config['options']['scale']:g}" + at_classifier_layer(config)
+
+
 SPEC = MethodSpec(
     name="dummy",
     label="a test method: LayerNorms of some layers",
@@ -48,6 +56,6 @@ SPEC = MethodSpec(
     options=DummyOptions,
     order=999,
     sweep=99,
-    run_label=lambda config: f"dummy ×{config.get('dummy_scale'):g}" + at_head(config),
+    run_label=run_label,
     export=export_as_prepared,  # its LayerNorms are read off the prepared model
 )

@@ -208,6 +208,7 @@ def test_out_of_memory_is_recorded_as_a_failed_run_with_advice(
 
     import analysis.finetune.engine as finetune
     from analysis.runs.db import RunsDB
+    from analysis.workspace import Workspace
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -219,9 +220,9 @@ def test_out_of_memory_is_recorded_as_a_failed_run_with_advice(
         "--cache", str(cache),
     )  # fmt: skip
     assert code == 1 and "out of memory" in err and "batch size" in err, err
-    runs = RunsDB(cache / "runs.sqlite").list_runs()
+    runs = RunsDB(Workspace(cache)).list_runs()
     assert list(runs["status"]) == ["failed"]
-    assert RunsDB(cache / "runs.sqlite").get_run(runs["id"][0])["result"] is None
+    assert RunsDB(Workspace(cache)).get_run(runs["id"][0])["result"] is None
 
 
 @pytest.mark.parametrize("failure", ["disk-full", "read-back"])
@@ -259,7 +260,7 @@ def test_method_flags_reach_their_method():
     """--lora-r given: the LoRA runs get it; not given: LoraOptions' own default."""
     from analysis.cli import build_parser
     from analysis.commands.options import method_options
-    from analysis.finetune.config import LoraOptions
+    from analysis.finetune.methods.lora import LoraOptions
 
     parse = build_parser().parse_args
     assert method_options(parse(["finetune", "--lora-r", "4"]), "lora").r == 4

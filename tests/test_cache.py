@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.cache import DiskCache, TensorSpec, recipe_key
+from analysis.cache import DiskCache, TensorSpec, entry_key
 
 
 @pytest.fixture
@@ -22,8 +22,8 @@ def test_round_trip(cache):
 
 
 def test_key_is_order_independent_and_recipe_sensitive():
-    assert recipe_key({"a": 1, "b": 2}) == recipe_key({"b": 2, "a": 1})
-    assert recipe_key({"a": 1}) != recipe_key({"a": 2})
+    assert entry_key({"a": 1, "b": 2}) == entry_key({"b": 2, "a": 1})
+    assert entry_key({"a": 1}) != entry_key({"a": 2})
 
 
 def test_missing_entry_is_a_miss(cache):
@@ -323,3 +323,113 @@ def test_an_error_of_the_system_keeps_the_entry(cache, monkeypatch):
     assert isinstance(raised.value, ValueError)  # what the CLI and the pages show as one line
     tensors, _ = cache.load("states", {"t": 1})  # once the cause is gone
     assert torch.equal(tensors["x"], values) and tensors.writable
+
+
+# --- last use, eviction, the size cap -------------------------------------------------------------
+
+
+def age(folder, seconds_ago: float) -> None:
+    import os
+    import time
+
+    then = time.time() - seconds_ago
+    os.utime(folder, (then, then))
+
+
+def test_a_load_marks_the_entry_used(cache):
+    folder = cache.save("states", {"r": 1}, {"x": torch.ones(3)})
+    age(folder, 3600)
+    before = next(cache.entries())["last_used"]
+    assert cache.load("states", {"r": 1}) is not None
+    assert next(cache.entries())["last_used"] > before + 3000
+
+
+def test_an_entry_in_use_is_never_removed(cache):
+    import gc
+
+    folder = cache.save("states", {"r": 1}, {"x": torch.arange(1000.0)})
+    tensors, _ = cache.load("states", {"r": 1})
+    x = tensors["x"][10:20]  # a view keeps the mapping (and its lock) alive
+    del tensors
+    gc.collect()
+    assert cache.remove_entry(folder) is False and folder.is_dir()
+    assert x.sum().item() == sum(range(10, 20))
+    del x
+    gc.collect()
+    assert cache.remove_entry(folder) is True and not folder.exists()
+    assert cache.remove_entry(folder) is False  # gone already
+
+
+HOLDER = """
+import sys, time
+from analysis.cache import DiskCache
+tensors, _ = DiskCache(sys.argv[1]).load("states", {"r": 1})
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_entry_another_process_reads_is_skipped(cache):
+    import subprocess
+    import sys
+
+    folder = cache.save("states", {"r": 1}, {"x": torch.ones(100)})
+    reader = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(cache.root)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert reader.stdout.readline().strip() == "holding"
+        assert cache.remove_entry(folder) is False and folder.is_dir()
+    finally:
+        reader.kill()
+        reader.wait()
+    assert cache.remove_entry(folder) is True
+
+
+def test_a_load_meeting_a_removal_waits_and_is_a_miss(cache):
+    import fcntl
+    import os
+    import time
+
+    from analysis.io import remove_folder
+
+    folder = cache.save("states", {"r": 1}, {"x": torch.ones(100)})
+    fd = os.open(folder / "data.safetensors", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what `remove_entry` holds while it deletes
+    assert cache.in_use(folder)  # (another descriptor's lock: this process counts too)
+    found = []
+    reader = threading.Thread(target=lambda: found.append(cache.load("states", {"r": 1})))
+    reader.start()
+    time.sleep(0.3)
+    assert reader.is_alive()  # waits for the removal to end
+    remove_folder(folder)
+    cache.save("states", {"r": 1}, {"x": torch.zeros(100)})  # a new entry in its place
+    os.close(fd)
+    reader.join(10)
+    assert found == [None]  # a miss, not the half-removed entry, and not a crash
+    assert torch.equal(cache.load("states", {"r": 1})[0]["x"], torch.zeros(100))  # kept
+
+
+def test_the_size_cap_evicts_the_oldest_unused_states_first(cache, monkeypatch):
+    import gc
+
+    mb = torch.zeros(250_000)  # 1 MB of float32
+    states = [cache.save("states", {"s": i}, {"x": mb}) for i in range(3)]
+    table = cache.save("layer_metrics", {"t": 0}, {"x": torch.zeros(10)})
+    for folder, seconds in zip([*states, table], (100, 300, 200, 1000), strict=True):
+        age(folder, seconds)
+    held, _ = cache.load("states", {"s": 1})  # the oldest: in use, so skipped
+    age(states[1], 300)
+    monkeypatch.setenv("TUNESCOPE_CACHE_MAX_GB", "0.0025")  # room for two states
+    tensors, _, hit = cache.get_or_compute("states", {"s": 3}, lambda: ({"x": mb}, {}))
+    assert not hit
+    kept = {(e["kind"], e["recipe"].get("s", e["recipe"].get("t"))) for e in cache.entries()}
+    # states 1 in use, states 3 just written; of 0 and 2, the older (2) went first, then 0;
+    # the small table, older than all, stays while states can go
+    assert kept == {("states", 1), ("states", 3), ("layer_metrics", 0)}
+    del held, tensors
+    gc.collect()
+    assert cache.enforce_cap(max_bytes=0) and list(cache.entries()) == []
+    monkeypatch.setenv("TUNESCOPE_CACHE_MAX_GB", "lots")
+    with pytest.raises(ValueError, match="TUNESCOPE_CACHE_MAX_GB must be a number"):
+        cache.enforce_cap()

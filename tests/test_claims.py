@@ -342,7 +342,7 @@ def test_heads_comparisons_never_pair_other_learning_rates():
     faster = runs.copy()
     for i, text in enumerate(faster["config_json"]):
         config_ = json.loads(text)
-        if config_["heads_settings"]["selector"] == "random":
+        if config_["options"]["heads"]["settings"]["selector"] == "random":
             faster.loc[i, "config_json"] = json.dumps({**config_, "lr": config_["lr"] * 2})
     assert claims.heads_comparisons(faster) == []  # PageRank at lr vs random at 2 lr: not a pair
     twice = pd.concat([runs, runs.assign(id=lambda f: f["id"] + "again")], ignore_index=True)

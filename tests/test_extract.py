@@ -208,11 +208,11 @@ def test_windows_stream_the_same_states_as_one_pass(tmp_path, csv_data, loaded, 
 
 
 def test_precision_is_part_of_the_key_only_when_not_float32(tmp_path, csv_data, loaded):
-    from analysis.extract import extraction_recipe
+    from analysis.extract import extraction_inputs
 
-    plain = extraction_recipe(_cfg(loaded, csv_data), loaded, "fp")
+    plain = extraction_inputs(_cfg(loaded, csv_data), loaded, "fp")
     assert "precision" not in plain
-    bf16 = extraction_recipe(_cfg(loaded, csv_data, precision="bfloat16"), loaded, "fp")
+    bf16 = extraction_inputs(_cfg(loaded, csv_data, precision="bfloat16"), loaded, "fp")
     assert bf16["precision"] == "bfloat16"
     with pytest.raises(ValueError, match="Unknown precision"):
         _cfg(loaded, csv_data, precision="int8")

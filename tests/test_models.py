@@ -4,10 +4,9 @@ import pytest
 import torch
 import transformers as tf
 
-from analysis.config import ModelSpec
+from analysis.config import ModelError, ModelSpec
 from analysis.models import (
     LAYER_PARTS,
-    ModelError,
     check_family,
     encoder_layers,
     layer_modules,

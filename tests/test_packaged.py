@@ -12,8 +12,8 @@ import pytest
 from analysis import packaged
 from analysis.cli import main
 from analysis.commands.options import model_name
-from analysis.config import ModelSpec
-from analysis.models import BUILTIN_MODELS, ModelError, load_model
+from analysis.config import ModelError, ModelSpec
+from analysis.models import BUILTIN_MODELS, load_model
 from analysis.packaged import MPNET, SplitModel, assemble, model_folder, part_files
 
 

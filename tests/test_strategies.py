@@ -49,12 +49,12 @@ def test_sweep_expansion_lists_full_fine_tuning_and_the_reference_as_baselines()
     full = [s for s in plan if s.method == "full"]
     assert full == [st.Strategy("baseline", "full", None)]  # listed once, as a baseline
     # With ℓ* = L, (4, 6, 6) is both ℓ*-down (ℓ*−2) and a baseline (L−2): a baseline.
-    assert next(s for s in plan if s.layers == (4, 6, 6)).strategy_family == "baseline"
-    assert not any(s.strategy_family == "ℓ*-down" for s in plan)  # ℓ*-down adds nothing here
+    assert next(s for s in plan if s.layers == (4, 6, 6)).family == "baseline"
+    assert not any(s.family == "ℓ*-down" for s in plan)  # ℓ*-down adds nothing here
     assert [s.method for s in plan[-2:]] == ["lora", "bitfit"]
-    assert not any(s.strategy_family == "ℓ*-up" for s in plan)  # ℓ* = L: nothing above
+    assert not any(s.family == "ℓ*-up" for s in plan)  # ℓ* = L: nothing above
     below = st.sweep_strategies(["down", "up", "baselines"], 6, l_star=3)
-    family = {s.layers or s.method: s.strategy_family for s in below}
+    family = {s.layers or s.method: s.family for s in below}
     assert family["full"] == "baseline" and family[(1, 3, 3)] == "ℓ*-down"
     assert family[(4, 6, 6)] == "ℓ*-up"  # ℓ* < L: the first family that produced it
 

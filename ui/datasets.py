@@ -21,8 +21,8 @@ import hashlib
 import re
 from pathlib import Path
 
-from analysis.config import DataSpec
-from analysis.data import BUILTIN_DATA, GLUE_DATA, SUPPORTED_EXTENSIONS
+from analysis.config import DataSpec, SampleSpec
+from analysis.data import BUILTIN_DATA, GLUE_DATA, SUPPORTED_EXTENSIONS, fit_to_part, load_data
 from analysis.io import atomic_write_bytes
 from analysis.workspace import Workspace
 from ui.paths import data_dir, relative_to_data, resolve_typed
@@ -164,3 +164,26 @@ def _columns(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
 
     del mtime_ns, size  # part of the cache key only
     return tuple(read_columns(Path(path)))
+
+
+def fitted_sample(spec: DataSpec, sample: SampleSpec) -> tuple[SampleSpec, str]:
+    """The sample the pages draw: ``sample``, or — for a data file whose part is smaller than the
+    sidebar's N — the whole part, with the note that says so (`analysis.data.fit_to_part`).
+    Built-in and GLUE sets are left as asked (large; GLUE may need the hub); a file that cannot
+    be read is left to the page's message."""
+    if named(spec.name):
+        return sample, ""
+    try:
+        return fit_to_part(load_data(spec), sample)
+    except ValueError:
+        return sample, ""
+
+
+def data_warnings(spec: DataSpec) -> tuple[str, ...]:
+    """What looks like a mistake in a data file's columns (`analysis.data.TaskData.warnings`)."""
+    if named(spec.name):
+        return ()
+    try:
+        return load_data(spec).warnings
+    except ValueError:
+        return ()

@@ -25,7 +25,9 @@ from ui.datasets import (
     NothingChosen,
     data_files,
     data_label,
+    data_warnings,
     file_columns,
+    fitted_sample,
     named,
     normalised,
     option_label,
@@ -278,6 +280,7 @@ def render_sidebar() -> None:
     side.number_input("N examples", value=default_n(), step=100, key="n", bind=links.BIND,
                       help=N_HELP)  # fmt: skip
     _inline_error(side, _sample)
+    _data_notes(side)
     side.number_input("Seed", value=0, step=1, key="seed", bind=links.BIND)
     side.radio("Pooling", POOLINGS, key="pooling", horizontal=True, bind=links.BIND,
                help=help_of(ExtractConfig, "pooling"))  # fmt: skip
@@ -290,6 +293,19 @@ def _inline_error(side, check) -> None:
         check()
     except ValueError as exc:
         side.error(str(exc), icon="⚠️")
+
+
+def _data_notes(side) -> None:
+    """A data file smaller than N is used whole (a note); columns that look swapped (a warning)."""
+    try:
+        spec, sample = data_spec(), _sample()
+    except ValueError:
+        return  # said beside the field, or on the page
+    note = fitted_sample(spec, sample)[1]
+    if note:
+        side.info(note)
+    for text in data_warnings(spec):
+        side.warning(text, icon="⚠️")
 
 
 def _trust_key(model: str) -> str:
@@ -367,11 +383,13 @@ def _max_length() -> int:
 
 def settings() -> ExtractConfig:
     """The sidebar's current choice as one validated config (raises ValueError with a clear
-    message; NothingChosen while no data is chosen yet)."""
+    message; NothingChosen while no data is chosen yet). A data file smaller than N is sampled
+    whole (`ui.datasets.fitted_sample`)."""
+    model, data = model_spec(), data_spec()
     return ExtractConfig(
-        model=model_spec(),
-        data=data_spec(),
-        sample=_sample(),
+        model=model,
+        data=data,
+        sample=fitted_sample(data, _sample())[0],
         pooling=st.session_state.get("pooling", "mean"),
         max_length=_max_length(),
     )

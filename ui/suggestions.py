@@ -63,18 +63,18 @@ def l_star_for(cfg: ExtractConfig, n_layers: int | None = None) -> int | None:
 
 def cached_l_star(cfg: ExtractConfig) -> int | None:
     """ℓ* = argmin ν of the layer metrics `analysis.layers.table.cached_layer_metrics` stored on
-    disk for this extraction (its states' recipe, the sample's seed, the default bins), without
+    disk for this extraction (its states' key inputs, the sample's seed, the default bins), without
     computing anything: None when the states or their metrics are not in the disk cache."""
     from analysis.cache import DiskCache
-    from analysis.extract import extraction_recipe
+    from analysis.extract import extraction_inputs
     from analysis.layers.metrics import DEFAULT_BINS
     from analysis.layers.table import COLUMNS, metrics_recipe, summary
     from ui.loaders import get_data, get_model, get_states
 
     cache = DiskCache()
     try:
-        recipe = extraction_recipe(cfg, get_model(cfg.model), get_data(cfg.data).fingerprint)
-        if not cache.entry_dir("states", recipe).is_dir():
+        inputs = extraction_inputs(cfg, get_model(cfg.model), get_data(cfg.data).fingerprint)
+        if not cache.entry_dir("states", inputs).is_dir():
             return None
         states = get_states(cfg, "Reading the cached hidden states")  # a hit: no extraction
         entry = cache.load("layer_metrics", metrics_recipe(states, cfg.sample.seed, DEFAULT_BINS))

@@ -3,12 +3,21 @@
 import pandas as pd
 import streamlit as st
 
+from analysis.cache_admin import human_bytes, usage
 from analysis.data import sample
 from analysis.extract import token_lengths
+from analysis.workspace import Workspace
 from ui.figures import data as figures
 from ui.loaders import get_data, get_model, show_error
 from ui.nav import next_step
 from ui.sidebar import describe, settings
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def cache_usage(root: str):
+    """The cache folder's size and free space (a walk of the folder: at most every 30 s)."""
+    return usage(Workspace(root))
+
 
 st.title("Data")
 st.markdown(
@@ -27,6 +36,8 @@ st.caption(describe(cfg))
 st.subheader(data.title)
 for note in data.notes:
     st.info(note)
+for text in data.warnings:
+    st.warning(text, icon="⚠️")
 sizes = {part: len(frame) for part, frame in data.parts.items()}
 cols = st.columns(4)
 cols[0].metric("train", f"{sizes['train']:,}")
@@ -82,5 +93,11 @@ st.markdown(
     "folder as safetensors + JSON, keyed by the model's weights, the data, the sample, the pooling "
     "and the max length. It is written to disk window by window as it is computed and read back "
     "memory-mapped, one layer at a time, so memory does not grow with the number of examples."
+)
+use = cache_usage(str(Workspace.current().root))
+st.caption(
+    f"The cache folder `{use.root}` holds {human_bytes(use.total_bytes)}; its disk has "
+    f"{human_bytes(use.free_bytes)} free. `tunescope cache` lists what it holds (kind, model, "
+    "data, N, size, last use) and `tunescope cache prune` frees it."
 )
 next_step("views/data.py")

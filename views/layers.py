@@ -85,7 +85,7 @@ with tab_metrics:
         suggestion(summ, df, states.n_layers, reps)
         if summ["l_star"] is not None:  # ℓ*-down as a recipe for the user's own training
             l_star = int(summ["l_star"])
-            recipe_button(cfg, {"l_star": l_star, "strategy": [1, l_star, l_star]},
+            recipe_button(cfg, {"l_star": l_star, "layers": [1, l_star, l_star]},
                           "layers_recipe", "ℓ*-down (1, ℓ*, ℓ*) as a recipe (zip)",
                           method="layers", layers=(1, l_star, l_star))  # fmt: skip
         if df.attrs.get("label_note"):

@@ -148,14 +148,13 @@ def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) ->
         runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
         source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
         source_id = source["id"] if source and source["status"] == "done" else None
-        root = db.path.parent
-        if source_id and "S2" in cfg.only and not _has_disable_files(root, source_id):
+        if source_id and "S2" in cfg.only and not _has_disable_files(db.workspace, source_id):
             path, n_zero = claims.write_disable_files(db, source_id, cfg.seeds)
             print(
                 f"disable experiment: {n_zero:,} outlier weights of run {source_id} → {path}",
                 file=sys.stderr,
             )
-        planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
+        planned = claims.plan_runs(cfg, inputs, source=source_id, root=db.workspace.root)
         missing = [p for p in claims.missing_runs(planned, runs) if p.key not in queued]
         if missing:
             seconds, how = claims.estimate_seconds(missing, runs)
@@ -189,9 +188,6 @@ def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) ->
         time.sleep(poll)
 
 
-def _has_disable_files(root, source_id: str) -> bool:
-    from pathlib import Path
-
-    from analysis.claims import outlier_file
-
-    return Path(outlier_file(root, source_id)).is_file()
+def _has_disable_files(workspace, source_id: str) -> bool:
+    """Whether the disable experiment's files of trajectory run ``source_id`` are written."""
+    return workspace.outlier_file(source_id).is_file()

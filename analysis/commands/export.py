@@ -1,6 +1,6 @@
 """``export``: a recommendation or a stored run as a recipe folder for the user's own training
-(`analysis.export.build`): recipe.json, tunescope_recipe.py, README.md and, for LoRA, PEFT's
-adapter_config.json.
+(`analysis.export.build`): recipe.json, tunescope_recipe.py, README.md and, for a method whose
+export is a PEFT config (LoRA, IA³…), PEFT's adapter_config.json.
 
 What to export: ``--run ID``, ``--strategy ℓ_bottom,ℓ_top,ℓ_head`` (method layers), ``--heads
 FILE`` (method heads) or ``--method NAME`` (any method of the registry). The method options
@@ -45,7 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "e.g. 4,5,6 (as --lora-layers / --adapter-layers); with --method layers: "
         "ℓ_bottom,ℓ_top,ℓ_head",
     )
-    parser.add_argument("--head-layer", type=int, default=None, help="ℓ_head (default: L)")
+    parser.add_argument(
+        "--classifier-layer", "--head-layer", dest="classifier_layer", type=int, default=None,
+        help="ℓ_head: the layer the classifier reads, the layers above removed (default: L)",
+    )  # fmt: skip
     parser.add_argument("--l-star", type=int, default=None, help="ℓ* the recommendation came from")
     parser.add_argument("--out", required=True, help="the recipe folder to write")
     add_model_data(parser)
@@ -62,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.run:
         refuse_foreign_flags(args, (), runs="--run (its run says what trains)")
-        if args.layers or args.head_layer is not None:
-            raise ValueError("--layers and --head-layer go with a recommendation, not --run.")
+        if args.layers or args.classifier_layer is not None:
+            raise ValueError("--layers and --classifier-layer go with a recommendation, not --run.")
         cfg, provenance = run_source(args.run)
     else:
         cfg, provenance = _recommended(args)
@@ -94,6 +97,8 @@ def _method_of(args: argparse.Namespace) -> str:
 
 
 def _recommended(args: argparse.Namespace):
+    from analysis.export.build import selection_settings
+
     method = _method_of(args)
     refuse_foreign_flags(args, {method})
     layers = parse_ints(args.layers, "--layers")
@@ -102,16 +107,16 @@ def _recommended(args: argparse.Namespace):
         triple, layers = layers, None
     if layers:
         _place(args, method, args.layers)
-    if triple is None and args.head_layer is not None:
+    if triple is None and args.classifier_layer is not None:
         used = layers or (1,)
-        triple = (min(used), max(used), args.head_layer)
+        triple = (min(used), max(used), args.classifier_layer)
     cfg = finetune_config(args, method=method, layers=triple, seed=args.seed)
     source = "strategy" if args.strategy else "heads" if method == "heads" else "method"
     provenance = {
         "source": source,
         "run_id": None,
-        "strategy": list(triple) if triple else None,
-        "selection": dict(cfg.heads.settings) or None if cfg.heads is not None else None,
+        "layers": list(triple) if triple else None,
+        "selection": selection_settings(cfg),
     }
     if args.heads:
         provenance["selection_file"] = absolute_path(args.heads)

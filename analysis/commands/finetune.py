@@ -123,10 +123,10 @@ def follow(db, run_id: str, bar: StepBar, poll_s: float = 0.5, cancel_wait_s: fl
     A queue that no Ray worker serves any more (it could not connect) is a ValueError: the run
     stays queued.
     """
-    from analysis.runs.db import FINAL_STATUSES
+    from analysis.runs.queue import FINAL_STATUSES
     from analysis.runs.worker import RAY, worker_pid
 
-    root = db.path.parent
+    root = db.workspace.root
     try:
         while True:
             run = db.get_run(run_id)

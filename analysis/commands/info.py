@@ -13,6 +13,7 @@ HELP = "list built-in models and datasets, and the cache's contents"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", default=None, help="cache folder (default: ./cache)")
     parser.add_argument("--json", default=None, help="also write it as JSON to this file")
+    parser.set_defaults(writes=False)  # never the one to create a missing cache folder
 
 
 def run(args: argparse.Namespace) -> int:

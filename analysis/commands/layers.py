@@ -1,4 +1,5 @@
-"""``layers``: ν, CCA, rank ϱ and probe score of every layer; ℓ*, ζ and ρ (paper 000)."""
+"""``layers``: ν, CCA, rank ϱ and probe score of every layer; ℓ*, ζ and ρ (paper 000); how sure
+ℓ* is, and the layer strategies it suggests."""
 
 from __future__ import annotations
 
@@ -47,6 +48,42 @@ def table(result: dict[str, Any]) -> str:
             + " ".join(f"{c:>{w}}" for c, w in zip(cells, width, strict=True))
             + star
         )
+    return "\n".join(lines)
+
+
+STRATEGY_FAMILIES = {"l_star_down": "ℓ*-down", "l_star_up": "ℓ*-up", "baselines": "baselines"}
+
+
+def how_sure(summ: Any | None, repeats: int) -> str:
+    """How far ℓ* can be trusted: counts over bootstrap repeats, or — from one sample — a note
+    that there are none and how to get them (docs/explanation/statistics.md, 'Repeats and bootstrap intervals')."""
+    if summ is None:
+        return (
+            "How sure: ℓ* is from one sample, unrepeated: nothing says how often another sample "
+            "would choose another layer. --repeats 50 counts ℓ* over 50 bootstrap resamples "
+            "(and adds 90 % intervals)."
+        )
+    verdict = "stable" if summ.stable else "not stable: weigh the strategies of the other layers"
+    return f"How sure: {summ.l_star_sentence()} — {verdict} (R = {repeats})."
+
+
+def suggestions(result: dict[str, Any]) -> str:
+    """The layer strategies ℓ* suggests (the JSON's ``strategies``: (ℓ_bottom, ℓ_top, ℓ_head)
+    triples, docs/explanation/strategies.md), one family a line, and the command that trains
+    them."""
+    if not result.get("strategies"):
+        return "No strategy to suggest: ℓ* is undefined (ν is not finite on any layer 1..L)."
+    l_star = result["l_star"]
+    l_star = l_star["estimate"] if isinstance(l_star, dict) else l_star
+    lines = [f"Suggested strategies (ℓ_bottom, ℓ_top, ℓ_head) for ℓ* = {l_star}:"]
+    for key, family in STRATEGY_FAMILIES.items():
+        triples = result["strategies"].get(key) or []
+        shown = "  ".join(f"({b}, {t}, {h})" for b, t, h in triples) or "none (ℓ* is the top layer)"
+        lines.append(f"  {family:<10} {shown}")
+    lines.append(
+        f"Train and compare them: sweep --l-star {l_star} --strategies down,up,baselines "
+        "(with this command's --model and --data; 3 seeds each)."
+    )
     return "\n".join(lines)
 
 
@@ -119,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
                 f"(full-sample values with 90 % bootstrap intervals from R = {args.repeats} "
                 "repeats; ± in the table = bootstrap s.e.; intervals need R ≥ 50)"
             )
+        print(how_sure(summ, args.repeats))
+        print(suggestions(result))
         if args.json:
             print(f"JSON written to {args.json}")
     return 0

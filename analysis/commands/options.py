@@ -28,7 +28,7 @@ from analysis.config import (
 )
 from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.registry import default_lrs_text, method_spec, option_owners
-from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR
+from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, parse_layer_values
 from analysis.io import atomic_write_text
 from analysis.runs.executor import EXECUTORS, ExecutorChoice
 
@@ -260,7 +260,7 @@ def launch(
     runs: Sequence[tuple[FinetuneConfig, str | None]],
     sweep_id: str | None = None,
 ) -> tuple[list[str], str]:
-    """Queue ``runs`` ((config, strategy) pairs) and start the workers ``args`` choose, through
+    """Queue ``runs`` ((config, family) pairs) and start the workers ``args`` choose, through
     `analysis.runs.launch.launch` (the executor checked first: ``error: …``, exit 2, with nothing
     queued). Returns the run ids and a line naming the workers."""
     from analysis.runs.launch import launch as launch_runs
@@ -312,6 +312,8 @@ def method_options(args: argparse.Namespace, method: str) -> Any:
             continue
         if field.kind == "layers":
             value = parse_ints(value, field.flag)
+        elif field.kind == "per_layer":
+            value = parse_layer_values(value, field.flag)
         elif field.kind == "heads":
             from analysis.heads.selection_file import load_selection
 

@@ -4,7 +4,8 @@ folder, `analysis.runs.callback.import_trainer_folder`).
 
 Listings and exports carry each run's group (`analysis.runs.results.group_key`: runs identical in
 every setting but the seed) and a label that tells settings apart; ``runs groups`` lists the
-groups with n_seeds and mean ± s.e.; ``runs compare A B`` applies `analysis.compare.compare`.
+groups with n_seeds and mean ± s.e. (step times: the median over seeds); ``runs compare A B``
+applies `analysis.compare.compare`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ HELP = (
     "list, show, export, compare, cancel, annotate (note, tag), delete or import fine-tuning runs"
 )
 LIST_COLUMNS = [
-    "id", "status", "model", "data", "method", "label", "seed", "score", "metric", "group",
+    "id", "status", "model", "data", "method", "label", "seed", "score", "metric", "imported",
+    "group",
 ]  # fmt: skip
 GROUP_COLUMNS = ["group", "label", "n_seeds", "score", "score_sem", "dev_score", "step_time_s"]
 
@@ -83,6 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     imported.add_argument("--metric", default="accuracy", help="eval_<metric> is the dev curve")
     imported.add_argument("--recipe", default=None, help="the recipe folder the run applied")
     imported.add_argument("--seed", type=int, default=0, help="the run's training seed")
+    for action in (listing, show, export, groups, compare):
+        action.set_defaults(writes=False)  # never the one to create a missing cache folder
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "import":  # issue 18
         return _import(args)
+    if not getattr(args, "writes", True) and not args.workspace.root.is_dir():
+        return _nothing_recorded(args)
     db = RunsDB()
     db.reap_dead()
     if args.action in ("list", "export"):
@@ -121,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
         head = {k: v for k, v in record.items() if k not in ("config", "result")}
         for key, value in head.items():
             print(f"{key:>16}: {value}")
-        print("          config:", json.dumps(record["config"], indent=2, sort_keys=True))
-        print("          result:", json.dumps(record["result"], indent=2, sort_keys=True))
+        for key in ("config", "result"):
+            shown = _readable(record[key]) if key == "result" else record[key]
+            print(f"{key:>16}:", json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
         train = steps[(steps.kind == "train") & (steps.key == "loss")]
         if not train.empty:
             last = train.iloc[-1]
@@ -168,6 +175,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _readable(result: dict | None) -> dict | None:
+    """A run's result for a person: its test predictions summarised in one line (how many, a
+    checksum, the first few) instead of their base64 arrays; ``--json`` keeps them whole."""
+    from analysis.predictions import describe_predictions
+
+    if not result or "test_predictions" not in result or not result["test_predictions"]:
+        return result
+    return {**result, "test_predictions": describe_predictions(result["test_predictions"])}
+
+
+def _nothing_recorded(args: argparse.Namespace) -> int:
+    """A reading action on a cache folder that does not exist (`Workspace.from_env` has warned):
+    an empty answer, and no database created."""
+    if args.action in ("list", "groups"):
+        print("no runs yet" if args.action == "list" else "no finished runs yet")
+        write_json(getattr(args, "json", None), {"runs" if args.action == "list" else "groups": []})
+        return 0
+    raise ValueError(f"No runs are recorded in {args.workspace.root}: the folder does not exist.")
+
+
 def _as_queued(name: str | None, queued_as) -> list[str] | None:
     """A ``--model`` / ``--data`` filter: the name as typed and as runs queued from here store it
     (a relative path made absolute: `analysis.commands.options.data_name`)."""
@@ -186,8 +213,9 @@ def _groups(db, args: argparse.Namespace) -> int:
     if summary.empty:
         print("no finished runs yet")
     else:
-        print(summary[GROUP_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    if args.json:
+        shown = summary[GROUP_COLUMNS].rename(columns={"step_time_s": "step_time_s (median)"})
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if args.json:  # step_time_s: the median over seeds; step_time_s_mean: the mean
         write_json(args.json, {"groups": json_ready(summary)})
     return 0
 

@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compute_l_star(args: argparse.Namespace, loaded) -> int:
-    """argmin ν over ℓ = 1..L on a sample of the train part (SPEC.md, "Layer metrics")."""
+    """argmin ν over ℓ = 1..L on a sample of the train part (docs/explanation/layer-metrics.md)."""
     from analysis.commands.options import TqdmProgress, data_spec_from_args
     from analysis.config import ExtractConfig, SampleSpec
     from analysis.extract import extract_states
@@ -157,14 +157,14 @@ def run(args: argparse.Namespace) -> int:
         f"{len(plan)} strategies{grid} × {len(seeds)} seeds = {len(configs)} runs (L = {n_layers})"
     )
     for strategy in plan:
-        print(f"  {strategy.strategy_family:<9} {strategy.method:<7} {strategy.label}")
+        print(f"  {strategy.family:<9} {strategy.method:<7} {strategy.label}")
     if args.lr_grid:
         print("  the learning rate of each strategy is chosen on the dev part, never on test")
     payload: dict = {"l_star": l_star, "n_layers": n_layers, "runs": []}
     if args.dry_run:
         payload["runs"] = [
             {
-                "family": s.strategy_family,
+                "family": s.family,
                 "method": s.method,
                 "label": s.label,
                 "seed": c.seed,
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     db = RunsDB()
     sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S")
     if not args.foreground:
-        ids, workers = launch(args, db, [(cfg, s.strategy_family) for s, cfg in configs], sweep_id)
+        ids, workers = launch(args, db, [(cfg, s.family) for s, cfg in configs], sweep_id)
         print(f"queued {len(ids)} runs as {sweep_id} ({workers})")
         if args.lr_grid:
             print(
@@ -198,7 +198,7 @@ def _run_here(db, configs, sweep_id, loaded, payload, args) -> int:
     failures = 0
     for strategy, cfg in configs:
         run_id = db.enqueue(
-            cfg, sweep_id=sweep_id, strategy=strategy.strategy_family, running_pid=os.getpid()
+            cfg, sweep_id=sweep_id, strategy=strategy.family, running_pid=os.getpid()
         )
         bar = StepBar(cfg.steps, f"{strategy.label} seed {cfg.seed}")
         try:
@@ -215,7 +215,7 @@ def _run_here(db, configs, sweep_id, loaded, payload, args) -> int:
             {
                 "run_id": run_id,
                 "status": status,
-                "family": strategy.strategy_family,
+                "family": strategy.family,
                 "result": run["result"],
             }
         )

@@ -23,10 +23,13 @@ Modules: ``parts`` (TaskData and the seeded split), ``builtin`` (the offline set
 ``files`` (local files), ``sampling`` (samples of a part).
 
 Every problem with the data raises ``DataError`` (a ``ValueError``) with a message meant for the
-person who chose the data.
+person who chose the data. What only looks like a mistake (a text column of numbers) is a
+``DataWarning``, issued by ``load_data`` and kept in ``TaskData.warnings``.
 """
 
 from __future__ import annotations
+
+import warnings
 
 from analysis.config import DataSpec
 from analysis.data.builtin import BUILTIN_DATA, GLUE_DATA, GLUE_TASKS, load_builtin, load_glue
@@ -37,8 +40,8 @@ from analysis.data.files import (
     max_file_bytes,
     read_file_task,
 )
-from analysis.data.parts import DataError, TaskData
-from analysis.data.sampling import sample
+from analysis.data.parts import DataError, DataWarning, TaskData
+from analysis.data.sampling import fit_to_part, sample
 
 DEFAULT_DATA = "movie-snippets"
 
@@ -50,9 +53,11 @@ __all__ = [
     "MAX_CLASSES",
     "SUPPORTED_EXTENSIONS",
     "DataError",
+    "DataWarning",
     "TaskData",
     "clear_cache",
     "describe_builtin",
+    "fit_to_part",
     "load_data",
     "max_file_bytes",
     "sample",
@@ -100,10 +105,14 @@ def load_data(spec: DataSpec) -> TaskData:
     name = spec.name.strip()
     key = name.lower()
     if key in BUILTIN_DATA:
-        return load_builtin(spec)
-    if key.startswith("glue/"):
+        data = load_builtin(spec)
+    elif key.startswith("glue/"):
         task = key.split("/", 1)[1]
         if task not in GLUE_TASKS:
             raise DataError(f"Unknown GLUE task {task!r}: choose one of {', '.join(GLUE_TASKS)}.")
-        return load_glue(spec)
-    return load_file(spec)
+        data = load_glue(spec)
+    else:
+        data = load_file(spec)
+    for message in data.warnings:  # shown once per message (Python's default for warnings)
+        warnings.warn(message, DataWarning, stacklevel=2)
+    return data

@@ -182,6 +182,21 @@ def _as_text(series: pd.Series, column: str) -> pd.Series:
     return values.map(lambda v: v if isinstance(v, str) else (None if pd.isna(v) else str(v)))
 
 
+def _numbers_as_text(series: pd.Series, column: str) -> str:
+    """A warning when every text of ``column`` is a number (the text and label columns swapped,
+    or an id column chosen), else ''."""
+    present = series[series.notna()].astype(object)
+    present = present.map(lambda v: v.strip() if isinstance(v, str) else v)
+    present = present[present.map(lambda v: v != "")]
+    if present.empty or pd.to_numeric(present, errors="coerce").isna().any():
+        return ""
+    examples = ", ".join(str(v) for v in present.unique()[:3])
+    return (
+        f"Column {column!r}, used as a text, holds only numbers (e.g. {examples}): are the text "
+        "and label columns swapped? If so, choose the text column."
+    )
+
+
 def _labels(series: pd.Series, column: str) -> tuple[np.ndarray, tuple[str, ...], str]:
     """(labels (N,), label_names, task_type) from a label column without missing values.
 
@@ -272,6 +287,11 @@ def task_from_bytes(spec: DataSpec, raw: bytes, path: Path) -> TaskData:
     frame = pd.DataFrame({"text": _as_text(table[text_col], text_col)})
     if pair_col is not None:
         frame["text_pair"] = _as_text(table[pair_col], pair_col)
+    column_warnings = [
+        message
+        for column in (text_col, pair_col)
+        if column is not None and (message := _numbers_as_text(table[column], column))
+    ]
     frame["label"] = table[label_col]
     notes: list[str] = []
     total = len(frame)
@@ -322,4 +342,5 @@ def task_from_bytes(spec: DataSpec, raw: bytes, path: Path) -> TaskData:
             spec.split_seed,
         ),
         notes=tuple(notes),
+        warnings=tuple(column_warnings),
     )

@@ -23,6 +23,11 @@ class DataError(ValueError):
     """The data cannot be used as asked; the message says why and what to do."""
 
 
+class DataWarning(UserWarning):
+    """The data can be used, but something about it looks like a mistake (a text column of
+    numbers: swapped columns?); `analysis.data.load_data` warns with each of ``TaskData.warnings``."""
+
+
 @dataclass(frozen=True, eq=False)
 class TaskData:
     """One labelled task split into parts.
@@ -31,7 +36,8 @@ class TaskData:
     ``text_pair`` and ``label``; index 0..n-1. Labels are class ids ``0..C-1`` (positions in
     ``label_names``) for classification and floats for regression (``label_names`` empty).
     fingerprint: SHA-256 over the source bytes, the column choices and the split seed: equal
-    fingerprints mean equal parts. notes: what was dropped or ignored on the way, for the user.
+    fingerprints mean equal parts. notes: what was dropped or ignored on the way, for the user;
+    warnings: what looks like a mistake in the choice of data or columns (`DataWarning`).
     Shared by every caller of ``load_data``: treat the DataFrames as read-only.
     """
 
@@ -43,6 +49,7 @@ class TaskData:
     metric: str
     fingerprint: str
     notes: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
 
     @property
     def n_classes(self) -> int:

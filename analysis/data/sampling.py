@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -58,6 +60,21 @@ def sample(data: TaskData, spec: SampleSpec) -> pd.DataFrame:
     out = part.iloc[rows].reset_index(drop=True)
     out.insert(0, "row", rows.astype(np.int64))
     return out
+
+
+def fit_to_part(data: TaskData, spec: SampleSpec) -> tuple[SampleSpec, str]:
+    """``spec``, or — when its part holds fewer than ``spec.n`` examples — a uniform sample of the
+    whole part, with a note that says so ('' when ``spec`` stands). For a small file the
+    dashboard's N was chosen for larger data: refusing it would only make the user type the
+    part's size. Other schemes are left as asked (`sample` says which N they can reach)."""
+    size = len(data.parts[spec.part])
+    if spec.n <= size or spec.scheme != "random" or size < 2:
+        return spec, ""
+    note = (
+        f"{data.title}'s {spec.part} part holds {size:,} examples, fewer than N = {spec.n:,}: "
+        f"all {size:,} are used."
+    )
+    return dataclasses.replace(spec, n=size), note
 
 
 # --- sampling helpers ---------------------------------------------------------------------------

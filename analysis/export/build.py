@@ -3,31 +3,33 @@
 `build_recipe(cfg, loaded, n_outputs, provenance)` prepares the very model a tunescope run of
 ``cfg`` trains (`analysis.finetune.engine.build_model`, on the CPU) and reads off it what trains:
 every encoder tensor with ``requires_grad`` (by its transformers name, relative to the base
-model), the rows that the gradient masks of method ``heads`` keep), what the method adds (its
-``MethodSpec.export`` hook, in its own module: the adapters to insert, the PEFT LoRA settings —
-`method_fragment`), the classifier (per family: `analysis.export.families`), the learning rates
-and the budget. So the recipe says what tunescope does, not what a second copy of its rules says.
+model), the rows the gradient masks keep (partly trained tensors), and what the method's export
+hook (`analysis.finetune.spec.Exported`) adds: a PEFT config or the modules to insert; then the
+classifier (`analysis.hf_names`), the learning rates and the budget. So the recipe says what
+tunescope does, not what a second copy of its rules says.
 
-`write_recipe(recipe, folder)` writes the folder a user takes home:
+`write_recipe(recipe, folder)` writes the folder a user takes home: ``recipe.json`` (schema
+below), ``tunescope_recipe.py`` (torch + transformers only: ``apply_recipe``), a ``README.md``
+with the lines to paste, and the recipe's ``files``: a PEFT config as PEFT's own
+``adapter_config.json`` (``save_pretrained``).
 
-- ``recipe.json`` (schema below), ``tunescope_recipe.py`` (torch + transformers only:
-  ``apply_recipe``), a ``README.md`` with the lines to paste;
-- for LoRA, ``adapter_config.json`` from ``peft.LoraConfig(...).save_pretrained``.
-
-Schema (``format`` = ``tunescope-recipe``, ``version`` 1): ``model`` {name, path, family,
-model_type, n_layers, n_heads, d_model, special_token_ids}; ``method``, ``description``;
-``keep_layers`` (ℓ_head: the layers above are deleted) and ``layers_module`` (the blocks'
-ModuleList inside the base model); ``classifier`` {pooling, d_model, n_outputs, dropout, init_std,
+Schema (``format`` = ``tunescope-recipe``, ``version`` 2; layers are 1-based throughout, PEFT's
+0-based indices are in adapter_config.json only): ``model`` {name, path, family, model_type,
+n_layers, n_heads, d_model, special_token_ids}; ``method``, ``description``; ``keep_layers``
+(ℓ_head: the layers above are deleted) and ``layers_module`` (the blocks' ModuleList inside the
+base model); ``classifier`` {kind, pooling, layer, d_model, n_outputs, dropout, init_std,
 hf_dense, hf_out, hf_modules}; ``train`` {params: whole tensors, masks: [{param, rows: [[start,
-stop], …]}] (output rows of Q/K/V and their bias entries), adapters, lora, n_trainable_body,
-n_trainable_classifier, n_trainable}; ``optimizer`` {lr, classifier_lr, weight_decay, betas,
-eps, max_grad_norm, warmup}; ``training`` {steps, batch_size, max_length, seed, n_train};
-``provenance`` {tunescope_version, source, run_id, l_star, strategy, selection, config}.
+stop], …]}] (output rows of Q/K/V and their bias entries), adapters: {kind, size, init_std,
+layers, sites} or null, peft: {peft_type, layers, adapter_config, n_trainable} or null,
+embeddings, n_trainable_body, n_trainable_classifier, n_trainable, n_params}; ``optimizer`` {lr,
+classifier_lr, weight_decay, betas, eps, max_grad_norm, warmup}; ``training`` {steps, batch_size,
+max_length, seed, n_train}; ``provenance`` {tunescope_version, source, run_id, l_star, layers,
+family, selection, config}. Version 1 (before) had ``lora`` (PEFT's LoRA settings, 0-based) where
+``peft`` is, and 0-based adapter layers.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.resources
 import json
 import re
@@ -38,19 +40,17 @@ from typing import Any
 
 import torch
 
-from analysis.export.families import HF_HEADS
 from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.registry import method_spec
-from analysis.finetune.spec import EXPORT_KEYS
+from analysis.finetune.spec import Exported
+from analysis.hf_names import hf_classifier
 from analysis.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from analysis.models import LoadedModel, encoder_layers, resolve_source
 
 FORMAT = "tunescope-recipe"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MODULE_FILE = "tunescope_recipe.py"
-# What PEFT's LoraConfig must offer for the exported adapter_config.json to mean what we say.
-LORA_FIELDS = ("r", "lora_alpha", "lora_dropout", "bias", "target_modules",
-               "layers_to_transform", "layers_pattern", "modules_to_save", "task_type")  # fmt: skip
+PEFT_FILE = "adapter_config.json"
 
 
 def tunescope_version() -> str:
@@ -61,7 +61,7 @@ def tunescope_version() -> str:
 
 def _row_ranges(mask: torch.Tensor) -> list[list[int]]:
     """[[start, stop), …] of the output rows a (rows, cols) or (rows,) mask keeps; a ValueError
-    when it is not whole rows (nothing else is a head)."""
+    when it is not whole rows (nothing else is an attention head)."""
     rows = mask.any(dim=1) if mask.ndim == 2 else mask
     if mask.ndim == 2 and not torch.equal(mask, rows[:, None].expand_as(mask)):
         raise ValueError("A gradient mask that is not whole rows cannot be exported.")
@@ -87,8 +87,8 @@ def _special_ids(tokenizer) -> list[int]:
     return sorted({i for n in names if (i := getattr(tokenizer, n, None)) is not None})
 
 
-def method_fragment(cfg: FinetuneConfig, loaded: LoadedModel) -> dict[str, Any]:
-    """The method's part of the recipe's ``train`` (its spec's export hook: `MethodSpec`), or a
+def method_export(cfg: FinetuneConfig, loaded: LoadedModel) -> Exported:
+    """What the method adds to the recipe (its spec's export hook: `MethodSpec`), or a
     ValueError saying why the method cannot be exported. Needs no built model, so a refusal
     comes before any is built."""
     spec = method_spec(cfg.method)
@@ -98,17 +98,42 @@ def method_fragment(cfg: FinetuneConfig, loaded: LoadedModel) -> dict[str, Any]:
             "export hook is None)."
         )
     try:
-        fragment = spec.export(cfg, loaded)
+        exported = spec.export(cfg, loaded)
     except ValueError as exc:
         reason = str(exc).rstrip(".")
         raise ValueError(f"Method {cfg.method!r} cannot be exported: {reason}.") from None
-    unknown = sorted(set(fragment) - set(EXPORT_KEYS))
-    if unknown:
-        raise ValueError(
-            f"Method {cfg.method!r}'s export hook returned {', '.join(unknown)}: a recipe's "
-            f"train part takes only {', '.join(EXPORT_KEYS)}."
+    if not isinstance(exported, Exported):
+        raise TypeError(
+            f"Method {cfg.method!r}'s export hook returned {type(exported).__name__}, not an "
+            "Exported (analysis.finetune.spec)."
         )
-    return fragment
+    return exported
+
+
+def _peft_made(encoder: torch.nn.Module) -> set[int]:
+    """The ids of the parameters PEFT added to ``encoder`` (its tuner layers' adapter weights:
+    LoRA's A and B, IA³'s vectors…); PEFT creates and names them on the user's side too."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    made: set[int] = set()
+    for module in encoder.modules():
+        if isinstance(module, BaseTunerLayer):
+            for name in module.adapter_layer_names:
+                made |= {id(p) for p in getattr(module, name).parameters()}
+    return made
+
+
+def _peft_part(exported: Exported) -> dict[str, Any] | None:
+    """recipe.json's ``train.peft``: the PEFT method, its 1-based layers and its file."""
+    if exported.peft is None:
+        return None
+    kind = exported.peft.peft_type
+    return {
+        "peft_type": str(getattr(kind, "value", kind)),
+        "layers": list(exported.layers),
+        "adapter_config": PEFT_FILE,
+        "n_trainable": exported.n_trainable,
+    }
 
 
 def build_recipe(
@@ -118,21 +143,22 @@ def build_recipe(
     provenance: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The recipe of ``cfg`` on ``loaded`` (module docstring); a ValueError for what cannot be
-    expressed (subspace methods, a zero-weights run, a family without a mapping)."""
+    expressed (subspace methods, a zero-weights run, a family without a mapping). The recipe's
+    ``files`` (not part of recipe.json) hold the PEFT config `write_recipe` saves."""
     from analysis.finetune.engine import build_model
 
-    if loaded.model_family not in HF_HEADS:
-        raise ValueError(f"The {loaded.model_family} family has no export mapping yet.")
+    classifier_names = hf_classifier(loaded.model_family)
     if cfg.zero_weights:
         raise ValueError(
             "A run on zeroed weights (the disable experiment) cannot be exported: its starting "
             "model is not the checkpoint a user loads."
         )
     cfg.check_model(loaded.n_layers, loaded.n_heads)
-    fragment = method_fragment(cfg, loaded)  # a refusal comes before any model is built
+    exported = method_export(cfg, loaded)  # a refusal comes before any model is built
     built = build_model(cfg, loaded, n_outputs, device="cpu")
     model = built.model
     masks = {id(p): m for p, m in built.prepared.grad_masks.items()}
+    peft_made = _peft_made(model.encoder) if exported.peft is not None else set()
     params: list[str] = []
     masked: list[dict[str, Any]] = []
     n_body = 0
@@ -144,15 +170,18 @@ def build_recipe(
             masked.append({"param": name, "rows": _row_ranges(masks[id(param)])})
             continue
         n_body += param.numel()
-        if ".lora_" not in name:  # PEFT creates and names those
+        if id(param) not in peft_made:
             params.append(name)
     n_classifier = sum(p.numel() for p in model.classifier.parameters() if p.requires_grad)
     if n_body + n_classifier != built.n_trainable:
         raise RuntimeError("The recipe's trainable count differs from the prepared model's.")
+    if exported.n_trainable is not None and exported.n_trainable != n_body:
+        raise RuntimeError(
+            f"Method {cfg.method!r}'s export counts {exported.n_trainable:,} trainable entries; "
+            f"the prepared model trains {n_body:,}."
+        )
     source, kind = resolve_source(loaded.spec.name)
-    heads = HF_HEADS[loaded.model_family]
-    dropout = model.classifier.dropout.p
-    head_layer = model.n_layers_kept
+    kept = model.n_layers_kept
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -168,25 +197,25 @@ def build_recipe(
         },
         "method": cfg.method,
         "description": built.prepared.description,
-        "keep_layers": head_layer,
+        "keep_layers": kept,
         "layers_module": _layers_module(model.encoder),
         "classifier": {
             "kind": "dropout-dense-tanh-dropout-linear",
             "pooling": cfg.pooling,
-            "layer": head_layer,
+            "layer": kept,
             "d_model": model.d_model,
             "n_outputs": n_outputs,
-            "dropout": dropout,
+            "dropout": model.classifier.dropout.p,
             "init_std": 0.02,
-            "hf_dense": heads["dense"],
-            "hf_out": heads["out"],
-            "hf_modules": heads["modules"],
+            "hf_dense": classifier_names["dense"],
+            "hf_out": classifier_names["out"],
+            "hf_modules": classifier_names["modules"],
         },
         "train": {
             "params": params,
             "masks": masked,
-            "adapters": fragment.get("adapters"),
-            "lora": fragment.get("lora"),
+            "adapters": exported.adapters.to_json() if exported.adapters is not None else None,
+            "peft": _peft_part(exported),
             "embeddings": any(n.startswith("embeddings.") for n in params),
             "n_trainable_body": n_body,
             "n_trainable_classifier": n_classifier,
@@ -217,39 +246,14 @@ def build_recipe(
             **(provenance or {}),
             "config": cfg.to_dict(),
         },
+        "files": {PEFT_FILE: exported.peft} if exported.peft is not None else {},
     }
-
-
-def lora_config(recipe: dict[str, Any]):
-    """The ``peft.LoraConfig`` of a LoRA recipe; a ValueError when this PEFT lacks a field."""
-    import peft
-    from peft import LoraConfig
-
-    have = {f.name for f in dataclasses.fields(LoraConfig)}
-    missing = [name for name in LORA_FIELDS if name not in have]
-    if missing:
-        raise ValueError(
-            f"peft {peft.__version__} has no LoraConfig field {', '.join(missing)}: the exported "
-            "adapter_config.json would not say which layers get LoRA; upgrade peft."
-        )
-    lora = recipe["train"]["lora"]
-    return LoraConfig(
-        task_type="SEQ_CLS",
-        r=lora["r"],
-        lora_alpha=lora["lora_alpha"],
-        lora_dropout=lora["lora_dropout"],
-        bias=lora["bias"],
-        target_modules=list(lora["target_modules"]),
-        layers_to_transform=list(lora["layers_to_transform"]),
-        layers_pattern=lora["layers_pattern"],
-        modules_to_save=list(lora["modules_to_save"]),
-    )
 
 
 def readme_text(recipe: dict[str, Any], folder: str = "THIS_FOLDER") -> str:
     model = recipe["model"]
     source = model.get("path") or model["name"]
-    lora = recipe["train"]["lora"] is not None
+    peft = recipe["train"].get("peft")
     lines = [
         f"# tunescope recipe: {recipe['description']}",
         "",
@@ -264,12 +268,12 @@ def readme_text(recipe: dict[str, Any], folder: str = "THIS_FOLDER") -> str:
         "from tunescope_recipe import load_recipe, TunescopeClassifier, make_optimizer",
         f'recipe = load_recipe("{folder}")',
     ]
-    if lora:
+    if peft:
         lines += [
-            "from peft import LoraConfig, get_peft_model",
+            "from peft import PeftConfig, get_peft_model",
             f'model = get_peft_model(AutoModelForSequenceClassification.from_pretrained("{source}",'
             f" num_labels={recipe['classifier']['n_outputs']}), "
-            f'LoraConfig.from_pretrained("{folder}"))',
+            f'PeftConfig.from_pretrained("{folder}"))  # {peft["peft_type"]}',
         ]
     else:
         lines.append("model = TunescopeClassifier.from_pretrained(recipe)  # or your own HF model")
@@ -280,7 +284,7 @@ def readme_text(recipe: dict[str, Any], folder: str = "THIS_FOLDER") -> str:
         "",
         "`TunescopeClassifier` is tunescope's model (its pooled classifier, same start at the "
         "same seed); an `AutoModelForSequenceClassification` trains the same parameters with "
-        "its own head (first-token pooling). `apply_recipe(model, recipe)` returns AdamW "
+        "its own classifier (first-token pooling). `apply_recipe(model, recipe)` returns AdamW "
         "parameter groups for your own loop. Add `TunescopeCallback` (tunescope's "
         "`analysis.runs.callback`) to record the run in tunescope's runs database.",
         "",
@@ -298,23 +302,27 @@ def write_recipe(
         raise ValueError(f"--out {folder} is a file; give a folder.")
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    if recipe["train"]["lora"] is not None:
-        config = lora_config(recipe)
+    for name, config in recipe.get("files", {}).items():
         with tempfile.TemporaryDirectory() as tmp:
             config.save_pretrained(tmp)
-            data = (Path(tmp) / "adapter_config.json").read_bytes()
-        written.append(atomic_write_bytes(folder / "adapter_config.json", data))
+            data = (Path(tmp) / name).read_bytes()
+        written.append(atomic_write_bytes(folder / name, data))
     module = importlib.resources.files("analysis.export") / MODULE_FILE
     written.append(atomic_write_text(folder / MODULE_FILE, module.read_text(encoding="utf-8")))
     written.append(
         atomic_write_text(folder / "README.md", readme_text(recipe, shown_as or str(folder)))
     )
-    written.append(atomic_write_json(folder / "recipe.json", recipe, indent=1))
+    written.append(atomic_write_json(folder / "recipe.json", recipe_document(recipe), indent=1))
     return written
 
 
+def recipe_document(recipe: dict[str, Any]) -> dict[str, Any]:
+    """recipe.json's content: the recipe without its ``files`` (written beside it)."""
+    return {key: value for key, value in recipe.items() if key != "files"}
+
+
 def recipe_json(recipe: dict[str, Any]) -> str:
-    return json.dumps(recipe, indent=1, sort_keys=False)
+    return json.dumps(recipe_document(recipe), indent=1, sort_keys=False)
 
 
 def n_outputs_of(cfg: FinetuneConfig) -> int:
@@ -360,13 +368,19 @@ def run_source(run_id: str, db=None) -> tuple[FinetuneConfig, dict[str, Any]]:
         "source": "run",
         "run_id": run.id,
         "run_status": run.status,
-        "strategy": run.strategy,
+        "family": run.family,
         "score": result.get("score"),
         "metric": result.get("metric"),
         "n_trainable_run": result.get("n_trainable"),
-        "selection": stored.get("heads_settings"),
+        "selection": selection_settings(cfg),
     }
     return cfg, provenance
+
+
+def selection_settings(cfg: FinetuneConfig) -> dict[str, Any] | None:
+    """Where the config's head selection came from (its settings: selector, k…), if it has one."""
+    selection = cfg.option("heads")
+    return dict(selection.settings) or None if selection is not None else None
 
 
 def recipe_zip(recipe: dict[str, Any]) -> bytes:

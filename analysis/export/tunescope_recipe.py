@@ -8,24 +8,29 @@ tunescope copies this file into every exported recipe folder. Three lines in you
 
 `apply_recipe(model, recipe)` does the work and returns AdamW parameter groups for your own loop:
 
-1. truncate: the layers above ℓ_head are deleted (``num_hidden_layers`` / ``n_layers`` updated);
-2. insert the recipe's Houlsby adapters (method ``adapter``);
+1. truncate: the layers above the classifier's layer ℓ_head are deleted (``num_hidden_layers`` /
+   ``n_layers`` updated);
+2. insert the modules the recipe adds (``train.adapters``: Houlsby adapters);
 3. freeze everything (``requires_grad_(False)``), then unfreeze exactly the recipe's tensors and
    the classifier; a name that matches nothing, or a trainable count that differs from the
    recipe's, is an error (never a silent no-op);
-4. head rows of Q/K/V (method ``heads``): a gradient hook zeroes every other row's gradient as it
-   is computed, so before any clipping; those tensors go into the weight-decay-0 group, so AdamW
-   leaves their frozen entries bit-identical (zero gradient → zero moments → zero update).
+4. partly trained tensors (``train.masks``: the Q/K/V rows of chosen heads): a gradient hook
+   zeroes every other row's gradient as it is computed, so before any clipping; those tensors go
+   into the weight-decay-0 group, so AdamW leaves their frozen entries bit-identical (zero
+   gradient → zero moments → zero update).
 
-LoRA recipes: wrap the model with PEFT first (``get_peft_model(model,
-LoraConfig.from_pretrained("recipe/"))``); `apply_recipe` then only truncates, checks what PEFT made
-trainable and returns the groups.
+PEFT recipes (``train.peft``: LoRA, IA³…): wrap the model with PEFT first (``get_peft_model(model,
+PeftConfig.from_pretrained("recipe/"))``, the folder's adapter_config.json); `apply_recipe` then
+only truncates, checks what PEFT made trainable and returns the groups.
 
-The classifier. tunescope trains a fresh head on the pooled states of layer ℓ_head: dropout →
+Layers are 1-based in recipe.json (version 2; a version-1 recipe, with 0-based adapter layers and
+its PEFT settings under ``lora``, is read too).
+
+The classifier. tunescope trains a fresh classifier on the pooled states of layer ℓ_head: dropout →
 dense (d → d) → tanh → dropout → linear (d → C), pooled as the mean of the real, non-special tokens
 (or the first token). `TunescopeClassifier` is exactly that model (same initialisation at the same
 seed), so a run reproduces tunescope's numbers. A transformers ``AutoModelForSequenceClassification``
-has its own head of the same size (a d × d dense layer and a d × C output in all six families), so
+has its own classifier of the same size (a d × d dense layer and a d × C output in all six families), so
 the same parameters train and the same count, but it pools the first token and its activation and
 dropout differ per family (BERT's pooler has no dropout before it, DistilBERT uses ReLU, ELECTRA and
 DeBERTa GELU): expect similar, not identical, scores.
@@ -41,7 +46,7 @@ import torch
 from torch import nn
 
 FORMAT = "tunescope-recipe"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class RecipeError(ValueError):
@@ -59,6 +64,24 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
     if int(recipe.get("version", 0)) > FORMAT_VERSION:
         raise RecipeError(f"{path} is recipe version {recipe['version']}; update this module.")
     recipe["_folder"] = str(path.parent)
+    return _upgrade(recipe)
+
+
+def _upgrade(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 recipe in version 2's terms: 1-based adapter layers, ``peft`` for ``lora``."""
+    if int(recipe.get("version", 1)) >= 2:
+        return recipe
+    train = recipe["train"]
+    if train.get("adapters"):
+        train["adapters"] = {
+            **train["adapters"],
+            "layers": [i + 1 for i in train["adapters"]["layers"]],
+        }
+    lora = train.pop("lora", None)
+    if lora:
+        train["peft"] = {"peft_type": "LORA", "adapter_config": lora["adapter_config"],
+                         "layers": [i + 1 for i in lora["layers_to_transform"]]}  # fmt: skip
+    recipe["version"] = 2
     return recipe
 
 
@@ -107,7 +130,7 @@ class TunescopeClassifier(nn.Module):
         cls, recipe: dict[str, Any], path: str | Path | None = None, seed: int | None = None
     ) -> TunescopeClassifier:
         """Load the encoder (``path``, default the recipe's model path), seed torch with the
-        recipe's seed and build the classifier: the same initial head as tunescope's run."""
+        recipe's seed and build the classifier: the same initial classifier as tunescope's run."""
         from transformers import AutoModel
 
         source = path or recipe["model"].get("path") or recipe["model"]["name"]
@@ -161,7 +184,7 @@ def _forward_args(module: nn.Module) -> set[str]:
 
 
 def _base(model: nn.Module) -> nn.Module:
-    """The encoder inside ``model`` (a TunescopeClassifier, an HF model with a head, a PEFT model)."""
+    """The encoder inside ``model`` (a TunescopeClassifier, an HF model with a classifier, a PEFT model)."""
     if hasattr(model, "peft_config"):  # PeftModel → its transformers model
         model = model.get_base_model()
     if isinstance(model, TunescopeClassifier):
@@ -177,16 +200,16 @@ def _module(root: nn.Module, path: str) -> nn.Module:
         raise RecipeError(f"The model has no module {path!r}: is it the recipe's model?") from None
 
 
-def _head_modules(model: nn.Module, recipe: dict[str, Any]) -> list[nn.Module]:
-    """The classifier's modules: TunescopeClassifier's own head, or the HF model's."""
+def _classifier_modules(model: nn.Module, recipe: dict[str, Any]) -> list[nn.Module]:
+    """The classifier's modules: TunescopeClassifier's own, or the HF model's."""
     if hasattr(model, "peft_config"):
-        return []  # PEFT's modules_to_save copies of the head train; PEFT set them up
+        return []  # PEFT's modules_to_save copies of the classifier train; PEFT set them up
     if isinstance(model, TunescopeClassifier):
         return [model.classifier]
     names = recipe["classifier"]["hf_modules"]
     found = [m for name in names if (m := _maybe_module(model, name)) is not None]
     if not found:
-        return []  # a bare encoder: no head to train
+        return []  # a bare encoder: no classifier to train
     if len(found) != len(names):
         raise RecipeError(f"The model has only some of the classifier modules {names}.")
     return found
@@ -259,8 +282,8 @@ def add_adapters(model: nn.Module, recipe: dict[str, Any]) -> None:
     if not spec:
         return
     layers = _module(_base(model), recipe["layers_module"])
-    for index in spec["layers"]:  # 0-based
-        block = layers[index]
+    for layer in spec["layers"]:  # 1-based
+        block = layers[layer - 1]
         for name, site in spec["sites"].items():
             if hasattr(block, name):
                 continue  # applied already
@@ -298,14 +321,16 @@ def apply_recipe(
     truncate(model, recipe)
     base = _base(model)
     masked: dict[int, torch.Tensor] = {}
-    if recipe["method"] == "lora":
+    if train.get("peft"):
         if not hasattr(model, "peft_config"):
             raise RecipeError(
-                "A LoRA recipe is applied with PEFT: model = get_peft_model(model, "
-                "LoraConfig.from_pretrained(RECIPE_DIR)), then apply_recipe(model, recipe)."
+                f"A {train['peft']['peft_type']} recipe is applied with PEFT: model = "
+                "get_peft_model(model, PeftConfig.from_pretrained(RECIPE_DIR)), then "
+                "apply_recipe(model, recipe)."
             )
-        body = [p for n, p in model.named_parameters() if p.requires_grad and ".lora_" in n]
-        head = [p for n, p in model.named_parameters() if p.requires_grad and ".lora_" not in n]
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        body = [p for n, p in trained if ".modules_to_save." not in n]  # what PEFT adds
+        classifier = [p for n, p in trained if ".modules_to_save." in n]  # PEFT's copy
     else:
         add_adapters(model, recipe)
         model.requires_grad_(False)
@@ -322,8 +347,8 @@ def apply_recipe(
             param.register_hook(lambda grad, mask=mask: grad.masked_fill(~mask, 0.0))
             masked[id(param)] = mask
             body.append(param)
-        head = [p for m in _head_modules(model, recipe) for p in m.parameters()]
-        for param in head:
+        classifier = [p for m in _classifier_modules(model, recipe) for p in m.parameters()]
+        for param in classifier:
             param.requires_grad_(True)
     n_body = sum(int(masked[id(p)].sum()) if id(p) in masked else p.numel() for p in body)
     if n_body != train["n_trainable_body"]:
@@ -332,7 +357,7 @@ def apply_recipe(
             f"found {n_body:,}: the model is not the recipe's model."
         )
     groups = []
-    for params, rate in ((body, lr), (head, classifier_lr)):
+    for params, rate in ((body, lr), (classifier, classifier_lr)):
         decay = [p for p in params if p.ndim >= 2 and id(p) not in masked]
         no_decay = [p for p in params if p.ndim < 2 or id(p) in masked]
         groups.append({"params": decay, "weight_decay": weight_decay, "lr": rate})

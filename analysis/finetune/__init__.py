@@ -1,4 +1,4 @@
-"""The fine-tuning engine (SPEC.md, "Strategies", "Heads" and "Subspaces").
+"""The fine-tuning engine (docs/explanation/strategies.md, heads.md and subspaces.md).
 
     from analysis.finetune.config import FinetuneConfig
     from analysis.finetune.engine import run_finetune
@@ -7,9 +7,14 @@
 
 One module a part:
 
-- ``config``: what a run is (`FinetuneConfig` and the per-method options); free of torch.
-- ``model``: the encoder cut at ℓ_head plus a fresh classifier (`EncoderClassifier`).
-- ``methods``: what trains, per method (`prepare_method`).
+- ``spec``: what a method declares (`MethodSpec`, the option kinds, what an export returns);
+  ``registry``: the methods found under ``methods/``; free of torch.
+- ``config``: what a run is (`FinetuneConfig`); ``stored``: its stored form (options nested;
+  the older flat form read); free of torch.
+- ``methods/<name>.py``: one method a module: its options, preparer, export and recogniser
+  (docs/reference/methods.md). ``prepare``: running a preparer, the freezing helpers.
+- ``model``: the encoder cut at the classifier's layer ℓ_head plus a fresh classifier
+  (`EncoderClassifier`).
 - ``adapters``: Houlsby adapters. ``subspace``: training inside a (trajectory or random)
   subspace.
 - ``engine``: the training loop (`run_finetune`) and what a run measures.

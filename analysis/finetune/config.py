@@ -1,68 +1,67 @@
-"""One fine-tuning run, as a frozen, self-validating config (SPEC.md, "Strategies" and "Heads").
+"""One fine-tuning run, as a frozen, self-validating config (docs/explanation/strategies.md).
 
 The same object drives the page's form, the CLI, the runs database (``to_dict`` / ``from_dict``)
 and the engine. What every run shares (budget, optimiser, data sizes, device) are fields of
 `FinetuneConfig`; what only one method uses lives in that method's options, a small frozen
 dataclass that validates itself, declared in the method's own module
-(``analysis/finetune/methods/<name>.py``: `HeadsOptions`, `AdapterOptions`, `LoraOptions`,
-`SubspaceOptions`, re-exported here), as PEFT's ``LoraConfig`` does. The accepted methods, their
-default body learning rates and their flat JSON keys come from the method registry
-(`analysis.finetune.registry`). Each setting's help text is declared once, in its field's
-metadata, and read by the CLI and the page (`analysis.config.help_of`). Checks that need the
-model's shape (layers within 1..L, heads within 0..H-1) run in `FinetuneConfig.check_model`
-once the model is loaded.
+(``analysis/finetune/methods/<name>.py``), as PEFT's ``LoraConfig`` does. The accepted methods and
+their default body learning rates come from the method registry (`analysis.finetune.registry`).
+Each setting's help text is declared once, in its field's metadata, and read by the CLI and the
+page (`analysis.config.help_of`). Checks that need the model's shape (layers within 1..L, heads
+within 0..H-1) run in `FinetuneConfig.check_model` once the model is loaded.
 
-The JSON form (``to_dict``) is flat, as stored in the runs database since its first version:
-each option sits beside the common keys under its flat key (``heads``, ``adapter_layers``,
-``adapter_size``, ``lora_r``, ``lora_alpha``, ``lora_layers``, ``subspace_from``).
+The stored form (``to_dict``) keeps the method's options under ``"options"``; ``from_dict`` also
+reads the older flat form (`analysis.finetune.stored`).
 
 The fresh classifier trains with its own learning rate, ``classifier_lr`` (1e-3 for every
 method), in its own AdamW parameter group: so "frozen" and "top layer only" differ only in what
-the body trains (SPEC.md, "Learning rates"). Its flat JSON key is ``head_lr``, as stored since it
-existed (so stored runs keep their run groups); ``from_dict`` takes either name. Configs stored
-before it existed load with the default; their classifier actually trained at ``lr``
-(`analysis.runs.record.migrate_config` says so).
-
-A heads run also stores where its selection came from (``heads_settings``: the selector, k,
-PageRank settings… of `HeadSelection.settings`), so a PageRank run and a random-heads run of the
-same size tell themselves apart; configs stored before that load with empty settings.
-
-Default body learning rates are each method's ``MethodSpec.default_lr`` (its module says why;
-override with ``lr``).
-
-The defaults learn (measured, issue 20): the default full run of MiniLM on movie snippets (200
-steps, batch 16, the whole train part, body 5e-5, classifier 1e-3) scored test accuracy 0.833
-against the majority class's 0.501, in 597 s on a shared 2-core CPU. Runs that do not learn are
-flagged by `analysis.runs.chance`.
+the body trains. Configs stored before it existed load with the default; their classifier
+actually trained at ``lr`` (`analysis.runs.record.migrate_config` says so). Runs that do not
+learn are flagged by `analysis.runs.chance`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from analysis.config import POOLINGS, DataSpec, ModelSpec, setting
-from analysis.finetune.methods.adapter import AdapterOptions
-from analysis.finetune.methods.heads import HeadsOptions
-from analysis.finetune.methods.lora import LoraOptions
-from analysis.finetune.methods.subspace import SubspaceOptions
-from analysis.finetune.registry import default_lr, flat_defaults, method_spec, option_owners
-from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID, is_int, is_number, layer_list
-from analysis.heads.selection_file import HeadSelection, layers_json
+from analysis.finetune.registry import default_lr, method_spec
+from analysis.finetune.spec import (
+    DEFAULT_CLASSIFIER_LR,
+    LR_GRID,
+    is_int,
+    is_number,
+    layer_list,
+    options_json,
+)
+from analysis.finetune.stored import config_kwargs
 from analysis.subspace.budget import resolve_every
 
-__all__ = ["AdapterOptions", "FinetuneConfig", "HeadsOptions", "LoraOptions", "SubspaceOptions",
-           "flat_config", "layer_list", "options_from_flat"]  # fmt: skip
+__all__ = ["FinetuneConfig", "canonical", "flat_config", "grid_factors", "layer_list", "lr_scaled"]
 TRAJECTORY_DTYPES = ("float32", "float16", "bfloat16")
-# Fields whose flat JSON key is another (older) name: stored configs and run groups keep it.
-STORED_NAMES = {"classifier_lr": "head_lr"}
-# The options of the built-in methods (a method's own module declares them; any options class
-# of a registered method is accepted).
-MethodOptions = Any
 OptionsT = TypeVar("OptionsT")
+# Whole-number settings: field → (least value, None allowed, the rule a bad value is told).
+WHOLE_SETTINGS = {
+    "steps": (1, False, "steps (the number of optimizer steps) must be a positive whole number"),
+    "batch_size": (1, False, "batch_size (the batch size) must be a positive whole number"),
+    "eval_every": (1, False, "eval_every (the evaluation interval (steps)) must be a positive "
+                   "whole number"),
+    "seed": (0, False, "The seed must be a non-negative whole number"),
+    "n_train": (2, True, "n_train must be at least 2 examples or None"),
+    "n_eval": (1, True, "n_eval must be a positive whole number or None"),
+}  # fmt: skip
+# Real-valued settings: field → (what a valid value satisfies, the rule a bad value is told).
+REAL_SETTINGS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "lr": (lambda x: x > 0, "The learning rate must be a positive finite number"),
+    "classifier_lr": (lambda x: x > 0,
+                      "The classifier's learning rate must be a positive finite number"),
+    "weight_decay": (lambda x: x >= 0, "Weight decay must be a finite number ≥ 0"),
+    "warmup": (lambda x: 0 <= x < 1, "warmup is the share of steps spent warming up, in [0, 1)"),
+}  # fmt: skip
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -70,24 +69,19 @@ OptionsT = TypeVar("OptionsT")
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """One fine-tuning run. Layers are 1-based (SPEC), heads 0-based.
+    """One fine-tuning run. Layers are 1-based, heads 0-based.
 
-    method: what trains (besides the fresh classifier, which always trains)
-      - ``full``: everything, embeddings included.
-      - ``layers``: layers ℓ_bottom..ℓ_top of ``layers`` = (ℓ_bottom, ℓ_top, ℓ_head); embeddings
-        only for (1, L, L).
-      - ``heads``: the Q/K/V rows and bias entries of a head selection (`HeadsOptions`).
-      - ``adapter``: Houlsby adapters and the LayerNorms of some layers (`AdapterOptions`).
-      - ``lora``: LoRA on query and value of some layers (`LoraOptions`).
-      - ``bitfit``: every bias. ``frozen``: nothing but the classifier.
-      - ``subspace`` / ``subspace-random``: subspace coordinates (`SubspaceOptions`,
-        `analysis.finetune.subspace`).
-    options: the method's options; None takes the method's defaults (an error where the method
-      needs a choice: the heads of ``heads``, the source run of ``subspace``).
-    layers: for ``layers`` required; for every other method only ℓ_head is used (the classifier
-      reads layer ℓ_head and the layers above it are removed), and for adapter / lora
-      ℓ_bottom..ℓ_top is the default placement. None = (1, L, L).
-    lr: None picks the method's default (module docstring); after construction it is a float.
+    method: what trains besides the fresh classifier, which always trains: a method of the
+      registry (``full``, ``layers``, ``heads``, ``adapter``, ``lora``, ``ia3``, ``bitfit``,
+      ``frozen``, ``subspace``…; `analysis.finetune.registry.method_specs`).
+    options: the method's options (its module's options dataclass); None takes its defaults (an
+      error where the method needs a choice: the heads of ``heads``, the source run of
+      ``subspace``).
+    layers: (ℓ_bottom, ℓ_top, ℓ_head): layers ℓ_bottom..ℓ_top train and the classifier reads
+      layer ℓ_head (`classifier_layer`), the layers above it removed. Required for ``layers``;
+      every other method uses only ℓ_head, and methods that place modules (adapter, LoRA, IA3)
+      take ℓ_bottom..ℓ_top as their default placement. None = (1, L, L).
+    lr: None picks the method's default body rate; after construction it is a float.
     """
 
     model: ModelSpec = dataclasses.field(default_factory=ModelSpec)
@@ -97,7 +91,7 @@ class FinetuneConfig:
         None, help="ℓ_bottom,ℓ_top,ℓ_head, e.g. 1,3,3: layers ℓ_bottom..ℓ_top train, the "
         "classifier reads ℓ_head and the layers above it are removed"
     )  # fmt: skip
-    options: MethodOptions | None = setting(None, help="the method's own options")
+    options: Any = setting(None, help="the method's own options")
     steps: int = setting(200, help="optimizer steps")
     lr: float | None = setting(
         None, help="learning rate of the encoder's trained parameters (blank: the method's "
@@ -151,15 +145,15 @@ class FinetuneConfig:
             raise ValueError(
                 f"layers must be three whole numbers (ℓ_bottom, ℓ_top, ℓ_head), got {self.layers!r}."
             )
-        bottom, top, head = layers
+        bottom, top, classifier = layers
         if min(layers) < 1:
             raise ValueError(f"Layers are numbered from 1 (0 is the embeddings); got {layers!r}.")
         if bottom > top:
             raise ValueError(f"ℓ_bottom ({bottom}) must not be above ℓ_top ({top}).")
-        if head < top:
+        if classifier < top:
             raise ValueError(
-                f"ℓ_head ({head}) must not be below ℓ_top ({top}): the layers above ℓ_head are "
-                "removed, so they cannot be trained."
+                f"The classifier's layer ℓ_head ({classifier}) must not be below ℓ_top ({top}): "
+                "the layers above ℓ_head are removed, so they cannot be trained."
             )
         object.__setattr__(self, "layers", layers)
 
@@ -184,62 +178,33 @@ class FinetuneConfig:
             )
         if spec.check is not None:
             spec.check(options)
-        head = self.head_layer
-        used = options.layers_used() if hasattr(options, "layers_used") else ()
-        if head is not None and used and max(used) > head:
-            raise ValueError(
-                f"{self.method} uses layer {max(used)}, above ℓ_head = {head}: the layers above "
-                "ℓ_head are removed."
-            )
         object.__setattr__(self, "options", options)
+        top, used = self.classifier_layer, self.layers_used()
+        if top is not None and used and max(used) > top:
+            raise ValueError(
+                f"{self.method} uses layer {max(used)}, above the classifier's layer ℓ_head = "
+                f"{top}: the layers above ℓ_head are removed."
+            )
 
     def _check_training(self) -> None:
-        positive_ints = {
-            "steps": "the number of optimizer steps",
-            "batch_size": "the batch size",
-            "eval_every": "the evaluation interval (steps)",
-        }
-        for name, what in positive_ints.items():
+        for name, (least, optional, rule) in WHOLE_SETTINGS.items():
             value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise ValueError(
-                    f"{name} ({what}) must be a positive whole number (got {value!r})."
-                )
-        lr = default_lr(self.method) if self.lr is None else self.lr
-        if not is_number(lr) or not math.isfinite(lr) or lr <= 0:
-            raise ValueError(f"The learning rate must be a positive finite number (got {lr!r}).")
-        object.__setattr__(self, "lr", float(lr))
-        rate = self.classifier_lr
-        if not is_number(rate) or not math.isfinite(rate) or rate <= 0:
-            raise ValueError(
-                f"The classifier's learning rate must be a positive finite number (got {rate!r})."
-            )
-        object.__setattr__(self, "classifier_lr", float(rate))
+            if not (optional and value is None) and (not is_int(value) or value < least):
+                raise ValueError(f"{rule} (got {value!r}).")
+        object.__setattr__(self, "lr", default_lr(self.method) if self.lr is None else self.lr)
+        for name, (ok, rule) in REAL_SETTINGS.items():
+            value = getattr(self, name)
+            if not is_number(value) or not math.isfinite(value) or not ok(value):
+                raise ValueError(f"{rule} (got {value!r}).")
+            object.__setattr__(self, name, float(value))
         if not is_int(self.max_length) or not 8 <= self.max_length <= 4096:
             raise ValueError(
                 f"Max length must be between 8 and 4096 tokens (got {self.max_length!r})."
-            )
-        if not is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"The seed must be a non-negative whole number (got {self.seed!r}).")
-        if self.n_train is not None and (not is_int(self.n_train) or self.n_train < 2):
-            raise ValueError(f"n_train must be at least 2 examples or None (got {self.n_train!r}).")
-        if self.n_eval is not None and (not is_int(self.n_eval) or self.n_eval < 1):
-            raise ValueError(
-                f"n_eval must be a positive whole number or None (got {self.n_eval!r})."
             )
         if self.pooling not in POOLINGS:
             raise ValueError(
                 f"Unknown pooling {self.pooling!r}: choose one of {', '.join(POOLINGS)}."
             )
-        wd = self.weight_decay
-        if not is_number(wd) or not math.isfinite(wd) or wd < 0:
-            raise ValueError(f"Weight decay must be a finite number ≥ 0 (got {wd!r}).")
-        object.__setattr__(self, "weight_decay", float(wd))
-        if not is_number(self.warmup) or not 0 <= self.warmup < 1:
-            raise ValueError(
-                f"warmup is the share of steps spent warming up, in [0, 1) (got {self.warmup!r})."
-            )
-        object.__setattr__(self, "warmup", float(self.warmup))
         every = resolve_every(self.trajectory_every, self.steps)  # "auto" → ⌈steps / 32⌉
         object.__setattr__(self, "trajectory_every", every)
         if every is not None and (not is_int(every) or every < 1):
@@ -255,34 +220,40 @@ class FinetuneConfig:
             not isinstance(self.zero_weights, str) or not self.zero_weights.strip()
         ):
             raise ValueError("zero_weights must be the path of a JSON file.")
-        if self.device is not None:
-            import torch
-
-            try:
-                torch.device(self.device)
-            except (RuntimeError, TypeError):
-                raise ValueError(
-                    f"Unknown device {self.device!r} (e.g. 'cpu', 'cuda:0')."
-                ) from None
+        check_device(self.device)
         if not isinstance(self.mixed_precision, bool):
             raise ValueError("mixed_precision must be true or false.")
 
     # -- derived values --------------------------------------------------------------------------
 
     @property
-    def head_layer(self) -> int | None:
-        """ℓ_head when given (the model is cut there); None = the model's top layer L."""
+    def classifier_layer(self) -> int | None:
+        """ℓ_head, the layer the classifier reads, when given (the model is cut there); None =
+        the model's top layer L."""
         return self.layers[2] if self.layers is not None else None
 
-    @property
-    def heads(self) -> HeadSelection | None:
-        """The head selection of method ``heads`` (None for every other method)."""
-        return self.options.heads if isinstance(self.options, HeadsOptions) else None
+    def option(self, kind: str) -> Any:
+        """The value of the method's first option of this kind (`analysis.finetune.spec`:
+        ``heads``, ``run``, ``layers``…), or None when it has none."""
+        for field in method_spec(self.method).fields:
+            if field.kind == kind and self.options is not None:
+                return getattr(self.options, field.name)
+        return None
 
-    @property
-    def subspace_from(self) -> str | None:
-        """The source run of the subspace methods (None for every other method)."""
-        return self.options.source if isinstance(self.options, SubspaceOptions) else None
+    def layers_used(self) -> tuple[int, ...]:
+        """Every layer the options name (options of kind layers, per_layer and heads)."""
+        used: set[int] = set()
+        for field in method_spec(self.method).fields if self.options is not None else ():
+            value = getattr(self.options, field.name)
+            if value is None:
+                continue
+            if field.kind == "layers":
+                used.update(value)
+            elif field.kind == "per_layer":
+                used.update(layer for layer, _ in value)
+            elif field.kind == "heads":
+                used.update(layer for layer, _ in value.layers)
+        return tuple(sorted(used))
 
     def options_for(self, options_class: type[OptionsT]) -> OptionsT:
         """The options, checked to be of ``options_class`` (a preparer asks for its own)."""
@@ -298,8 +269,9 @@ class FinetuneConfig:
         return self.layers if self.layers is not None else (1, n_layers, n_layers)
 
     def placement(self, n_layers: int) -> tuple[int, ...]:
-        """Layers that get adapters / LoRA: the explicit list, else ℓ_bottom..ℓ_top, else all."""
-        explicit = getattr(self.options, "layers", None)
+        """Layers a method places its modules in (adapters, LoRA, IA3): its option of kind
+        layers, else ℓ_bottom..ℓ_top, else all."""
+        explicit = self.option("layers")
         if explicit is not None:
             return explicit
         bottom, top, _ = self.resolved_layers(n_layers)
@@ -308,112 +280,50 @@ class FinetuneConfig:
     def check_model(self, n_layers: int, n_heads: int) -> None:
         """The checks that need the model: every layer within 1..L, every head within 0..H-1."""
         used = [("layers", x) for x in self.layers or ()]
-        used += [(self.method, x) for x in getattr(self.options, "layers_used", tuple)()]
+        used += [(self.method, x) for x in self.layers_used()]
         for name, layer in used:
             if layer > n_layers:
                 raise ValueError(
                     f"{name} uses layer {layer}, but this model has {n_layers} layers (1..{n_layers})."
                 )
-        if self.heads is not None:
-            self.heads.check_fits(n_layers, n_heads)
+        selection = self.option("heads")
+        if selection is not None:
+            selection.check_fits(n_layers, n_heads)
 
-    # -- JSON --------------------------------------------------------------------------------------
+    # -- the stored form ---------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """A flat, JSON-ready dict (tuples become lists; heads become {"layer": [heads]})."""
+        """The stored form: JSON-ready, the method's options under "options"
+        (`analysis.finetune.stored`)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "options":
-                out.update(self._flat_options())
-                continue
-            if f.name in ("model", "data"):
+                value = options_json(method_spec(self.method), value)
+            elif f.name in ("model", "data"):
                 value = dataclasses.asdict(value)
             elif isinstance(value, tuple):
                 value = list(value)
-            out[STORED_NAMES.get(f.name, f.name)] = value
+            out[f.name] = value
         return out
-
-    def _flat_options(self) -> dict[str, Any]:
-        flat = flat_defaults()
-        spec = method_spec(self.method)
-        for f in spec.fields if self.options is not None else ():
-            value = getattr(self.options, f.name)
-            if isinstance(value, HeadSelection):
-                flat[f"{f.flat}_settings"] = dict(value.settings) or None
-                value = layers_json(value.layers)
-            elif isinstance(value, tuple):
-                value = list(value)
-            flat[f.flat] = value
-        return flat
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> FinetuneConfig:
-        """Inverse of `to_dict` (unknown keys are an error, missing keys take their defaults).
-
-        A flat method key that the method does not use must hold its default (``heads`` for
-        method ``full`` is an error, not silently dropped).
-        """
-        own = {f.name for f in fields(cls)} - {"options"}
-        defaults = flat_defaults()
-        stored = {key: name for name, key in STORED_NAMES.items()}
-        both = [k for k in STORED_NAMES if k in payload and STORED_NAMES[k] in payload]
-        if both:
-            raise ValueError(f"Give {both[0]} or {STORED_NAMES[both[0]]}, not both.")
-        unknown = sorted(set(payload) - own - set(defaults) - set(stored))
-        if unknown:
-            raise ValueError(f"Unknown fine-tuning config keys: {', '.join(unknown)}.")
-        kwargs = {stored.get(k, k): v for k, v in payload.items() if k in own or k in stored}
-        for name, spec_class in (("model", ModelSpec), ("data", DataSpec)):
-            if isinstance(kwargs.get(name), Mapping):
-                try:
-                    kwargs[name] = spec_class(**kwargs[name])
-                except TypeError as exc:
-                    raise ValueError(f"Bad {name} spec in a fine-tuning config: {exc}") from None
-        if isinstance(kwargs.get("layers"), list):
-            kwargs["layers"] = tuple(kwargs["layers"])
-        method = kwargs.get("method", "full")
-        flat = {k: v for k, v in payload.items() if k in defaults}
-        kwargs["options"] = options_from_flat(method, flat)
-        return cls(**kwargs)
+        """Inverse of `to_dict`; configs stored flat read too (unknown keys are an error,
+        missing keys take their defaults)."""
+        return cls(**config_kwargs(payload, {f.name for f in fields(cls)}))
 
 
-def options_from_flat(method: str, flat: Mapping[str, Any]) -> Any:
-    """The options of ``method`` from flat keys (``lora_r``, ``heads``…); None = the defaults.
+def check_device(device: str | None) -> None:
+    """A ValueError unless ``device`` is None or a device torch knows ("cpu", "cuda:0")."""
+    if device is None:
+        return
+    import torch
 
-    A key that belongs to another method must be absent or hold its default.
-    """
-    spec = method_spec(method)
-    defaults, owners = flat_defaults(), option_owners()
-    mine = {f.flat: f for f in spec.fields}
-    for key, value in flat.items():
-        owned = key in mine or (key.endswith("_settings") and key[: -len("_settings")] in mine)
-        if not owned and value != defaults[key]:
-            takers = owners.get(key, owners.get(key.removesuffix("_settings"), (None, ())))[1]
-            raise ValueError(
-                f"{key} is only used by method{'s' if len(takers) > 1 else ''} "
-                f"{' / '.join(repr(o) for o in takers)}."
-            )
-    if spec.options is None:
-        return None
-    given: dict[str, Any] = {}
-    for key, f in mine.items():
-        value = flat.get(key)
-        if value is None:
-            if f.required:
-                return None  # FinetuneConfig says what is missing
-            continue
-        if f.kind == "heads" and not isinstance(value, HeadSelection):
-            settings = flat.get(f"{key}_settings") or {}
-            if not isinstance(settings, Mapping):
-                raise ValueError(
-                    f"{key}_settings must be a JSON object (the selection's settings)."
-                )
-            value = HeadSelection(value, settings=dict(settings))
-        elif f.kind == "layers" and isinstance(value, list):
-            value = tuple(value)
-        given[f.name] = value
-    return spec.options(**given)
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"Unknown device {device!r} (e.g. 'cpu', 'cuda:0').") from None
 
 
 def canonical(cfg: FinetuneConfig, n_layers: int) -> FinetuneConfig:
@@ -425,8 +335,8 @@ def canonical(cfg: FinetuneConfig, n_layers: int) -> FinetuneConfig:
 
 
 def grid_factors(method: str, factors: tuple[float, ...] = LR_GRID) -> tuple[float, ...]:
-    """The body learning-rate multipliers a grid tries for ``method`` (SPEC.md, "Learning
-    rates"): ``factors``, or (1.0,) for a method whose body does not train (frozen)."""
+    """The body learning-rate multipliers a grid tries for ``method``: ``factors``, or (1.0,)
+    for a method whose body does not train (frozen)."""
     return factors if method_spec(method).has_body else (1.0,)
 
 
@@ -436,6 +346,6 @@ def lr_scaled(cfg: FinetuneConfig, factor: float) -> FinetuneConfig:
 
 
 def flat_config(**kwargs: Any) -> FinetuneConfig:
-    """A config from flat keyword arguments, as the JSON form names them
+    """A config from flat keyword arguments, each option under its flat name
     (``flat_config(method="lora", lora_r=4, layers=(1, 3, 3))``)."""
     return FinetuneConfig.from_dict(kwargs)

@@ -1,4 +1,4 @@
-"""The training loop: one `FinetuneConfig` in, one `FinetuneResult` out (SPEC "Strategies").
+"""The training loop: one `FinetuneConfig` in, one `FinetuneResult` out (docs/explanation/strategies.md).
 
 1. Seed python, numpy and torch from ``cfg.seed`` (the data order too): same config, same numbers
    on the CPU.
@@ -278,7 +278,7 @@ def build_model(
     the method choose what trains. The shared ``loaded.model`` is never touched."""
     device = torch.device(device) if device is not None else loaded.device
     seed_everything(cfg.seed)
-    encoder = truncated_copy(loaded, cfg.head_layer).to(device)
+    encoder = truncated_copy(loaded, cfg.classifier_layer).to(device)
     n_params_encoder = sum(
         p.numel() for name, p in loaded.model.named_parameters() if not name.startswith("pooler.")
     )
@@ -288,7 +288,7 @@ def build_model(
         apply_zero_weights(encoder, cfg.zero_weights, skip=removed)
     use_fast_attention(encoder)
     model = EncoderClassifier(
-        encoder, loaded.model_family, n_outputs, cfg.head_layer, cfg.pooling, loaded.n_layers
+        encoder, loaded.model_family, n_outputs, cfg.classifier_layer, cfg.pooling, loaded.n_layers
     )
     prepared = prepare_method(model, cfg, inputs)
     prepared.classifier_params = tuple(p for p in model.classifier.parameters() if p.requires_grad)
@@ -563,7 +563,7 @@ def run_finetune(
     run_dir: where the trajectory goes (``run_dir/trajectory``); needed with trajectory_every.
     loaded / data: an already loaded model / `analysis.data.TaskData` (else loaded from cfg).
     trajectory: the subspace methods' source trajectory (a folder or an opened one); default:
-    ``cfg.subspace_from`` when that names a trajectory folder. A run id is resolved by the runs
+    ``cfg.option("run")`` when that names a trajectory folder. A run id is resolved by the runs
     layer (`analysis.runs.execute`), which knows where each run keeps its files.
     """
     progress = progress or no_progress
@@ -629,11 +629,11 @@ def run_finetune(
 def _source_trajectory(
     cfg: FinetuneConfig, given: Trajectory | Path | str | None
 ) -> Trajectory | None:
-    """The subspace methods' trajectory: the one given, else ``cfg.subspace_from`` when it is a
+    """The subspace methods' trajectory: the one given, else ``cfg.option("run")`` when it is a
     trajectory folder (a run id needs the runs database: `analysis.runs.execute` resolves it)."""
     if given is not None:
         return as_trajectory(given)
-    source = cfg.subspace_from
+    source = cfg.option("run")
     if source and (Path(source).expanduser() / "index.json").is_file():
         return as_trajectory(Path(source).expanduser())
     return None

@@ -1,6 +1,6 @@
-"""The model a run trains: the encoder cut at ℓ_head, then a fresh classifier (SPEC "Strategies").
+"""The model a run trains: the encoder cut at the classifier's layer ℓ_head, then a fresh classifier.
 
-``EncoderClassifier(encoder, family, n_outputs, head_layer, pooling)``:
+``EncoderClassifier(encoder, family, n_outputs, classifier_layer, pooling)``:
 
 - ``encoder``: the HF base encoder with the layers above ℓ_head deleted from its ModuleList (and
   ``num_hidden_layers`` / ``n_layers`` of its config updated), so they cost neither time nor
@@ -29,32 +29,32 @@ from analysis.extract import model_inputs, pool
 from analysis.models import LoadedModel, config_dims, encoder_layers
 
 
-def truncate_encoder(encoder: nn.Module, head_layer: int) -> None:
-    """Delete the layers above ``head_layer`` (1-based) in place and update the config."""
+def truncate_encoder(encoder: nn.Module, classifier_layer: int) -> None:
+    """Delete the layers above ``classifier_layer`` (1-based) in place and update the config."""
     layers = encoder_layers(encoder)
-    if not 1 <= head_layer <= len(layers):
-        raise ValueError(f"ℓ_head must be within 1..{len(layers)} (got {head_layer}).")
-    del layers[head_layer:]
+    if not 1 <= classifier_layer <= len(layers):
+        raise ValueError(f"ℓ_head must be within 1..{len(layers)} (got {classifier_layer}).")
+    del layers[classifier_layer:]
     config = encoder.config
     for key in ("num_hidden_layers", "n_layers"):
         if hasattr(config, key):
-            setattr(config, key, head_layer)
+            setattr(config, key, classifier_layer)
 
 
-def truncated_copy(loaded: LoadedModel, head_layer: int | None = None) -> nn.Module:
-    """A trainable deep copy of the shared encoder holding only layers 1..``head_layer``.
+def truncated_copy(loaded: LoadedModel, classifier_layer: int | None = None) -> nn.Module:
+    """A trainable deep copy of the shared encoder holding only layers 1..``classifier_layer``.
 
     Like `analysis.models.trainable_copy` (requires_grad on, train mode), but the layers above
     ℓ_head are never copied (not even for a moment), so a cut run's memory peak does not include
     them. The shared ``loaded.model`` is not touched.
     """
     layers = encoder_layers(loaded.model)
-    head_layer = head_layer or len(layers)
-    if not 1 <= head_layer <= len(layers):
-        raise ValueError(f"ℓ_head must be within 1..{len(layers)} (got {head_layer}).")
-    memo = {id(block): None for block in layers[head_layer:]}  # deepcopy yields None for them
+    classifier_layer = classifier_layer or len(layers)
+    if not 1 <= classifier_layer <= len(layers):
+        raise ValueError(f"ℓ_head must be within 1..{len(layers)} (got {classifier_layer}).")
+    memo = {id(block): None for block in layers[classifier_layer:]}  # deepcopy yields None for them
     clone = copy.deepcopy(loaded.model, memo)
-    truncate_encoder(clone, head_layer)
+    truncate_encoder(clone, classifier_layer)
     clone.requires_grad_(True)
     clone.train()
     return clone
@@ -73,7 +73,7 @@ def use_fast_attention(encoder: nn.Module) -> str:
 
 
 class ClassifierHead(nn.Module):
-    """dropout → dense → tanh → dropout → linear, as in RoBERTa's classification head."""
+    """dropout → dense → tanh → dropout → linear, as RoBERTa's sequence classifier is."""
 
     def __init__(self, d_model: int, n_outputs: int, dropout: float = 0.1) -> None:
         super().__init__()
@@ -101,7 +101,7 @@ class EncoderClassifier(nn.Module):
         encoder: nn.Module,
         family: str,
         n_outputs: int,
-        head_layer: int | None = None,
+        classifier_layer: int | None = None,
         pooling: str = "mean",
         n_layers_total: int | None = None,
     ) -> None:
@@ -111,7 +111,7 @@ class EncoderClassifier(nn.Module):
         if n_outputs < 1:
             raise ValueError(f"A classifier needs at least one output (got {n_outputs}).")
         n_layers = n_layers_total or len(encoder_layers(encoder))
-        truncate_encoder(encoder, head_layer or len(encoder_layers(encoder)))
+        truncate_encoder(encoder, classifier_layer or len(encoder_layers(encoder)))
         if getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # unused: the fresh classifier reads the pooled states
         config = encoder.config

@@ -25,7 +25,7 @@ class MethodInputs:
     """What a method needs besides the model and its config, resolved by the caller.
 
     trajectory: the source run's trajectory (methods ``subspace`` / ``subspace-random``);
-    `analysis.runs.execute` finds it from the run id in ``cfg.subspace_from``.
+    `analysis.runs.execute` finds it from the run id in ``cfg.option("run")``.
     """
 
     trajectory: Trajectory | None = None
@@ -94,12 +94,12 @@ class Prepared:
         self, weight_decay: float, lr: float | None = None, classifier_lr: float | None = None
     ) -> list[dict]:
         """AdamW groups: body decay / no-decay at ``lr``, classifier decay / no-decay at
-        ``classifier_lr`` (SPEC.md, "Learning rates"). A group without ``lr`` takes the optimizer's."""
-        head = {id(p) for p in self.classifier_params} if classifier_lr is not None else set()
+        ``classifier_lr`` (docs/explanation/strategies.md, learning rates). A group without ``lr`` takes the optimizer's."""
+        own = {id(p) for p in self.classifier_params} if classifier_lr is not None else set()
         groups = []
         for params, decay in ((self.decay, weight_decay), (self.no_decay, 0.0)):
-            body = [p for p in params if id(p) not in head]
-            classifier = [p for p in params if id(p) in head]
+            body = [p for p in params if id(p) not in own]
+            classifier = [p for p in params if id(p) in own]
             groups.append({"params": body, "weight_decay": decay, **_lr(lr)})
             groups.append({"params": classifier, "weight_decay": decay, **_lr(classifier_lr)})
         return [g for g in groups if g["params"]]

@@ -68,7 +68,7 @@ def method_spec(name: str) -> MethodSpec:
 
 
 def default_lr(method: str) -> float:
-    """The body learning rate of ``method`` when none is given (SPEC.md, "Learning rates")."""
+    """The body learning rate of ``method`` when none is given (its spec's ``default_lr``)."""
     return method_spec(method).default_lr
 
 

@@ -1,4 +1,4 @@
-"""Fine-tuning inside a subspace (SPEC.md "Subspaces", paper 003 Eq. 3–4).
+"""Fine-tuning inside a subspace (docs/explanation/subspaces.md, paper 003 Eq. 3–4).
 
 Each kept encoder layer is re-parameterised as
 
@@ -212,10 +212,10 @@ def prepare_subspace(
     model: EncoderClassifier, cfg: FinetuneConfig, inputs: MethodInputs
 ) -> Prepared:
     """Method ``subspace``: V = the principal directions of the source run's trajectory
-    (``inputs.trajectory``, resolved from ``cfg.subspace_from`` by the caller)."""
+    (``inputs.trajectory``, resolved from ``cfg.option("run")`` by the caller)."""
     traj = _source(cfg, inputs)
     return reparameterise(
-        model, _intrinsic_bases(model, traj), cfg.seed, f"intrinsic subspace of {cfg.subspace_from}"
+        model, _intrinsic_bases(model, traj), cfg.seed, f"intrinsic subspace of {cfg.option('run')}"
     )
 
 
@@ -224,10 +224,10 @@ def prepare_subspace_random(
 ) -> Prepared:
     """Method ``subspace-random``: a random orthonormal V of the intrinsic one's shape.
 
-    The shape comes from run ``cfg.subspace_from`` when given, else r = ``DEFAULT_RANDOM_DIM``.
+    The shape comes from run ``cfg.option("run")`` when given, else r = ``DEFAULT_RANDOM_DIM``.
     The basis is seeded by the run's seed and the layer.
     """
-    if cfg.subspace_from:
+    if cfg.option("run"):
         dims = [int(V.shape[1]) for V in _intrinsic_bases(model, _source(cfg, inputs))]
     else:
         dims = [DEFAULT_RANDOM_DIM] * len(model.layers)
@@ -242,7 +242,7 @@ def prepare_subspace_random(
 def _source(cfg: FinetuneConfig, inputs: MethodInputs) -> Trajectory:
     if inputs.trajectory is None:
         raise ValueError(
-            f"Method {cfg.method!r} needs the trajectory of {cfg.subspace_from!r}: give it to "
+            f"Method {cfg.method!r} needs the trajectory of {cfg.option('run')!r}: give it to "
             "run_finetune (trajectory=...), or run through the runs database, which finds a "
             "run's trajectory by its id."
         )

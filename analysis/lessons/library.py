@@ -59,6 +59,12 @@ class LibraryRunner:
     def uploads(self) -> Path:
         return self.workspace.uploads
 
+    def db(self):
+        """The workspace's runs database (`analysis.runs.db.RunsDB`)."""
+        from analysis.runs.db import RunsDB
+
+        return RunsDB(self.workspace)
+
     def digest(self, step: Step) -> str:
         cfg = step_settings(step, self.uploads)
         return view_digest(step, self.model(cfg.model).identity(), self.data(cfg.data).fingerprint)
@@ -186,7 +192,7 @@ class LibraryRunner:
 
         cfg = s["claims"]
         inputs = self.claim_inputs(cfg)
-        db = self.workspace.db()
+        db = self.db()
         queued: set = set()
         hit, start = True, time.perf_counter()
         while True:
@@ -243,7 +249,7 @@ class LibraryRunner:
 
         if s["run"]:
             return s["run"]
-        runs = self.workspace.db().list_runs(model=s["model"], status="done")
+        runs = self.db().list_runs(model=s["model"], status="done")
         for run in runs_of(runs):  # newest first
             folder = (run.result or {}).get("trajectory_dir")
             if folder and (Path(folder) / "index.json").is_file():
@@ -260,7 +266,7 @@ class LibraryRunner:
                 f"No finished run of {s['model']} recorded a trajectory: the Subspaces step "
                 "needs one (a Paper check step with S1 trains it)."
             )
-        analyse_trajectory(self.workspace.db().trajectory_dir(run), centre=s["centre"],
+        analyse_trajectory(self.db().trajectory_dir(run), centre=s["centre"],
                            progress=progress)  # fmt: skip
         return hit
 
@@ -331,7 +337,7 @@ class LibraryRunner:
         if not path.is_file():
             return False
         wanted = {(key, int(seed)) for key, seed in json.loads(path.read_text())}
-        runs = self.workspace.db().list_runs(model=cfg.model.name, data=cfg.data.name,
+        runs = self.db().list_runs(model=cfg.model.name, data=cfg.data.name,
                                              status="done")  # fmt: skip
         done = {(group_key(r.stored), int(r.stored.get("seed", 0))) for r in runs_of(runs)
                 if r.stored}  # fmt: skip
@@ -345,7 +351,7 @@ class LibraryRunner:
         run = self.trajectory_run(s)
         if run is None:
             return False
-        traj = open_trajectory(self.workspace.db().trajectory_dir(run))
+        traj = open_trajectory(self.db().trajectory_dir(run))
         cache = DiskCache()
         return all(
             cache.entry_dir("subspace-svd", svd_recipe(traj, layer, s["centre"])).is_dir()

@@ -78,13 +78,13 @@ def workspace_of(cache: str | Path | Workspace | None) -> Workspace:
 
 def open_db(cache: str | Path | Workspace | None = None, lock_timeout_s: float = 5.0) -> RunsDB:
     """The runs database of ``cache`` (`workspace_of`), or a `CallbackError`."""
-    path = workspace_of(cache).runs_db
+    workspace = workspace_of(cache)
     try:
-        db = RunsDB(path)
+        db = RunsDB(workspace)
         db.pragma(f"busy_timeout = {int(lock_timeout_s * 1000)}")
         return db
     except (sqlite3.Error, OSError) as exc:
-        raise _database_error(path, exc) from None
+        raise _database_error(workspace.runs_db, exc) from None
 
 
 # -- what trains -----------------------------------------------------------------------------------
@@ -99,34 +99,31 @@ def _encoder(model: nn.Module) -> nn.Module:
     return getattr(model, "base_model", model)
 
 
-def infer_method(model: nn.Module) -> str:
-    """The tunescope method a model's ``requires_grad`` pattern matches: full, frozen, lora,
-    adapter, bitfit, layers; ``custom`` when none does."""
-    from analysis.models import embeddings, encoder_layers
+def recognised(model: nn.Module) -> tuple[str, dict[str, Any]]:
+    """The tunescope method a user's model is set up as (each method's spec says how it
+    recognises its own: `analysis.finetune.spec.MethodSpec.recognise`: what trains, the PEFT
+    config, the modules added) and what that implies for the run's config; ``("custom", {})``
+    when no method recognises it."""
+    from analysis.finetune.registry import method_specs
+    from analysis.finetune.spec import TrainedModel
 
-    encoder = _encoder(model)
-    named = list(encoder.named_parameters())
-    trained = [n for n, p in named if p.requires_grad]
-    if any(".lora_" in n for n in trained):
-        return "lora"
-    if any(".adapter_" in n for n in trained):
-        return "adapter"
-    if len(trained) == len(named):
-        return "full"
-    if not trained:
-        return "frozen"
-    if all(n.endswith("bias") for n in trained):
-        return "bitfit"
-    try:
-        blocks = encoder_layers(encoder)
-        embeds = embeddings(encoder)
-    except (AttributeError, KeyError, TypeError):
-        return "custom"
-    whole = [all(p.requires_grad for p in b.parameters()) for b in blocks]
-    touched = [any(p.requires_grad for p in b.parameters()) for b in blocks]
-    if any(p.requires_grad for p in embeds.parameters()) or whole != touched:
-        return "custom"
-    return "layers"
+    configs = getattr(model, "peft_config", None) or {}
+    named = list(_encoder(model).named_parameters())
+    trained = TrainedModel(
+        peft=next(iter(configs.values()), None),
+        names=tuple(n for n, _ in named),
+        trained=tuple(n for n, p in named if p.requires_grad),
+    )
+    for spec in method_specs():
+        implied = spec.recognise(trained) if spec.recognise is not None else None
+        if implied is not None:
+            return spec.name, implied
+    return "custom", {}
+
+
+def infer_method(model: nn.Module) -> str:
+    """The tunescope method a model's set-up matches (`recognised`), ``custom`` when none."""
+    return recognised(model)[0]
 
 
 def trained_layers(model: nn.Module) -> tuple[int, ...]:
@@ -354,14 +351,8 @@ class TunescopeCallback(TrainerCallback):
             config = FinetuneConfig(
                 lr=lr, classifier_lr=lr, weight_decay=float(args.weight_decay)
             ).to_dict()
-            method = infer_method(model) if model is not None else "custom"
-            config["method"] = method
-            if method == "layers":
-                from analysis.models import encoder_layers
-
-                layers = trained_layers(model)
-                kept = len(encoder_layers(_encoder(model)))  # the classifier reads the top one
-                config["layers"] = [min(layers), max(layers), kept]
+            method, implied = recognised(model) if model is not None else ("custom", {})
+            config.update(method=method, **implied)
         config["model"] = {**(config.get("model") or {}), "name": self.model_name}
         config["data"] = {**(config.get("data") or {}), "name": self.data_name}
         config.update(

@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.compare import Arm, Comparison, compare
-from analysis.finetune.config import FinetuneConfig, SubspaceOptions
+from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.methods.subspace import SubspaceOptions
 from analysis.runs.chance import BOTH_AT_CHANCE, chance_flag, groups_at_chance
 from analysis.runs.record import runs_of
 from analysis.runs.results import (
@@ -93,11 +94,10 @@ def comparison_table(
     for run, row in zip(runs_of(runs), runs.itertuples(index=False), strict=True):
         if run.status != "done" or not run.stored:
             continue
-        config = run.stored
-        group = comparison_group(config, source, outlier_file, random_files)
+        setting = run_setting(run.stored)  # the flat form: its keys are the same for every run
+        group = comparison_group(setting, source, outlier_file, random_files)
         if group is None:
             continue
-        setting = run_setting(config)
         if setting.get("zero_weights"):
             setting["zero_weights"] = group  # the role, not the file
         key = setting_digest(setting)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analysis.progress import Cancelled
-from analysis.runs.db import RunsDB, run_folder
+from analysis.runs.db import RunsDB
 
 if TYPE_CHECKING:
     from analysis.config import ModelSpec
@@ -57,8 +57,8 @@ def describe_error(exc: BaseException, device: str | None = None) -> str:
 
 
 def run_dir_for(db: RunsDB, run_id: str) -> Path:
-    """Where run ``run_id`` of ``db`` keeps its files (`analysis.runs.db.run_folder`)."""
-    return run_folder(db.path.parent, run_id)
+    """Where run ``run_id`` of ``db`` keeps its files (`analysis.workspace.Workspace.run_folder`)."""
+    return db.workspace.run_folder(run_id)
 
 
 def trajectory_folder(db: RunsDB, source: str) -> Path:
@@ -71,8 +71,8 @@ def trajectory_folder(db: RunsDB, source: str) -> Path:
 
 
 def source_trajectory(db: RunsDB, cfg: FinetuneConfig) -> Path | None:
-    """The trajectory of the subspace methods' source run (``cfg.subspace_from``), if any."""
-    return trajectory_folder(db, cfg.subspace_from) if cfg.subspace_from else None
+    """The trajectory of the subspace methods' source run (``cfg.option("run")``), if any."""
+    return trajectory_folder(db, cfg.option("run")) if cfg.option("run") else None
 
 
 class RunRecorder:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from analysis.config import setting
 
-LOCAL = "local"
-RAY = "ray"
-EXECUTORS = (LOCAL, RAY)
+LOCAL_WORKERS = "local"  # the executor: worker processes on this machine
+RAY = "ray"  # the executor: a Ray cluster
+EXECUTORS = (LOCAL_WORKERS, RAY)
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,8 @@ class ExecutorChoice:
     (`analysis.runs.ray_executor`)."""
 
     executor: str = setting(
-        LOCAL, help="local: worker processes on this machine, one per device; ray: a Ray cluster"
+        LOCAL_WORKERS,
+        help="local: worker processes on this machine, one per device; ray: a Ray cluster",
     )
     ray_address: str | None = setting(
         None,

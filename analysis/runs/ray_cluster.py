@@ -18,11 +18,13 @@ node address to the machine's outward interface address (``ray._private.services
 .resolve_ip_for_localhost``) unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, and then its gRPC
 servers listen on every interface. With the setting, the node address stays 127.0.0.1 and every
 server of the cluster (GCS, raylet, workers) listens there only. The Ray worker applies it to
-the cluster it starts itself (`analysis.runs.ray_executor.LOCAL`) and when it connects to a
+the cluster it starts itself (`analysis.runs.ray_executor.LOCAL_CLUSTER`) and when it connects to a
 cluster at a loopback address (whose head was started with it, or it would not be on loopback).
 
 `head_alive` is the Ray worker's cheap look at the head while runs are in flight: a TCP
-connection to its GCS port, within a second.
+connection to its GCS port, within a second. `one_line_ray_messages` keeps Ray's own processes
+to one line per note in the worker's log (their log files, such as a raylet's crash dump, stay
+in Ray's logs).
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 CONNECT_TIMEOUT_S = 3.0  # TCP connect, then the HTTP/2 answer
 HANDSHAKE_TIMEOUT_S = 20.0  # the Ray handshake process, start-up included
 HEAD_TIMEOUT_S = 1.0
+RAY_PROCESSES = ("raylet", "gcs_server")  # the names a driver's output gives their messages
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a loopback node address
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # A client's HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5).
@@ -88,6 +92,47 @@ def loopback_only() -> None:
         constants.ENABLE_RAY_CLUSTER = False
 
 
+# -- what Ray's own processes say ----------------------------------------------------------------
+
+
+def one_line_ray_messages() -> None:
+    """Keep Ray's own processes to one line per message in this driver's output.
+
+    A Ray driver prints, line by line, what the raylets and the GCS write to their log files (a
+    raylet's crash dump: dozens of lines, some printed again later as "[repeated 2x across
+    cluster]") and the notes they send the driver (a node marked dead, with its raylet's last 20
+    log lines). For the Ray worker that output is worker.log. Here the log files' lines are left
+    where they are (``logs/raylet*.err`` and ``gcs_server*.err`` in the node's session folder)
+    and each note prints as its first line; what the tasks print passes whole. Ray has no
+    setting for it: its driver prints all of these through
+    ``ray._private.worker.print_worker_logs``, which this wraps, once per process.
+    """
+    from ray._private import worker as ray_worker
+
+    original = ray_worker.print_worker_logs
+    if getattr(original, "one_line", False):
+        return
+
+    def print_worker_logs(data: dict, print_file: Any, ignore_prefix: bool = False) -> None:
+        if data.get("pid") in RAY_PROCESSES:
+            if "ip" in data:  # lines of the process's log file (a note has no address)
+                return
+            data = {**data, "lines": one_line(data.get("lines", []))}
+        original(data, print_file, ignore_prefix)
+
+    print_worker_logs.one_line = True
+    ray_worker.print_worker_logs = print_worker_logs
+
+
+def one_line(lines: list[str]) -> list[str]:
+    """``lines`` (each maybe of several lines) as their first non-blank line, with how many lines
+    it stands for."""
+    texts = [line.strip() for text in lines for line in str(text).splitlines() if line.strip()]
+    if len(texts) <= 1:
+        return texts
+    return [f"{texts[0]} (+{len(texts) - 1} lines in Ray's logs)"]
+
+
 # -- the handshake ----------------------------------------------------------------------------
 
 
@@ -131,10 +176,12 @@ def _speaks_http2(sock: socket.socket, address: str) -> None:
         return
     if not answer:
         what = "closes the connection without a word"
-    elif answer.startswith(b"HTTP/"):
+    elif answer.startswith((b"HTTP/", b"<")):
+        # An HTTP/1 server answers a status line, or (reading "PRI * HTTP/2.0" as a request of
+        # the oldest HTTP, as Python's http.server does) an HTML error page alone.
         what = "answers in HTTP/1 (a web server?)"
     else:
-        what = f"answers {answer[:9]!r}, which is not HTTP/2"
+        what = "answers in a protocol other than HTTP/2"
     raise RayUnavailable(
         f"{address} is not a Ray cluster: it {what}, where a Ray head speaks gRPC; {GIVE_THE_HEAD}."
     )

@@ -7,14 +7,14 @@ The split, in three parts:
   claims queued runs, reaps runs of dead processes and exits when idle, for both executors;
 - the **runner** (`RayRunner` here, `LocalRunner` there): where a claimed run trains. This one
   is a Ray driver: it submits each run as a Ray task that declares its resources (one GPU when
-  the cluster has GPUs, else ``cpus_per_run`` CPUs) and keeps as many in flight as the cluster
-  holds;
+  the cluster has GPUs, else ``cpus_per_run`` CPUs), as many as the cluster has room for now
+  (`ClusterWatch`, which also watches the head);
 - the **recorder** (`analysis.runs.execute.RunRecorder`): how what a run reports becomes rows.
-  A task streams events back (Ray's streaming generator: one small object per step, dev score,
-  progress note or ending, in order) and the driver hands them to the same recorder the local
-  executor calls directly. So only the driver's machine touches the runs database: nodes need
-  no shared disk and no database, and the page, the CLI and the results read the same rows
-  whichever executor trained a run.
+  A task (`analysis.runs.ray_task.train_stream`) streams events back (Ray's streaming
+  generator: one small object per step, dev score, progress note or ending, in order) and the
+  driver hands them to the same recorder the local executor calls directly. So only the
+  driver's machine touches the runs database: nodes need no shared disk and no database, and
+  the page, the CLI and the results read the same rows whichever executor trained a run.
 
 Inputs on the nodes: built-in models and data load from the installed packages there, hub ids
 from the hub there; a local data file is read here (within `TUNESCOPE_MAX_FILE_MB`) and its bytes
@@ -28,12 +28,13 @@ Faults: a cancel raised from the page or the CLI is seen within ``cancel_poll_s`
 interrupts the task, whose training thread stops at its next step, and the run is recorded as
 cancelled. A Ray worker process or node that dies surfaces as a Ray system error: the run is
 failed ("Ray worker died on NODE"), its steps stay, the other runs go on (tasks are never retried:
-a retry would train the run a second time over its recorded steps). If the driver itself dies,
-Ray ends the tasks it owns and the next worker reaps its runs as "worker died". Losing the
-cluster's head (its GCS port stops taking connections, looked at every ``HEAD_CHECK_S``) fails the
-runs in flight ("lost the Ray cluster head at ADDR") and is a `HeadLost`: the queue loop claims
-nothing more and the worker exits, the queued runs left queued. Before anything is queued, and
-before this process connects, `check_address` shakes hands with the cluster
+a retry would train the run a second time over its recorded steps), and nothing more is claimed
+until the cluster has been re-read. If the driver itself dies, Ray ends the tasks it owns and the
+next worker reaps its runs as "worker died". Losing the cluster's head (its GCS port stops taking
+connections, looked at every ``HEAD_CHECK_S``) fails the runs in flight ("lost the Ray cluster
+head at ADDR") and is a `HeadLost`: the queue loop claims nothing more and the worker exits, the
+queued runs left queued, without ``ray.shutdown`` (`ClusterWatch.close`). Before anything is
+queued, and before this process connects, `check_address` shakes hands with the cluster
 (`analysis.runs.ray_cluster.handshake`): unreachable, not a Ray cluster, auth refused or another
 Ray version is one clear `RayUnavailable`, and a Ray worker that cannot connect exits without
 claiming anything. Nodes are named ``host/address/node-id-prefix`` (`ray_cluster.node_label`).
@@ -49,22 +50,18 @@ import dataclasses
 import importlib.util
 import json
 import os
-import queue
-import socket
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analysis.io import atomic_write_json, read_json
 from analysis.runs.db import RunsDB
 from analysis.runs.execute import (
-    ModelCache,
     RunRecorder,
     describe_error,
     run_dir_for,
@@ -78,6 +75,7 @@ from analysis.runs.ray_cluster import (
     is_loopback,
     loopback_only,
     node_label,
+    one_line_ray_messages,
     terminate_at_once,
 )
 from analysis.runs.record import Run
@@ -85,7 +83,7 @@ from analysis.runs.record import Run
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
 
-LOCAL = "local"  # the address that means: start a Ray cluster inside the worker process
+LOCAL_CLUSTER = "local"  # the address that means: start a Ray cluster inside the worker process
 DEFAULT_PORT = 6379
 CONNECT_TIMEOUT_S = 3.0
 PROBE_TIMEOUT_S = 60.0
@@ -101,10 +99,10 @@ HEAD_CHECK_S = 1.0  # how often the head is looked at (`ray_cluster.head_alive`)
 
 
 def resolve_address(address: str | None) -> str:
-    """The cluster to use: ``address``, else ``$RAY_ADDRESS``, else `LOCAL` (a Ray cluster that
+    """The cluster to use: ``address``, else ``$RAY_ADDRESS``, else `LOCAL_CLUSTER` (a Ray cluster that
     the worker starts on this machine and stops when it exits)."""
     chosen = (address or "").strip() or os.environ.get("RAY_ADDRESS", "").strip()
-    return chosen or LOCAL
+    return chosen or LOCAL_CLUSTER
 
 
 def check_address(address: str | None) -> str:
@@ -118,7 +116,7 @@ def check_address(address: str | None) -> str:
     address = resolve_address(address)
     if importlib.util.find_spec("ray") is None:  # (without importing it: the page stays light)
         raise RayUnavailable(f"Ray is not installed in this environment: {RAY_INSTALL}.")
-    if address in (LOCAL, "auto"):
+    if address in (LOCAL_CLUSTER, "auto"):
         return address
     if address.startswith("ray://"):
         raise RayUnavailable(
@@ -154,16 +152,18 @@ def connect(
     A process already connected (tests, benchmarks) keeps its connection. A local cluster runs
     without Ray's own dashboard (tunescope's pages show the runs) and listens on 127.0.0.1 only,
     as does this process when it joins a cluster at a loopback address (`ray_cluster
-    .loopback_only`); usage statistics are off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise.
-    While connecting, SIGTERM ends the process at once (nothing is claimed yet).
+    .loopback_only`); usage statistics are off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise,
+    and Ray's own processes print one line per note (`ray_cluster.one_line_ray_messages`). While connecting, SIGTERM ends the process at once (nothing is
+    claimed yet).
     """
     import ray
 
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # what Ray prints: plain text, no colour codes
     address = check_address(address)
-    if address == LOCAL or is_loopback(address.rpartition(":")[0]):
+    if address == LOCAL_CLUSTER or is_loopback(address.rpartition(":")[0]):
         loopback_only()
     options: dict[str, Any] = {
         "runtime_env": runtime_env(),
@@ -175,11 +175,12 @@ def connect(
             _init(ray, address, num_cpus, temp_dir, options)
     except (ConnectionError, RuntimeError) as exc:
         raise RayUnavailable(f"Cannot connect to the Ray cluster at {address}: {exc}") from None
+    one_line_ray_messages()
     return True
 
 
 def _init(ray: Any, address: str, num_cpus: int | None, temp_dir: str | None, options: dict):
-    if address == LOCAL:
+    if address == LOCAL_CLUSTER:
         ray.init(
             address="local",
             num_cpus=num_cpus,
@@ -195,26 +196,41 @@ def _init(ray: Any, address: str, num_cpus: int | None, temp_dir: str | None, op
 @dataclasses.dataclass(frozen=True)
 class ClusterInfo:
     """What a Ray cluster offers tunescope: its nodes, CPUs, GPUs and how many runs fit at once
-    (one GPU each when it has GPUs, else ``cpus_per_run`` CPUs each)."""
+    (one GPU each when it has GPUs, else ``cpus_per_run`` CPUs each), and what of it is free
+    (``free_cpus``, ``free_gpus``; None when not read)."""
 
     address: str
     nodes: int
     cpus: float
     gpus: float
     cpus_per_run: int = 1
+    free_cpus: float | None = None
+    free_gpus: float | None = None
+
+    def _runs_in(self, cpus: float, gpus: float) -> int:
+        if self.gpus >= 1:
+            return int(gpus)
+        return int(cpus // max(self.cpus_per_run, 1))
 
     @property
     def slots(self) -> int:
         """Runs trained at once."""
-        if self.gpus >= 1:
-            return int(self.gpus)
-        return int(self.cpus // max(self.cpus_per_run, 1))
+        return self._runs_in(self.cpus, self.gpus)
+
+    def room(self, held: int = 0) -> int:
+        """Runs that fit into what was free plus what ``held`` runs of ours hold (a slot each);
+        every slot when nothing was read of what is free."""
+        if self.free_cpus is None:
+            return self.slots
+        return min(self.slots, self._runs_in(self.free_cpus, self.free_gpus or 0.0) + held)
 
     def per_run(self) -> str:
         return "one GPU each" if self.gpus >= 1 else f"{self.cpus_per_run} CPU(s) each"
 
     def describe(self) -> str:
-        where = "a local Ray cluster on this machine" if self.address == LOCAL else self.address
+        where = (
+            "a local Ray cluster on this machine" if self.address == LOCAL_CLUSTER else self.address
+        )
         return (
             f"{where}: {self.nodes} node(s), {self.cpus:g} CPUs, {self.gpus:g} GPUs → "
             f"trains {self.slots} run(s) at once ({self.per_run()})"
@@ -232,10 +248,16 @@ def current_cluster(address: str, cpus_per_run: int) -> ClusterInfo:
     """The cluster this process is connected to, as it is now (alive nodes only)."""
     import ray
 
-    total = ray.cluster_resources()
+    total, free = ray.cluster_resources(), ray.available_resources()
     nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
     return ClusterInfo(
-        address, nodes, float(total.get("CPU", 0)), float(total.get("GPU", 0)), cpus_per_run
+        address,
+        nodes,
+        float(total.get("CPU", 0)),
+        float(total.get("GPU", 0)),
+        cpus_per_run,
+        float(free.get("CPU", 0)),
+        float(free.get("GPU", 0)),
     )
 
 
@@ -245,14 +267,14 @@ def local_cluster(cpus_per_run: int = 1) -> ClusterInfo:
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return ClusterInfo(LOCAL, 1, float(cpus or 1), float(gpus), cpus_per_run)
+    return ClusterInfo(LOCAL_CLUSTER, 1, float(cpus or 1), float(gpus), cpus_per_run)
 
 
 def probe_cluster(address: str | None, cpus_per_run: int = 1) -> ClusterInfo:
     """The cluster at ``address``, asked from a short-lived process (so the caller — the page —
     never becomes a Ray driver itself). A `RayUnavailable` when it cannot be reached."""
     address = check_address(address)
-    if address == LOCAL:
+    if address == LOCAL_CLUSTER:
         return local_cluster(cpus_per_run)
     command = [sys.executable, "-m", "analysis.runs.ray_executor", address]
     env = dict(os.environ)
@@ -302,6 +324,199 @@ def write_status(root: Path | str, payload: dict[str, Any]) -> None:
 # -- the driver side ------------------------------------------------------------------------------
 
 
+class ClusterWatch:
+    """The cluster this process drives: connected to on construction, re-read every
+    ``refresh_s`` (nodes come and go; the status file tells the page), its head looked at, and
+    how many runs can start on it now (`free_slots`).
+
+    The cluster is re-read in a thread of its own, never in the queue loop: once the head is
+    gone, Ray's calls to its GCS (``ray.nodes``) block for a minute, and the loop must go on
+    meanwhile to notice the loss (`head_gone`, a plain connection to the GCS port) and end.
+
+    A run is claimed only while the cluster has room for it, or it would show ``running`` (its
+    start time the claim's) while it waits in Ray's queue. The room is the last reading's free
+    resources plus what our started runs held then (`ClusterInfo.room`), less the runs in flight
+    now. A run whose Ray worker or node died may have taken its slot with it: until the cluster
+    has been re-read (at once) nothing is claimed.
+    """
+
+    def __init__(
+        self,
+        address: str | None,
+        cpus_per_run: int,
+        *,
+        log: Callable[[str], None],
+        refresh_s: float,
+        status_root: Path | str | None,
+    ) -> None:
+        import ray
+
+        self.cpus_per_run, self.log = cpus_per_run, log
+        self.refresh_s, self.status_root = refresh_s, status_root
+        self.started_here = connect(address)  # keeps a connection this process already has
+        context = ray.get_runtime_context()
+        self.address = resolve_address(address) if self.started_here else str(context.gcs_address)
+        self.node_id = context.get_node_id()
+        self.gcs = str(context.gcs_address)  # the head's GCS: watched while runs are in flight
+        self.head_lost = False
+        self._last_head_check = float("-inf")
+        self.this_node: dict[str, float] = {}  # this machine's node: its CPU and GPU
+        self.in_flight = 0  # runs submitted and not ended
+        self.holding = 0  # of those, runs that started (their resources are taken)
+        self._room = 0  # `ClusterInfo.room` at the last reading
+        self._deaths = 0  # runs whose Ray worker or node died
+        self._deaths_read = 0  # of those, the ones before the last reading began
+        self._lock = threading.Lock()  # the counts above, between the loop and the refresher
+        self._wake, self._closing = threading.Event(), threading.Event()
+        try:
+            self.info = self.refresh()
+            self.info.check()
+        except BaseException:
+            if self.started_here:
+                ray.shutdown()
+            raise
+        self._refresher = threading.Thread(
+            target=self._keep_refreshing, name="tunescope-ray-refresh", daemon=True
+        )
+        self._refresher.start()
+
+    # ---- what the cluster holds ---------------------------------------------------------------
+    def refresh(self) -> ClusterInfo:
+        """Re-read the cluster and write the status file."""
+        import ray
+
+        with self._lock:
+            holding, deaths = self.holding, self._deaths
+        info = current_cluster(self.address, self.cpus_per_run)
+        for node in ray.nodes():
+            if node.get("NodeID") == self.node_id:
+                resources = node.get("Resources", {})
+                self.this_node = {k: float(resources.get(k, 0)) for k in ("CPU", "GPU")}
+        with self._lock:
+            self.info, self._room, self._deaths_read = info, info.room(holding), deaths
+            if self.status_root is not None and not self._closing.is_set():
+                status = {**dataclasses.asdict(info), "slots": info.slots}
+                status.update(in_flight=self.in_flight, pid=os.getpid(), updated=time.time())
+                write_status(self.status_root, status)
+        return info
+
+    def _keep_refreshing(self) -> None:
+        """``refresh`` every ``refresh_s``, or at once when woken, until closing. A refresh that
+        fails is tried again at the next turn; one that blocks on a lost head blocks only this
+        daemon thread."""
+        while True:
+            self._wake.wait(self.refresh_s)
+            self._wake.clear()
+            if self._closing.is_set() or not head_alive(self.gcs):
+                return  # (a lost head: the queue loop's `head_gone` says so and ends)
+            try:
+                self.refresh()
+            except Exception as exc:  # e.g. a GCS call timing out while the head restarts
+                if self._closing.is_set():
+                    return
+                self.log(f"could not re-read the Ray cluster ({type(exc).__name__}: {exc})")
+
+    def head_gone(self, force: bool = False) -> bool:
+        """Whether the head's GCS port stopped taking connections (looked at every
+        ``HEAD_CHECK_S``, or now with ``force``); once gone, always gone."""
+        now = time.monotonic()
+        if self.head_lost or (not force and now - self._last_head_check < HEAD_CHECK_S):
+            return self.head_lost
+        self._last_head_check = now
+        self.head_lost = not head_alive(self.gcs)
+        return self.head_lost
+
+    # ---- slots ----------------------------------------------------------------------------------
+    def free_slots(self) -> int:
+        """Runs that can start now (class docstring)."""
+        with self._lock:
+            if self._deaths != self._deaths_read:
+                return 0
+            return max(0, self._room - self.in_flight)
+
+    def submitted(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+
+    def started(self) -> None:
+        with self._lock:
+            self.holding += 1
+
+    def ended(self, started: bool, died: bool) -> None:
+        """A run in flight ended; ``died``: its Ray worker or node died (re-read the cluster)."""
+        with self._lock:
+            self.in_flight -= 1
+            self.holding -= int(started)
+            self._deaths += int(died)
+        if died:
+            self._wake.set()
+
+    # ---- the end ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop re-reading, remove the status file, and disconnect (`ray.shutdown`) when this
+        process connected, unless the head is lost: then Ray's shutdown would end the process
+        itself (its local raylet gone, its C++ client exits), before the worker's last word."""
+        import ray
+
+        with self._lock:
+            self._closing.set()
+            self._wake.set()
+            if self.status_root is not None:
+                with contextlib.suppress(OSError):
+                    status_path(self.status_root).unlink()
+        if self.started_here and not self.head_lost:
+            self._refresher.join(timeout=10)  # (a live head: its GCS answers)
+            ray.shutdown()
+
+
+class TaskInputs:
+    """What a run's task needs besides its config: the data file's bytes (put into Ray's object
+    store once per file version, shared by a sweep's runs; the last few files kept), absolute
+    paths of the files of this machine it uses, and whether those pin it to this node."""
+
+    KEEP_FILES = 4
+
+    def __init__(self, db: RunsDB) -> None:
+        self.db = db
+        self._data: OrderedDict[tuple, Any] = OrderedDict()  # file version → ObjectRef
+
+    def of(self, run_id: str, cfg: FinetuneConfig) -> tuple[dict[str, Any], bool]:
+        """(the task's keyword arguments, pinned to this node)."""
+        from analysis.models import resolve_source
+
+        inputs: dict[str, Any] = {}
+        pinned = False
+        source, kind = resolve_source(cfg.model.name)
+        if kind == "local":
+            inputs["model_folder"], pinned = source, True
+        if _is_data_file(cfg.data.name):
+            inputs["data_file"], inputs["data_bytes"] = self._data_ref(cfg)
+        if cfg.zero_weights:
+            inputs["zero_weights"] = str(Path(cfg.zero_weights).expanduser().resolve())
+            pinned = True
+        trajectory = source_trajectory(self.db, cfg)
+        if trajectory is not None:
+            inputs["trajectory"], pinned = str(Path(trajectory).resolve()), True
+        if cfg.trajectory_every:
+            inputs["run_dir"], pinned = str(run_dir_for(self.db, run_id).resolve()), True
+        return inputs, pinned
+
+    def _data_ref(self, cfg: FinetuneConfig) -> tuple[str, Any]:
+        """(path, ObjectRef of the file's bytes)."""
+        import ray
+
+        from analysis.data.files import checked_file
+
+        path, stat = checked_file(cfg.data)
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in self._data:
+            self._data[key] = ray.put(path.read_bytes())
+            while len(self._data) > self.KEEP_FILES:
+                self._data.popitem(last=False)
+        self._data.move_to_end(key)
+        return str(path), self._data[key]
+
+
 @dataclasses.dataclass
 class _Flight:
     """One run in flight on the cluster."""
@@ -310,20 +525,17 @@ class _Flight:
     stream: Any  # ray.ObjectRefGenerator
     recorder: RunRecorder
     zero_weights: str | None = None  # as queued, when the task got an absolute path
-    node: str | None = None
+    node: str | None = None  # once the task reported where it trains
     cancelling: bool = False
 
 
 class RayRunner:
-    """Trains claimed runs as Ray tasks, as many at once as the cluster holds (module docstring).
+    """Trains claimed runs as Ray tasks, as many at once as the cluster has room for (module
+    docstring; the cluster side is `ClusterWatch`).
 
     The queue loop calls ``free_slots`` → ``submit`` (for each claimed run) → ``pump`` (wait up to
-    ``timeout`` for events, record them, pass on cancels) and ``close`` at the end.
-
-    The cluster is re-read (``refresh``: nodes come and go) every ``refresh_s`` in a thread of its
-    own, never in the queue loop: once the head is gone, Ray's calls to its GCS (``ray.nodes``)
-    block for a minute, and the loop must go on meanwhile to notice the loss (``check_head``, a
-    plain connection to the GCS port) and end.
+    ``timeout`` for events, record them, pass on cancels) and ``close`` at the end. ``free_slots``
+    and ``pump`` raise `HeadLost` once the head is gone, after failing the runs in flight.
     """
 
     device_label = "ray"
@@ -341,97 +553,35 @@ class RayRunner:
     ) -> None:
         import ray
 
+        from analysis.runs.ray_task import train_stream
+
         if int(cpus_per_run) < 1:
             raise ValueError(f"CPUs per run must be at least 1 (got {cpus_per_run!r}).")
         self.db, self.log = db, log
         self.cpus_per_run = int(cpus_per_run)
-        self.started_here = connect(address)  # keeps a connection this process already has
-        context = ray.get_runtime_context()
-        self.address = resolve_address(address) if self.started_here else str(context.gcs_address)
-        self.node_id = context.get_node_id()
-        self.gcs = str(context.gcs_address)  # the head's GCS: watched while runs are in flight
-        self.head_lost = False
-        self._last_head_check = float("-inf")
-        self.cancel_poll_s, self.refresh_s = cancel_poll_s, refresh_s
-        self.status_root = status_root
-        self.flights: dict[str, _Flight] = {}
-        self._task = ray.remote(max_retries=0)(_train_stream)
-        self._data: OrderedDict[tuple, Any] = OrderedDict()  # file → ObjectRef of its bytes
-        self._last_cancel_poll = 0.0
-        self.this_node: dict[str, float] = {}  # this machine's node: its CPU and GPU
-        self._closing = threading.Event()
-        self._status_lock = threading.Lock()  # a refresh writes no status file once closing
-        try:
-            self.info = self.refresh()
-            self.info.check()
-        except BaseException:
-            if self.started_here:
-                ray.shutdown()
-            raise
-        self._refresher = threading.Thread(
-            target=self._keep_refreshing, name="tunescope-ray-refresh", daemon=True
+        self.cluster = ClusterWatch(
+            address, self.cpus_per_run, log=log, refresh_s=refresh_s, status_root=status_root
         )
-        self._refresher.start()
-        log(f"Ray cluster: {self.info.describe()}")
-
-    # ---- the cluster ------------------------------------------------------------------------------
-    def refresh(self) -> ClusterInfo:
-        """Re-read the cluster (nodes come and go) and write the status file."""
-        import ray
-
-        info = current_cluster(self.address, self.cpus_per_run)
-        for node in ray.nodes():
-            if node.get("NodeID") == self.node_id:
-                resources = node.get("Resources", {})
-                self.this_node = {k: float(resources.get(k, 0)) for k in ("CPU", "GPU")}
-        self.info = info
-        with self._status_lock:
-            if self.status_root is not None and not self._closing.is_set():
-                write_status(
-                    self.status_root,
-                    {
-                        **dataclasses.asdict(info),
-                        "slots": info.slots,
-                        "in_flight": len(self.flights),
-                        "pid": os.getpid(),
-                        "updated": time.time(),
-                    },
-                )
-        return info
-
-    def _keep_refreshing(self) -> None:
-        """``refresh`` every ``refresh_s`` until closing (the refresh thread, class docstring).
-        A refresh that fails is tried again at the next turn; one that blocks on a lost head
-        blocks only this daemon thread."""
-        while not self._closing.wait(self.refresh_s):
-            if not head_alive(self.gcs):
-                return  # (the queue loop's `check_head` says so and ends)
-            try:
-                self.refresh()
-            except Exception as exc:  # e.g. a GCS call timing out while the head restarts
-                if self._closing.is_set():
-                    return
-                self.log(f"could not re-read the Ray cluster ({type(exc).__name__}: {exc})")
+        self.inputs = TaskInputs(db)
+        self.flights: dict[str, _Flight] = {}
+        self._task = ray.remote(max_retries=0)(train_stream)
+        self.cancel_poll_s = cancel_poll_s
+        self._last_cancel_poll = 0.0
+        log(f"Ray cluster: {self.cluster.info.describe()}")
 
     def check_head(self, force: bool = False) -> None:
-        """A `HeadLost` once the head's GCS port stops taking connections (looked at every
-        ``HEAD_CHECK_S``): every run in flight is failed "lost the Ray cluster head at ADDR"
-        first, and the queue loop claims nothing more (the queued runs stay queued)."""
-        now = time.monotonic()
-        if self.head_lost or (not force and now - self._last_head_check < HEAD_CHECK_S):
+        """A `HeadLost` once the head is gone (`ClusterWatch.head_gone`), every run in flight
+        failed "lost the Ray cluster head at ADDR" first; the queued runs stay queued."""
+        if not self.cluster.head_gone(force):
             return
-        self._last_head_check = now
-        if head_alive(self.gcs):
-            return
-        self.head_lost = True
-        message = HEAD_LOST.format(address=self.gcs)
+        message = HEAD_LOST.format(address=self.cluster.gcs)
         for flight in list(self.flights.values()):
             self._end(flight, flight.recorder.failed(message))
         raise HeadLost(f"{message[0].upper()}{message[1:]}: its runs in flight failed.")
 
     def free_slots(self) -> int:
         self.check_head()
-        return self.info.slots - len(self.flights)
+        return self.cluster.free_slots()
 
     def busy(self) -> bool:
         return bool(self.flights)
@@ -439,29 +589,44 @@ class RayRunner:
     # ---- submitting ---------------------------------------------------------------------------------
     def submit(self, run: Run) -> None:
         """Start one claimed run on the cluster (or record at once why it cannot start)."""
-        run_id = run.id
-        recorder = RunRecorder(self.db, run_id)
+        recorder = RunRecorder(self.db, run.id)
         try:
             cfg = run.config
-            inputs = self._inputs(run_id, cfg)
+            inputs, pinned = self.inputs.of(run.id, cfg)
+            options = self._options(cfg, pinned)
         except Exception as exc:
-            recorder.failed(describe_error(exc))
-            self.log(f"run {run_id}: failed before it started: {describe_error(exc)}")
+            message = exc.args[0] if isinstance(exc, _CannotStart) else describe_error(exc)
+            recorder.failed(message)
+            self.log(f"run {run.id}: failed before it started: {message}")
             return
-        options: dict[str, Any] = {"num_returns": "streaming"}
-        pinned = inputs.pop("pinned")
-        gpus = self.this_node.get("GPU", 0) if pinned else self.info.gpus
+        stream = self._task.options(**options).remote(
+            cfg.to_dict(), threads=self.cpus_per_run, **inputs
+        )
+        zero_weights = cfg.zero_weights if pinned else None
+        self.flights[run.id] = _Flight(run.id, stream, recorder, zero_weights=zero_weights)
+        self.cluster.submitted()
+        where = "this machine's node" if pinned else "the cluster"
+        self.db.set_progress(run.id, 0.0, f"submitted to Ray; waiting for a slot on {where}")
+        gpu = options["num_gpus"] == 1
+        self.log(
+            f"run {run.id}: {run.method} {run.label} seed {run.seed} → Ray "
+            f"({'1 GPU' if gpu else f'{self.cpus_per_run} CPU'}"
+            f"{', pinned to this node' if pinned else ''})"
+        )
+
+    def _options(self, cfg: FinetuneConfig, pinned: bool) -> dict[str, Any]:
+        """The task's Ray options: its resources, and this node for a pinned run."""
+        this_node = self.cluster.this_node
+        gpus = this_node.get("GPU", 0) if pinned else self.cluster.info.gpus
         wants_gpu = cfg.device != "cpu" and gpus >= 1
-        if pinned and not wants_gpu and self.this_node.get("CPU", 0) < self.cpus_per_run:
-            message = (
+        if pinned and not wants_gpu and this_node.get("CPU", 0) < self.cpus_per_run:
+            raise _CannotStart(
                 "this run needs files of this machine (a local model folder, a zero-weights "
                 "file or a trajectory), but this machine's Ray node offers "
-                f"{self.this_node.get('CPU', 0):g} CPUs, fewer than the {self.cpus_per_run} a "
+                f"{this_node.get('CPU', 0):g} CPUs, fewer than the {self.cpus_per_run} a "
                 "run asks (was it started with --num-cpus 0?): train it with the local executor"
             )
-            recorder.failed(message)
-            self.log(f"run {run_id}: failed before it started: {message}")
-            return
+        options: dict[str, Any] = {"num_returns": "streaming"}
         if wants_gpu:
             options.update(num_cpus=1, num_gpus=1)
         else:
@@ -470,58 +635,9 @@ class RayRunner:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                node_id=self.node_id, soft=False
+                node_id=self.cluster.node_id, soft=False
             )
-        stream = self._task.options(**options).remote(
-            cfg.to_dict(), threads=self.cpus_per_run, **inputs
-        )
-        self.flights[run_id] = _Flight(
-            run_id, stream, recorder, zero_weights=cfg.zero_weights if pinned else None
-        )
-        where = "this machine's node" if pinned else "the cluster"
-        self.db.set_progress(run_id, 0.0, f"submitted to Ray; waiting for a slot on {where}")
-        self.log(
-            f"run {run_id}: {run.method} {run.label} seed {run.seed} → Ray "
-            f"({'1 GPU' if wants_gpu else f'{self.cpus_per_run} CPU'}"
-            f"{', pinned to this node' if pinned else ''})"
-        )
-
-    def _inputs(self, run_id: str, cfg: FinetuneConfig) -> dict[str, Any]:
-        """What the task needs besides the config: the data file's bytes, absolute paths of the
-        files of this machine it uses, and whether that pins it to this node."""
-        from analysis.models import resolve_source
-
-        inputs: dict[str, Any] = {"pinned": False}
-        source, kind = resolve_source(cfg.model.name)
-        if kind == "local":
-            inputs.update(model_folder=source, pinned=True)
-        if _is_data_file(cfg.data.name):
-            inputs["data_file"], inputs["data_bytes"] = self._data_ref(cfg)
-        if cfg.zero_weights:
-            inputs["zero_weights"] = str(Path(cfg.zero_weights).expanduser().resolve())
-            inputs["pinned"] = True
-        trajectory = source_trajectory(self.db, cfg)
-        if trajectory is not None:
-            inputs.update(trajectory=str(Path(trajectory).resolve()), pinned=True)
-        if cfg.trajectory_every:
-            inputs.update(run_dir=str(run_dir_for(self.db, run_id).resolve()), pinned=True)
-        return inputs
-
-    def _data_ref(self, cfg: FinetuneConfig) -> tuple[str, Any]:
-        """(path, ObjectRef of the file's bytes), put into the object store once per file
-        version (a sweep's runs share it; the last few files are kept)."""
-        import ray
-
-        from analysis.data.files import checked_file
-
-        path, stat = checked_file(cfg.data)
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
-        if key not in self._data:
-            self._data[key] = ray.put(path.read_bytes())
-            while len(self._data) > 4:
-                self._data.popitem(last=False)
-        self._data.move_to_end(key)
-        return str(path), self._data[key]
+        return options
 
     # ---- events -------------------------------------------------------------------------------------
     def pump(self, timeout: float) -> None:
@@ -555,14 +671,14 @@ class RayRunner:
                 f"out of memory: Ray stopped the worker on {node} (lower the batch size or max "
                 "length, or give each run more CPUs)"
             )
-            self._end(flight, flight.recorder.failed(message))
+            self._end(flight, flight.recorder.failed(message), died=True)
         except rex.RayTaskError as exc:  # our code raised outside the training thread
             self._end(flight, flight.recorder.failed(describe_error(exc.cause or exc)))
         except rex.RayError as exc:  # the process or machine running the task is gone
             self.check_head(force=True)  # (or the whole cluster with its head)
             node = flight.node or "a node it had not reported yet"
             message = f"{SYSTEM_FAILURE.format(node=node)} ({type(exc).__name__})"
-            self._end(flight, flight.recorder.failed(message))
+            self._end(flight, flight.recorder.failed(message), died=True)
         else:
             self._record(flight, event)
 
@@ -576,6 +692,7 @@ class RayRunner:
             recorder.progress(event["fraction"], event["message"])
         elif kind == "start":
             flight.node = node_label(event["node"], event.get("ip"), event.get("node_id"))
+            self.cluster.started()
             self.db.set_device(flight.run_id, f"ray:{flight.node} {event['device']}")
             self.log(f"run {flight.run_id}: training on {flight.node} ({event['device']})")
         elif kind == "done":
@@ -588,8 +705,9 @@ class RayRunner:
         elif kind == "cancelled":
             self._end(flight, recorder.cancelled("cancelled by the user"))
 
-    def _end(self, flight: _Flight, status: str) -> None:
-        self.flights.pop(flight.run_id, None)
+    def _end(self, flight: _Flight, status: str, died: bool = False) -> None:
+        if self.flights.pop(flight.run_id, None) is not None:
+            self.cluster.ended(started=flight.node is not None, died=died)
         error = self.db.get_run(flight.run_id)["error"] if status != "done" else None
         self.log(f"run {flight.run_id}: {status}{f' ({error})' if error else ''}")
 
@@ -611,23 +729,21 @@ class RayRunner:
 
     # ---- the end --------------------------------------------------------------------------------------
     def close(self, reason: str | None = None) -> None:
-        """Stop what is still in flight (recorded as failed with ``reason``) and disconnect."""
+        """Stop what is still in flight (recorded as failed with ``reason``) and let go of the
+        cluster (`ClusterWatch.close`)."""
         import ray
 
         for flight in list(self.flights.values()):
             with contextlib.suppress(Exception):
-                if not self.head_lost:
+                if not self.cluster.head_lost:
                     ray.cancel(flight.stream, force=True)
             flight.recorder.failed(reason or "stopped: the Ray worker ended")
         self.flights.clear()
-        with self._status_lock:
-            self._closing.set()
-            if self.status_root is not None:
-                with contextlib.suppress(OSError):
-                    status_path(self.status_root).unlink()
-        if self.started_here:
-            self._refresher.join(timeout=10)  # (a cluster of our own: its GCS answers)
-            ray.shutdown()
+        self.cluster.close()
+
+
+class _CannotStart(Exception):
+    """A claimed run that this cluster cannot train (its message is the run's error)."""
 
 
 def _is_data_file(name: str) -> bool:
@@ -636,143 +752,6 @@ def _is_data_file(name: str) -> bool:
 
     key = name.strip().lower()
     return key not in BUILTIN_DATA and not key.startswith("glue/")
-
-
-# -- the task side (runs on a node, in a Ray worker process) ------------------------------------------
-
-_MODELS = ModelCache()  # per Ray worker process: a sweep on one model loads it once per process
-PROGRESS_EVERY_S = 0.5
-
-
-def _train_stream(
-    config: dict[str, Any],
-    *,
-    threads: int = 1,
-    data_file: str | None = None,
-    data_bytes: bytes | None = None,
-    model_folder: str | None = None,
-    zero_weights: str | None = None,
-    trajectory: str | None = None,
-    run_dir: str | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Train one run on this node and yield what happens, as plain dicts:
-    start {node, device, pid} · progress {fraction, message} · step / eval {step, metrics} ·
-    then one of done {result}, failed {error}, cancelled.
-
-    The engine runs in a thread so that this generator can hand each event to Ray as it comes;
-    when Ray cancels the task (KeyboardInterrupt here) or closes the generator, ``stop`` is set
-    and the engine stops at its next step.
-    """
-    import ray
-
-    device = "cuda:0" if ray.get_gpu_ids() else "cpu"  # Ray sets CUDA_VISIBLE_DEVICES
-    # First, before the heavy imports: from here on a death of this process names its node
-    # (host name, address and node id: two nodes of one machine share the first two).
-    yield {
-        "kind": "start",
-        "node": socket.gethostname(),
-        "ip": ray.util.get_node_ip_address(),
-        "node_id": ray.get_runtime_context().get_node_id(),
-        "device": device,
-        "pid": os.getpid(),
-    }
-
-    import torch
-
-    from analysis.finetune.config import FinetuneConfig
-
-    if device == "cpu":
-        torch.set_num_threads(max(1, int(threads)))
-    cfg = FinetuneConfig.from_dict(config)
-    changes: dict[str, Any] = {"device": device}
-    if zero_weights is not None:
-        changes["zero_weights"] = zero_weights
-    cfg = dataclasses.replace(cfg, **changes)
-    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    stop = threading.Event()
-    worker = threading.Thread(
-        target=_train_into,
-        args=(cfg, events, stop),
-        kwargs=dict(
-            data_file=data_file,
-            data_bytes=data_bytes,
-            model_folder=model_folder,
-            trajectory=trajectory,
-            run_dir=run_dir,
-        ),
-        name="tunescope-run",
-        daemon=True,
-    )
-    worker.start()
-    try:
-        while True:
-            try:
-                event = events.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if event is None:
-                return
-            yield event
-    finally:
-        stop.set()
-        worker.join(timeout=120)
-
-
-def _train_into(
-    cfg: FinetuneConfig,
-    events: queue.Queue,
-    stop: threading.Event,
-    *,
-    data_file: str | None,
-    data_bytes: bytes | None,
-    model_folder: str | None,
-    trajectory: str | None,
-    run_dir: str | None,
-) -> None:
-    """The training thread of `_train_stream`: every callback becomes an event."""
-    from analysis.data.files import task_from_bytes
-    from analysis.finetune.engine import run_finetune
-    from analysis.progress import Cancelled
-
-    last = [float("-inf")]
-
-    def progress(fraction: float, message: str = "") -> None:
-        now = time.monotonic()
-        if now - last[0] >= PROGRESS_EVERY_S or fraction >= 1.0:
-            last[0] = now
-            events.put({"kind": "progress", "fraction": float(fraction), "message": message})
-
-    def on_step(step: int, metrics: dict[str, float]) -> None:
-        events.put({"kind": "step", "step": int(step), "metrics": dict(metrics)})
-
-    def on_eval(step: int, metrics: dict[str, float]) -> None:
-        events.put({"kind": "eval", "step": int(step), "metrics": dict(metrics)})
-
-    try:
-        spec = dataclasses.replace(cfg.model, name=model_folder) if model_folder else cfg.model
-        loaded = _MODELS.get(spec, cfg.device)
-        data = None
-        if data_bytes is not None and data_file is not None:
-            data = task_from_bytes(cfg.data, data_bytes, Path(data_file))
-        result = run_finetune(
-            cfg,
-            progress=progress,
-            should_stop=stop.is_set,
-            on_step=on_step,
-            on_eval=on_eval,
-            run_dir=run_dir,
-            loaded=loaded,
-            data=data,
-            trajectory=trajectory,
-        )
-        events.put({"kind": "done", "result": result.to_dict()})
-    except Cancelled:
-        events.put({"kind": "cancelled"})
-    except Exception as exc:
-        traceback.print_exc()  # into the Ray worker's log (and the driver's, log_to_driver)
-        events.put({"kind": "failed", "error": describe_error(exc, cfg.device)})
-    finally:
-        events.put(None)
 
 
 def main(argv: list[str] | None = None) -> int:

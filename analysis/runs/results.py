@@ -25,8 +25,9 @@ from numpy.typing import ArrayLike
 
 from analysis.cache import canonical_json
 from analysis.compare import Arm
-from analysis.runs.db import RESULT_COLUMNS, RunsDB, run_label
+from analysis.runs.db import RunsDB
 from analysis.runs.record import Run, run_setting, runs_of
+from analysis.runs.records import RESULT_COLUMNS, run_label
 from analysis.strategies import family_of, n_tuned_layers
 
 # What makes two runs' costs and scores comparable across methods: the same task and budget.
@@ -181,9 +182,11 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
     """Mean ± standard error over the seeds of each run group (`results_table`'s ``group``).
 
     X_sem = std(X, ddof=1) / sqrt(n_seeds) (NaN with one seed) for the score, wall-clock, step
-    time and peak memory; other costs are means. One row per group, its label, family, method,
-    learning rates and ``lr_sibling`` taken from its runs (equal within a group, family aside: the
-    first run's).
+    time and peak memory; other costs are means. The step time is the exception: ``step_time_s``
+    is the *median* over seeds, because one run slowed by a busy machine drags a mean (and every
+    step-time ratio built on it); ``step_time_s_mean`` keeps the mean, with its s.e.
+    ``step_time_s_sem``. One row per group, its label, family, method, learning rates and
+    ``lr_sibling`` taken from its runs (equal within a group, family aside: the first run's).
     """
     keys = ["group"]
     firsts = ["family", "method", "label", "lr", "head_lr", "lr_sibling", "budget", "zero_weights"]
@@ -203,6 +206,7 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
         "wall_s",
         "wall_s_sem",
         "step_time_s",
+        "step_time_s_mean",
         "step_time_s_sem",
         "peak_mem_mb",
         "peak_mem_mb_sem",
@@ -226,7 +230,10 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
         **{c: (c, "first") for c in firsts},
         **stats,
         **means,
+        step_time_s_median=("step_time_s", "median"),
     ).reset_index()
+    out["step_time_s_mean"] = out["step_time_s"]
+    out["step_time_s"] = out["step_time_s_median"]
     for c in SEM_OF:
         n = table.groupby(keys, sort=False)[c].count().reindex(out["group"]).to_numpy()
         out[f"{c}_sem"] = out[f"{c}_std"] / np.sqrt(np.clip(n, 1, None))
@@ -364,13 +371,34 @@ def _config(row: pd.Series) -> dict[str, Any]:
 
 
 def with_groups(runs: pd.DataFrame) -> pd.DataFrame:
-    """``RunsDB.list_runs`` rows with each run's ``group`` (`group_key`) and a ``label`` recomputed
-    from its config (older runs stored shorter labels), for listings and exports."""
+    """``RunsDB.list_runs`` rows with each run's ``group`` (`group_key`), a ``label`` recomputed
+    from its config (older runs stored shorter labels) and how it was ``imported``
+    (`imported_as`), for listings and exports."""
     out = runs.copy()
-    configs = [run.stored for run in runs_of(out)] if "id" in out else []
-    out["group"] = [group_key(c) for c in configs]
-    out["label"] = [run_label(c) for c in configs]
+    records = runs_of(out) if "id" in out else []
+    tags = out["tags"] if "tags" in out else [""] * len(records)
+    out["group"] = [group_key(run.stored) for run in records]
+    out["label"] = [run_label(run.stored) for run in records]
+    out["imported"] = [imported_as(run, t) for run, t in zip(records, tags, strict=True)]
     return out
+
+
+# How a run trained outside tunescope came in (`analysis.runs.callback`): its origin's kind.
+IMPORT_KINDS = {"trainer": "callback", "trainer-import": "folder"}
+
+
+def imported_as(run: Run, tags: str | None = "") -> str:
+    """``callback`` (recorded by ``TunescopeCallback`` in the user's own Trainer), ``folder``
+    (``runs import`` of a Trainer output folder), ``no`` (trained by tunescope). The origin is
+    read from the config, else from the result (a run that joined tunescope's groups keeps it
+    there only), else the ``imported`` tag says ``yes``."""
+    origin = run.stored.get("origin")
+    kind = origin.get("kind") if isinstance(origin, dict) else origin
+    kind = kind or (run.result or {}).get("origin")
+    if kind:
+        return IMPORT_KINDS.get(str(kind), str(kind))
+    tagged = "imported" in str(tags or "").split(", ")  # analysis.runs.callback.IMPORTED_TAG
+    return "yes" if tagged else "no"
 
 
 def export_records(db: RunsDB, with_steps: bool = True, **filters: Any) -> list[dict[str, Any]]:

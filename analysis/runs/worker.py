@@ -14,7 +14,7 @@ queued runs while the runner has a free slot → let the runner train them → r
 ``idle_timeout`` seconds without work it exits (after one last look at the queue with the lock
 released, so a run queued at that moment is never stranded). The runner says where runs train:
 `LocalRunner` trains one at a time in this process with `execute_run`; `RayRunner`
-(`analysis.runs.ray_executor`) keeps as many in flight on a Ray cluster as it holds.
+(`analysis.runs.ray_executor`) keeps as many in flight on a Ray cluster as it has room for.
 
 `ExecutorChoice` is what the page and the CLI pass to start the right workers.
 """
@@ -32,16 +32,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from analysis.children import usable_cores
 from analysis.config import help_of
 from analysis.io import atomic_write_json, read_json
-from analysis.runs.db import RunsDB, db_path
+from analysis.runs.db import RunsDB
 from analysis.runs.execute import ModelCache
 from analysis.runs.executor import EXECUTORS, RAY, ExecutorChoice
-from analysis.runs.ray_executor import LOCAL as LOCAL_CLUSTER
 from analysis.runs.ray_executor import (
+    LOCAL_CLUSTER,
     RayRunner,
     check_address,
     read_status,
@@ -88,7 +88,7 @@ def queued_params(root: Path) -> int | None:
     queued run, or a size that cannot be read)."""
     from analysis.config import ModelSpec
 
-    queued = RunsDB(db_path(root)).list_runs(status="queued")
+    queued = RunsDB(Workspace(root)).list_runs(status="queued")
     if queued.empty or "model" not in queued:
         return None
     sizes = [estimate_params(ModelSpec(str(name))) for name in queued["model"].dropna().unique()]
@@ -102,9 +102,9 @@ def cpu_packing(
 
     ``workers`` (the ``--cpu-workers`` choice), else ``$TUNESCOPE_CPU_WORKERS``, else: one worker
     per core for models up to `SMALL_MODEL_PARAMS` (a small encoder's small batches keep one core
-    busy, not two: 2 × 1 thread trained a 12-run MiniLM sweep faster than 1 × 2, see README
-    "Benchmarks"), one worker with every core above (or when the size is unknown). The cores are
-    shared out: threads = cores // workers, at least 1.
+    busy, not two; ``bench/bench_packing.py`` compares the packings), one worker with every core
+    above (or when the size is unknown). The cores are shared out: threads = cores // workers, at
+    least 1.
     """
     cores = cores or usable_cores()
     if workers is None and os.environ.get(CPU_WORKERS_ENV):
@@ -472,7 +472,7 @@ def serve(
     ran = 0
     runner: LocalRunner | RayRunner | None = None
     try:
-        db = RunsDB(db_path(root))
+        db = RunsDB(Workspace(root))
 
         def start_runner() -> LocalRunner | RayRunner:
             if executor == RAY:
@@ -598,11 +598,27 @@ def main(argv: list[str] | None = None) -> int:
                 ray_address=args.ray_address,
                 cpus_per_run=args.ray_cpus_per_run,
             )
-    except ValueError as exc:  # e.g. the Ray cluster is unreachable: the queue stays as it is
+    except ValueError as exc:  # the Ray cluster is unreachable or its head was lost
         _log(f"error: {exc} The queued runs stay queued.")
         return 2
+    except SystemExit as exc:  # SIGTERM
+        return exc.code if isinstance(exc.code, int) else 1
     return 0 if ran >= 0 else 1
 
 
+def end_process(status: int) -> NoReturn:
+    """Log ``status`` as the worker's last line and end the process with it, at once.
+
+    Not through ``sys.exit``: at interpreter exit Ray's hook (``ray.shutdown``) writes to the
+    local raylet, and when that raylet is gone (a lost head takes it along) Ray's client ends
+    the process itself, with status 1 and no word in the log. By now the runs are settled, the
+    lock released and the status file removed; a Ray cluster this process started ends with it.
+    """
+    _log(f"exit status {status}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())

@@ -17,6 +17,7 @@ from analysis.config import ModelSpec
 from analysis.finetune.config import FinetuneConfig
 from analysis.runs.db import RunsDB
 from analysis.runs.worker import ensure_workers
+from analysis.workspace import Workspace
 
 pytestmark = pytest.mark.browser
 CHART = '[data-testid="stPlotlyChart"]'
@@ -93,7 +94,7 @@ def _trajectory_run(seed: int) -> FinetuneConfig:
 
 
 def test_a_pinned_subspace_run_stays_while_another_run_finishes(page, server):
-    db = RunsDB(server["cache"] / "runs.sqlite")
+    db = RunsDB(Workspace(server["cache"]))
     first = db.enqueue(_trajectory_run(seed=0))
     ensure_workers(server["cache"], idle_timeout=30)
     wait_for(lambda: db.get_run(first)["status"] in ("done", "failed"), 240, "the first run")

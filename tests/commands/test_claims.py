@@ -9,6 +9,7 @@ import pytest
 
 from analysis.cli import main
 from analysis.runs.db import RunsDB
+from analysis.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
 
@@ -103,7 +104,7 @@ def test_drive_says_what_it_does_on_stderr_only(tmp_path, capsys, monkeypatch):
     cfg = SimpleNamespace(
         model=SimpleNamespace(name="m"), data=SimpleNamespace(name="d"), only=("S2",), seeds=(0,)
     )
-    db = RunsDB(tmp_path / "runs.sqlite")
+    db = RunsDB(Workspace(tmp_path))
     assert command._drive(db, cfg, None, "s", None, wait=True, poll=0.0) == planned
     out, err = capsys.readouterr()
     assert out == ""

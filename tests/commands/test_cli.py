@@ -63,6 +63,20 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, extra, message):
     assert "Traceback" not in err
 
 
+def test_a_text_column_of_numbers_gets_one_warning(tmp_path, tiny_bert_dir, csv_data, capsys):
+    frame = pd.read_csv(csv_data).assign(id=range(100, 136))
+    frame.to_csv(csv_data, index=False)
+    args = ["extract", "--model", str(tiny_bert_dir), "--data", str(csv_data), "--text-col", "id",
+            "--label-col", "y", "--n", "12"]  # fmt: skip
+    assert main(args) == 0  # a warning, not a refusal
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warned == [
+        "warning: Column 'id', used as a text, holds only numbers (e.g. 100, 101, 102): are the "
+        "text and label columns swapped? If so, choose the text column."
+    ]
+
+
 def test_module_entry_point_runs():
     done = subprocess.run(
         [sys.executable, "-m", "analysis", "--help"], cwd=ROOT, capture_output=True, text=True

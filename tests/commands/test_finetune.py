@@ -132,7 +132,7 @@ def test_sweep_learning_rate_grid_is_chosen_on_dev(tiny_bert_dir, tmp_path, caps
     chosen = [c for c in choices if c["chosen"]]
     assert len(chosen) == 1 and chosen[0]["dev_score"] == max(c["dev_score"] for c in choices)
     configs = [RunsDB().get_run(r["run_id"])["config"] for r in payload["runs"]]
-    assert {c["head_lr"] for c in configs} == {1e-3}  # the classifier's rate stays fixed
+    assert {c["classifier_lr"] for c in configs} == {1e-3}  # the classifier's rate stays fixed
 
 
 def test_queued_runs_name_local_files_by_absolute_path(

@@ -115,3 +115,19 @@ def test_too_few_examples_per_class_is_one_error_and_no_json(tiny_bert_dir, tmp_
     assert len(err) == 1 and err[0].startswith("error: The layer analyses need at least 5")
     assert "5-fold" in err[0] and "Raise N" in err[0]
     assert not out.exists()
+
+
+def test_cli_prints_the_suggested_strategies_and_how_sure_it_is(tiny_bert_dir, tmp_path, capsys):
+    _, single = run_layers(tiny_bert_dir, tmp_path)
+    out = capsys.readouterr().out
+    l_star = single["l_star"]
+    assert f"Suggested strategies (ℓ_bottom, ℓ_top, ℓ_head) for ℓ* = {l_star}:" in out
+    for family, key in (("ℓ*-down", "l_star_down"), ("baselines", "baselines")):
+        line = next(x for x in out.splitlines() if x.strip().startswith(family))
+        assert all(f"({b}, {t}, {h})" in line for b, t, h in single["strategies"][key])
+    assert f"sweep --l-star {l_star}" in out
+    assert "ℓ* is from one sample, unrepeated" in out and "--repeats 50" in out
+    _, repeated = run_layers(tiny_bert_dir, tmp_path, "--repeats", "3")
+    out = capsys.readouterr().out
+    assert f"How sure: {repeated['l_star']['sentence']}" in out and "(R = 3)" in out
+    assert "unrepeated" not in out and "Suggested strategies" in out

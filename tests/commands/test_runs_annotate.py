@@ -8,7 +8,7 @@ import pytest
 
 from analysis.cli import main
 from analysis.commands.options import add_model_data, add_training_options, finetune_config
-from analysis.runs.db import RunsDB, run_folder
+from analysis.runs.db import RunsDB
 
 
 def finished_run(db: RunsDB, seed: int = 0) -> str:
@@ -30,7 +30,7 @@ def test_note_tag_filter_and_delete(capsys):
     listed = capsys.readouterr().out
     assert keep in listed and drop not in listed
 
-    folder = run_folder(db.path.parent, drop) / "trajectory"
+    folder = db.workspace.run_folder(drop) / "trajectory"
     folder.mkdir(parents=True)
     (folder / "index.json").write_text("{}")
     assert main(["runs", "delete", drop, "--files-only"]) == 0

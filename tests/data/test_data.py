@@ -15,8 +15,10 @@ from analysis.data import (
     DEFAULT_DATA,
     GLUE_DATA,
     DataError,
+    DataWarning,
     TaskData,
     describe_builtin,
+    fit_to_part,
     load_data,
     sample,
     sampling,
@@ -283,6 +285,22 @@ def test_texts_like_na_stay_and_numbers_become_text(tmp_path):
     assert "7" in texts
 
 
+def test_a_text_column_of_numbers_is_warned_about(tmp_path):
+    """Swapped columns (or an id column chosen as the text) load, with one warning."""
+    frame = labelled_frame({"a": 20, "b": 20}).assign(score=[f" {i * 0.5}" for i in range(40)])
+    path = write_csv(tmp_path / "d.csv", frame)
+    with pytest.warns(DataWarning, match=r"Column 'score', used as a text, holds only numbers"):
+        data = load_data(DataSpec(str(path), text_col="score"))
+    assert len(data.warnings) == 1 and "swapped" in data.warnings[0]
+    assert "e.g. 0.0, 0.5, 1.0" in data.warnings[0]
+    pair = load_data(DataSpec(str(path), text_pair_col="score"))
+    assert pair.warnings == data.warnings
+    frame.loc[3, "score"] = "three"  # one word among numbers: a text column after all
+    path = write_csv(tmp_path / "e.csv", frame)
+    assert load_data(DataSpec(str(path), text_col="score")).warnings == ()
+    assert load_data(DataSpec(str(path))).warnings == ()
+
+
 def test_empty_texts_are_dropped_and_counted(tmp_path):
     frame = labelled_frame({"a": 20, "b": 20})
     frame.loc[[0, 1], "text"] = ""
@@ -539,6 +557,20 @@ def test_sample_larger_than_the_part():
     with pytest.raises(DataError, match=r"N = 11 is more than the dev part holds \(10 examples\)"):
         sample(data, SampleSpec(n=11, part="dev"))
     assert len(sample(data, SampleSpec(n=10, part="dev"))) == 10
+
+
+def test_a_part_smaller_than_n_is_used_whole_with_a_note():
+    data = synthetic_task({"train": [30, 18], "dev": [5, 5]})
+    fitted, note = fit_to_part(data, SampleSpec(n=1000, seed=3))
+    assert fitted == SampleSpec(n=48, seed=3)
+    assert (
+        note == "synthetic's train part holds 48 examples, fewer than N = 1,000: all 48 are used."
+    )
+    assert sorted(sample(data, fitted)["row"]) == list(range(48))
+    same = SampleSpec(n=20)
+    assert fit_to_part(data, same) == (same, "")
+    balanced = SampleSpec(n=1000, scheme="balanced")  # its own limits: `sample` names them
+    assert fit_to_part(data, balanced) == (balanced, "")
 
 
 def test_regression_only_samples_at_random():

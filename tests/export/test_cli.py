@@ -32,13 +32,36 @@ def test_lora_flags_reach_the_recipe_and_peft_config(tiny_bert_dir, tmp_path):
     argv = ["--method", "lora", "--layers", "2", "--lora-r", "4", "--lora-alpha", "8"]
     assert export(tiny_bert_dir, out, *argv, "--classifier-lr", "0.002", "--steps", "7") == 0
     recipe = recipe_of(out)
-    lora = recipe["train"]["lora"]
-    assert (lora["r"], lora["lora_alpha"], lora["layers_to_transform"]) == (4, 8, [1])
+    assert recipe["train"]["peft"]["peft_type"] == "LORA"
+    assert recipe["train"]["peft"]["layers"] == [2]  # 1-based in recipe.json
     assert recipe["optimizer"]["classifier_lr"] == 0.002 and recipe["training"]["steps"] == 7
     assert recipe["optimizer"]["lr"] == 5e-4  # lora's default body rate (its spec)
     peft = json.loads((out / "adapter_config.json").read_text())
-    assert (peft["r"], peft["lora_alpha"], peft["layers_to_transform"]) == (4, 8, [1])
-    assert recipe["provenance"]["config"]["lora_r"] == 4
+    assert (peft["r"], peft["lora_alpha"], peft["layers_to_transform"]) == (4, 8, [1])  # PEFT's
+    assert recipe["provenance"]["config"]["options"]["r"] == 4
+
+
+def test_per_layer_lora_ranks_from_the_cli(tiny_bert_dir, tmp_path):
+    out = tmp_path / "ranks"
+    argv = ["--method", "lora", "--lora-ranks", "1:2,2:6", "--lora-alphas", "2:12"]
+    assert export(tiny_bert_dir, out, *argv) == 0
+    peft = json.loads((out / "adapter_config.json").read_text())
+    assert peft["layers_to_transform"] == [0, 1]
+    assert peft["rank_pattern"] == {"layer.0.attention.self.query": 2,
+                                    "layer.0.attention.self.value": 2,
+                                    "layer.1.attention.self.query": 6,
+                                    "layer.1.attention.self.value": 6}  # fmt: skip
+    assert peft["alpha_pattern"] == {"layer.1.attention.self.query": 12,
+                                     "layer.1.attention.self.value": 12}  # fmt: skip
+    assert recipe_of(out)["provenance"]["config"]["options"]["ranks"] == {"1": 2, "2": 6}
+
+
+def test_the_classifier_layer_and_its_old_flag(tiny_bert_dir, tmp_path):
+    for flag in ("--classifier-layer", "--head-layer"):
+        out = tmp_path / flag
+        assert export(tiny_bert_dir, out, "--method", "lora", "--layers", "1", flag, "1") == 0
+        recipe = recipe_of(out)
+        assert recipe["keep_layers"] == recipe["classifier"]["layer"] == 1
 
 
 def test_adapter_flags_and_the_old_head_lr_name(tiny_bert_dir, tmp_path):
@@ -47,7 +70,7 @@ def test_adapter_flags_and_the_old_head_lr_name(tiny_bert_dir, tmp_path):
     assert export(tiny_bert_dir, out, *argv, "--head-lr", "0.003") == 0
     recipe = recipe_of(out)
     adapters = recipe["train"]["adapters"]
-    assert (adapters["size"], adapters["layers"]) == (8, [0])
+    assert (adapters["size"], adapters["layers"]) == (8, [1])  # 1-based
     assert recipe["optimizer"]["classifier_lr"] == 0.003
 
 

@@ -1,6 +1,6 @@
 """Round trip on all six tiny families: a recipe exported from a tunescope config, applied to a
 fresh transformers ``AutoModelForSequenceClassification`` (or wrapped by PEFT with the exported
-adapter_config.json), trains exactly the parameters the tunescope run trains — the same names
+adapter_config.json: LoRA, IA³), trains exactly the parameters the tunescope run trains — the same names
 (tunescope's mapped to transformers'), the same count — and two ``Trainer`` steps change exactly
 those entries (every frozen entry, and the unselected head rows, stay bit-identical)."""
 
@@ -17,9 +17,9 @@ from tiny import make_tiny_model_dir
 
 from analysis.config import ModelSpec
 from analysis.export.build import build_recipe, write_recipe
-from analysis.export.families import HF_HEADS, LORA_TARGETS
 from analysis.finetune.config import flat_config
 from analysis.finetune.engine import build_model
+from analysis.hf_names import HF_CLASSIFIERS, target_name
 from analysis.models import load_model
 
 FAMILIES = ("bert", "roberta", "distilbert", "mpnet", "electra", "deberta-v2")
@@ -27,6 +27,8 @@ CASES = {
     "heads": dict(method="heads", heads={"1": [0, 2], "3": [1]}),
     "layers": dict(method="layers", layers=(2, 2, 3)),  # cut at ℓ_head = 3 of 4
     "lora": dict(method="lora", lora_layers=[2, 3], layers=(2, 3, 3)),
+    "lora-ranks": dict(method="lora", lora_ranks={2: 2, 4: 6}, lora_alphas={4: 3.0}),
+    "ia3": dict(method="ia3", ia3_layers=[2, 4]),
     "adapter": dict(method="adapter", adapter_layers=[1, 4]),
     "bitfit": dict(method="bitfit"),
 }
@@ -43,7 +45,7 @@ def tunescope_trainable(cfg, loaded, family: str, prefix: str) -> dict[str, int]
     """{transformers name: entries that train} of the model a tunescope run of ``cfg`` trains."""
     built = build_model(cfg, loaded, n_outputs=2, device="cpu")
     masks = {id(p): m for p, m in built.prepared.grad_masks.items()}
-    head = HF_HEADS[family]
+    head = HF_CLASSIFIERS[family]
     out = {}
     for name, param in built.model.named_parameters():
         if not param.requires_grad:
@@ -86,14 +88,20 @@ def test_round_trip(family_model, case, tmp_path):
     torch.manual_seed(1)
     model = tf.AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2)
     prefix = model.base_model_prefix
-    if case == "lora":
-        from peft import LoraConfig, get_peft_model
+    if recipe["train"]["peft"]:
+        from peft import PeftConfig, get_peft_model
 
         config = json.loads((tmp_path / "recipe" / "adapter_config.json").read_text())
-        assert config["layers_to_transform"] == [1, 2]  # 0-based
-        assert config["layers_pattern"] == "layer"
-        assert sorted(config["target_modules"]) == sorted(LORA_TARGETS[family])
-        model = get_peft_model(model, LoraConfig.from_pretrained(str(tmp_path / "recipe")))
+        if case == "lora":
+            assert config["layers_to_transform"] == [1, 2]  # 0-based
+            assert config["layers_pattern"] == "layer"
+            assert sorted(config["target_modules"]) == sorted(
+                target_name(family, part) for part in ("query", "value")
+            )
+        if case == "ia3":
+            assert config["peft_type"] == "IA3" and recipe["train"]["peft"]["layers"] == [2, 4]
+            assert len(config["target_modules"]) == 6 and len(config["feedforward_modules"]) == 2
+        model = get_peft_model(model, PeftConfig.from_pretrained(str(tmp_path / "recipe")))
     optimizer, scheduler = tr.make_optimizer(model, recipe, steps=2)
 
     expected = tunescope_trainable(cfg, loaded, family, prefix)

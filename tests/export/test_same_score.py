@@ -16,8 +16,9 @@ from analysis.cli import main
 from analysis.config import DataSpec, ModelSpec
 from analysis.data import load_data
 from analysis.extract import texts_of
-from analysis.finetune.config import FinetuneConfig, HeadsOptions
+from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.engine import _subset, encode_task
+from analysis.finetune.methods.heads import HeadsOptions
 from analysis.heads.selection_file import HeadSelection
 from analysis.predictions import decode_predictions
 from analysis.runs.callback import TunescopeCallback

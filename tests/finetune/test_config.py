@@ -1,5 +1,6 @@
-"""FinetuneConfig and the per-method options: validation with clear messages, defaults, the flat
-JSON round trip, help texts declared once."""
+"""FinetuneConfig and the per-method options: validation with clear messages, defaults, the stored
+form (options under "options") and the flat form older configs were stored in, help texts
+declared once."""
 
 from __future__ import annotations
 
@@ -10,14 +11,11 @@ import math
 import pytest
 
 from analysis.config import DataSpec, ModelSpec, help_of
-from analysis.finetune.config import (
-    AdapterOptions,
-    FinetuneConfig,
-    HeadsOptions,
-    LoraOptions,
-    SubspaceOptions,
-    flat_config,
-)
+from analysis.finetune.config import FinetuneConfig, flat_config
+from analysis.finetune.methods.adapter import AdapterOptions
+from analysis.finetune.methods.heads import HeadsOptions
+from analysis.finetune.methods.lora import LoraOptions
+from analysis.finetune.methods.subspace import SubspaceOptions
 from analysis.finetune.registry import default_lr, method_names
 from analysis.heads.selection_file import HeadSelection, SelectionError
 
@@ -49,16 +47,33 @@ def test_round_trip_through_json():
         zero_weights="/tmp/z.json",
     )
     payload = json.loads(json.dumps(cfg.to_dict()))
-    assert payload["heads"] == {"1": [1], "2": [0, 3]}
+    assert payload["options"] == {"heads": {"layers": {"1": [1], "2": [0, 3]},
+                                            "settings": {"k": 2}}}  # fmt: skip
     assert payload["layers"] == [1, 2, 4]
     back = FinetuneConfig.from_dict(payload)
     assert back == cfg  # the selection's provenance is not part of the run's identity
-    assert back.heads.layers == ((1, (1,)), (2, (0, 3)))
+    assert back.option("heads").layers == ((1, (1,)), (2, (0, 3)))
     assert hash(back) == hash(cfg)
     lora = flat_config(method="lora", lora_layers=[2, 1], lora_r=4)
-    assert lora.to_dict()["lora_layers"] == [1, 2] and lora.to_dict()["lora_r"] == 4
+    assert lora.to_dict()["options"] == {"layers": [1, 2], "r": 4, "alpha": 16, "ranks": None,
+                                         "alphas": None}  # fmt: skip
     assert FinetuneConfig.from_dict(json.loads(json.dumps(lora.to_dict()))) == lora
-    assert set(lora.to_dict()) == set(FinetuneConfig().to_dict())  # one flat set of keys
+    # Each config stores its own method's options only: the common keys are the same for all.
+    assert set(lora.to_dict()) == set(FinetuneConfig().to_dict())
+    assert FinetuneConfig().to_dict()["options"] == {}
+
+
+def test_flat_configs_still_read():
+    """Configs stored before options were nested: every method's options flat, at defaults."""
+    flat = {"method": "lora", "lora_layers": [2, 3], "lora_r": 4, "lora_alpha": 16,
+            "adapter_size": 64, "heads": None, "head_lr": 2e-3}  # fmt: skip
+    cfg = FinetuneConfig.from_dict(flat)
+    assert cfg.options == LoraOptions(layers=(2, 3), r=4) and cfg.classifier_lr == 2e-3
+    assert "lora_r" not in cfg.to_dict() and "head_lr" not in cfg.to_dict()
+    with pytest.raises(ValueError, match="Unknown fine-tuning config keys: lora_r"):
+        FinetuneConfig.from_dict({**cfg.to_dict(), "lora_r": 4})  # nested and flat: one form
+    with pytest.raises(ValueError, match="has no option size"):
+        FinetuneConfig.from_dict({**cfg.to_dict(), "options": {"size": 3}})
 
 
 def test_from_dict_rejects_unknown_keys():
@@ -176,17 +191,17 @@ def test_placement_defaults():
     assert FinetuneConfig(method="adapter", layers=(2, 3, 4)).placement(4) == (2, 3)
     assert flat_config(method="lora", lora_layers=(4, 1)).placement(4) == (1, 4)
     assert FinetuneConfig().resolved_layers(6) == (1, 6, 6)
-    assert FinetuneConfig(layers=(1, 1, 3)).head_layer == 3
+    assert FinetuneConfig(layers=(1, 1, 3)).classifier_layer == 3
 
 
 def test_the_classifier_has_its_own_learning_rate():
     for method in ("full", "frozen", "lora"):
         assert flat_config(method=method).classifier_lr == 1e-3  # one default for every method
     cfg = FinetuneConfig(classifier_lr=5e-3)
-    assert cfg.to_dict()["head_lr"] == 5e-3
+    assert cfg.to_dict()["classifier_lr"] == 5e-3
     assert FinetuneConfig.from_dict(cfg.to_dict()) == cfg
     old = cfg.to_dict()
-    del old["head_lr"]  # stored before head_lr existed
+    del old["classifier_lr"]  # stored before the classifier had its own rate
     assert FinetuneConfig.from_dict(old).classifier_lr == 1e-3
     for bad in (0, -1e-3, math.nan, "fast"):
         with pytest.raises(ValueError, match="classifier's learning rate"):
@@ -197,21 +212,23 @@ def test_the_classifier_has_its_own_learning_rate():
 def test_a_heads_run_keeps_where_its_selection_came_from():
     selection = HeadSelection({1: [0, 2]}, settings={"selector": "random", "k": 2, "seed": 0})
     cfg = FinetuneConfig(method="heads", options=HeadsOptions(selection))
-    flat = cfg.to_dict()
-    assert flat["heads"] == {"1": [0, 2]} and flat["heads_settings"]["selector"] == "random"
-    back = FinetuneConfig.from_dict(json.loads(json.dumps(flat)))
-    assert back == cfg and back.heads.settings["k"] == 2
-    del flat["heads_settings"]  # a config stored before the provenance was kept
-    assert FinetuneConfig.from_dict(flat).heads.settings == {}
+    stored = cfg.to_dict()["options"]["heads"]
+    assert stored["layers"] == {"1": [0, 2]} and stored["settings"]["selector"] == "random"
+    back = FinetuneConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert back == cfg and back.option("heads").settings["k"] == 2
+    flat = {"method": "heads", "heads": {"1": [0, 2]}}  # stored flat, before provenance was kept
+    assert FinetuneConfig.from_dict(flat).option("heads").settings == {}
+    flat["heads_settings"] = {"selector": "random"}
+    assert FinetuneConfig.from_dict(flat).option("heads").settings == {"selector": "random"}
     with pytest.raises(ValueError, match="only used by method 'heads'"):
         FinetuneConfig.from_dict({"method": "full", "heads_settings": {"selector": "random"}})
 
 
-def test_classifier_lr_is_stored_as_head_lr_and_both_names_are_accepted():
+def test_classifier_lr_is_stored_as_such_and_its_old_name_still_reads():
     from analysis.cli import build_parser
 
     cfg = FinetuneConfig(classifier_lr=2e-3)
-    assert cfg.to_dict()["head_lr"] == 2e-3 and "classifier_lr" not in cfg.to_dict()
+    assert cfg.to_dict()["classifier_lr"] == 2e-3 and "head_lr" not in cfg.to_dict()
     assert FinetuneConfig.from_dict({"classifier_lr": 2e-3}) == cfg
     assert FinetuneConfig.from_dict({"head_lr": 2e-3}) == cfg  # as stored
     with pytest.raises(ValueError, match="not both"):

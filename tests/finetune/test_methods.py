@@ -209,7 +209,35 @@ def test_lora_trains_only_its_layers(bert4):
     assert built.layers_backward == 4
 
 
-@pytest.mark.parametrize("method", ["layers", "heads", "adapter", "lora"])
+def test_lora_ranks_per_layer(bert4):
+    cfg = cfg_for(bert4, "lora", lora_ranks={1: 2, 3: 6}, lora_alphas={3: 3.0})
+    built, before, after = take_steps(bert4, cfg)
+    ranks = {int(n.split(".layer.")[1].split(".")[0]) + 1: p.shape[0]
+             for n, p in built.model.named_parameters() if "lora_A" in n}  # fmt: skip
+    assert ranks == {1: 2, 3: 6}
+    scaling = {int(n.split(".layer.")[1].split(".")[0]) + 1: m.scaling["default"]
+               for n, m in built.model.named_modules()
+               if isinstance(getattr(m, "scaling", None), dict)}  # fmt: skip
+    assert scaling == {1: 16 / 2, 3: 3.0 / 6}
+    lora = {name for name, _ in built.model.named_parameters() if "lora_" in name}
+    check_changes(built, before, after, lora | classifier_names(built.model), {})
+
+
+def ia3_case(loaded, layers: tuple[int, ...]):
+    built, before, after = take_steps(loaded, cfg_for(loaded, "ia3", ia3_layers=layers))
+    vectors = {name for name, _ in built.model.named_parameters() if ".ia3_l." in name}
+    assert len(vectors) == 3 * len(layers)  # key, value, feed-forward
+    assert {int(n.split(".layer.")[1].split(".")[0]) + 1 for n in vectors} == set(layers)
+    check_changes(built, before, after, vectors | classifier_names(built.model), {})
+    return built
+
+
+def test_ia3_trains_only_its_vectors(bert4):
+    built = ia3_case(bert4, (2, 4))
+    assert built.layers_backward == 3
+
+
+@pytest.mark.parametrize("method", ["layers", "heads", "adapter", "lora", "ia3"])
 def test_methods_on_every_family(tiny_family_dir, method):
     family, folder = tiny_family_dir
     loaded = load_model(ModelSpec(str(folder)), device="cpu")
@@ -221,8 +249,10 @@ def test_methods_on_every_family(tiny_family_dir, method):
         heads_case(loaded, family, {1: [1], 2: [0, 3]})
     elif method == "adapter":
         adapter_case(loaded, family, (2,))
-    else:
+    elif method == "lora":
         lora_case(loaded, (2,))
+    else:
+        ia3_case(loaded, (2,))
 
 
 def test_truncation_removes_layers_and_matches_the_full_model(bert4, tiny_family_dir):
@@ -231,7 +261,7 @@ def test_truncation_removes_layers_and_matches_the_full_model(bert4, tiny_family
         n_layers = loaded.n_layers
         full = trainable_copy(loaded).eval()
         model = EncoderClassifier(
-            trainable_copy(loaded), loaded.model_family, 2, head_layer=1
+            trainable_copy(loaded), loaded.model_family, 2, classifier_layer=1
         ).eval()
         assert model.n_layers_kept == 1 and len(model.layers) == 1
         config = model.encoder.config
@@ -305,7 +335,7 @@ def test_zero_weights_sets_the_named_entries(tmp_path, bert4):
 
 def test_every_method_has_a_preparer_and_subspace_methods_need_their_trajectory(bert4):
     assert all(callable(spec.prepare) for spec in method_specs())
-    assert set(method_names()) == {"full", "layers", "heads", "adapter", "lora", "bitfit",
+    assert set(method_names()) == {"full", "layers", "heads", "adapter", "lora", "ia3", "bitfit",
                                    "frozen", "subspace", "subspace-random"}  # fmt: skip
     cfg = cfg_for(bert4, "subspace", subspace_from="run-7")
     with pytest.raises(ValueError, match="needs the trajectory of 'run-7'"):

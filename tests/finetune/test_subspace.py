@@ -213,7 +213,7 @@ def test_comparison_configs_per_seed(tiny_bert_dir):
     assert len(configs) == 12
     by = {(g, c.seed): c for g, c in configs}
     sub = by[("intrinsic subspace", 1)]
-    assert sub.method == "subspace" and sub.subspace_from == "run-a"
+    assert sub.method == "subspace" and sub.option("run") == "run-a"
     assert sub.lr == 1e-2  # the method's default learning rate
     assert all(c.trajectory_every is None for _, c in configs)  # no trajectory unless asked
     assert by[("random subspace", 0)].method == "subspace-random"

@@ -13,6 +13,7 @@ from analysis.cli import main
 from analysis.lessons.lesson import Lesson, Lessons, Step, to_json
 from analysis.lessons.library import LibraryRunner
 from analysis.lessons.prepare import needs_of, prepare, statuses, step_settings, unique_needs
+from analysis.runs.db import RunsDB
 from analysis.workspace import Workspace
 
 
@@ -165,6 +166,6 @@ def test_no_runs_prepares_the_analyses_and_queues_no_fine_tuning(tiny_bert_dir, 
     assert main(["lesson", "prepare", "runs", "--no-runs", "--cache", str(cache)]) == 0
     out = capsys.readouterr().out
     assert "Paper check inputs (X4)" in out and "0 failed" in out
-    assert Workspace(cache).db().list_runs().empty  # nothing queued
+    assert RunsDB(Workspace(cache)).list_runs().empty  # nothing queued
     assert main(["lesson", "status", "runs", "--cache", str(cache)]) == 1
     assert "fine-tuning runs of X4" in capsys.readouterr().out  # what is missing

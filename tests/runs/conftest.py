@@ -36,7 +36,7 @@ def _descendants(pid: int) -> dict[int, str]:
 
 
 def _alive(pid: int) -> bool:
-    from analysis.runs.db import pid_alive
+    from analysis.runs.queue import pid_alive
 
     return pid_alive(pid)
 
@@ -50,11 +50,11 @@ def ray_cluster(tmp_path_factory) -> str:
     """
     import ray
 
-    from analysis.runs.ray_executor import LOCAL, connect
+    from analysis.runs.ray_executor import LOCAL_CLUSTER, connect
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     temp_dir = tmp_path_factory.mktemp("ray", numbered=True)
-    connect(LOCAL, num_cpus=2, temp_dir=str(temp_dir))
+    connect(LOCAL_CLUSTER, num_cpus=2, temp_dir=str(temp_dir))
     try:
         yield str(ray.get_runtime_context().gcs_address)
     finally:
@@ -77,7 +77,7 @@ def stop_leftover_ray_worker():
     from analysis.runs.worker import RAY, worker_pid
 
     pid = worker_pid(Path(os.environ["TUNESCOPE_CACHE"]), RAY)
-    if pid and pid > 0:
+    if pid and pid > 0 and pid != os.getpid():  # (a queue loop in a thread of this process)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         with contextlib.suppress(ChildProcessError):

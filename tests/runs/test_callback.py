@@ -20,10 +20,12 @@ from analysis.runs.callback import (
     CallbackError,
     TunescopeCallback,
     infer_method,
+    recognised,
 )
-from analysis.runs.db import RunsDB, db_path
+from analysis.runs.db import RunsDB
 from analysis.runs.results import results_table, summarise
 from analysis.subspace.trajectory import open_trajectory
+from analysis.workspace import Workspace
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 WORDS = ["good", "great", "fun", "bad", "awful", "dull"]
@@ -128,7 +130,7 @@ def test_a_crash_leaves_a_failed_run_with_its_steps(tiny, tmp_path):
 def test_a_locked_database_is_one_clear_message(tiny, tmp_path):
     folder, tokenizer = tiny
     callback = TunescopeCallback(str(folder), "toy", lock_timeout_s=0.2)
-    holder = sqlite3.connect(db_path(), isolation_level=None)
+    holder = sqlite3.connect(Workspace.current().runs_db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
         with pytest.raises(CallbackError, match="is locked by another process"):
@@ -154,7 +156,7 @@ def test_a_read_only_folder_is_one_clear_message(tiny, tmp_path):
     folder, _ = tiny
     cache = tmp_path / "ro"
     cache.mkdir()
-    RunsDB(db_path(cache)).close()
+    RunsDB(Workspace(cache)).close()
     for path in (cache, *cache.iterdir()):
         path.chmod(0o555 if path.is_dir() else 0o444)
     with pytest.raises(CallbackError, match=r"read-only|cannot be written"):
@@ -170,10 +172,24 @@ def test_the_method_is_inferred_from_what_trains(tiny):
     assert infer_method(model) == "frozen"
     model.bert.encoder.layer[2].requires_grad_(True)
     assert infer_method(model) == "layers"
+    assert recognised(model) == ("layers", {"layers": [3, 3, 3]})
+    model.bert.embeddings.requires_grad_(True)
+    assert infer_method(model) == "custom"  # embeddings and a layer: no method trains that
     model.bert.requires_grad_(False)
     for name, param in model.bert.named_parameters():
         param.requires_grad_(name.endswith("bias"))
     assert infer_method(model) == "bitfit"
+
+
+def test_peft_models_are_recognised_by_their_peft_method(tiny):
+    from peft import IA3Config, LoraConfig, get_peft_model
+
+    folder, _ = tiny
+    for config, method in ((LoraConfig(task_type="SEQ_CLS", target_modules=["query"]), "lora"),
+                           (IA3Config(task_type="SEQ_CLS", target_modules=["key"],
+                                      feedforward_modules=[]), "ia3")):  # fmt: skip
+        model = tf.AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2)
+        assert infer_method(get_peft_model(model, config)) == method
 
 
 def test_runs_import_of_a_trainer_folder(tiny, tmp_path, capsys):
@@ -286,8 +302,6 @@ def test_runs_compare_reads_callback_runs(tiny, tmp_path, capsys):
 
 
 def test_the_callback_writes_into_the_current_workspace(tmp_path):
-    from analysis.workspace import Workspace
-
     workspace = Workspace(tmp_path / "elsewhere")
     with workspace.active():
         callback = TunescopeCallback("m", "d")

@@ -7,16 +7,10 @@ import sqlite3
 
 import pytest
 
-from analysis.runs.db import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    RunNotFound,
-    RunsDB,
-    disable_folder,
-    migrate,
-    parse_tags,
-    run_folder,
-)
+from analysis.runs.db import RunsDB
+from analysis.runs.records import parse_tags
+from analysis.runs.schema import MIGRATIONS, SCHEMA_VERSION, RunNotFound, migrate
+from analysis.workspace import Workspace
 
 
 def config(method="layers", layers=(1, 2, 2), seed=0, model="tiny", data="toy"):
@@ -32,7 +26,7 @@ def config(method="layers", layers=(1, 2, 2), seed=0, model="tiny", data="toy"):
 
 @pytest.fixture
 def db(tmp_path):
-    return RunsDB(tmp_path / "runs.sqlite")
+    return RunsDB(Workspace(tmp_path))
 
 
 def test_default_path_is_under_the_cache_root(tmp_path, monkeypatch):
@@ -49,12 +43,12 @@ def test_schema_is_versioned_and_in_wal_mode(db):
     assert versions == list(range(1, SCHEMA_VERSION + 1))
     assert {"runs", "steps", "schema_version"} <= tables
     # Reopening is a no-op.
-    RunsDB(db.path)
+    RunsDB(db.workspace)
     assert db.pragma("user_version") == SCHEMA_VERSION
 
 
 def test_migration_upgrades_an_old_file_and_keeps_its_rows(tmp_path):
-    path = tmp_path / "old.sqlite"
+    path = tmp_path / "runs.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)
     assert migrate(conn, MIGRATIONS) == SCHEMA_VERSION
     conn.execute(
@@ -67,7 +61,7 @@ def test_migration_upgrades_an_old_file_and_keeps_its_rows(tmp_path):
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
     conn.close()
     with pytest.raises(RuntimeError, match="newer"):
-        RunsDB(path)
+        RunsDB(Workspace(tmp_path))
 
 
 def test_enqueue_claim_finish(db):
@@ -208,7 +202,7 @@ def version_1_file(path) -> None:
 def test_a_version_1_database_opens_upgraded_with_every_row_intact(tmp_path):
     path = tmp_path / "runs.sqlite"
     version_1_file(path)
-    db = RunsDB(path)  # the current code migrates it in place
+    db = RunsDB(Workspace(tmp_path))  # the current code migrates it in place
     assert db.pragma("user_version") == SCHEMA_VERSION == 2
     assert db.pragma("integrity_check") == "ok"
     with sqlite3.connect(path) as conn:
@@ -227,7 +221,7 @@ def test_a_version_1_database_opens_upgraded_with_every_row_intact(tmp_path):
     assert db.get_run("r-done")["tags"] == ["baseline", "keep"]
     assert db.claim_next(worker_pid=9)["id"] == "r-queued"
     # Reopening does not migrate twice.
-    assert RunsDB(path).pragma("user_version") == 2
+    assert RunsDB(Workspace(tmp_path)).pragma("user_version") == 2
 
 
 def test_notes_and_tags_are_shown_filtered_and_exported(db, tmp_path):
@@ -273,16 +267,16 @@ def finished(db, **cfg) -> str:
 
 
 def test_delete_files_and_delete_run(db):
-    root = db.path.parent
+    workspace, root = db.workspace, db.workspace.root
     run_id = finished(db)
-    trajectory = run_folder(root, run_id) / "trajectory"
+    trajectory = workspace.run_folder(run_id) / "trajectory"
     trajectory.mkdir(parents=True)
     (trajectory / "index.json").write_text("{}")
-    zero = disable_folder(root, run_id)
+    zero = workspace.disable_folder(run_id)
     zero.mkdir(parents=True)
     (zero / "zero-outliers.json").write_text("{}")
     db.log_step(run_id, 1, {"loss": 0.1})
-    assert db.run_files(run_id) == [run_folder(root, run_id), zero]
+    assert db.run_files(run_id) == [workspace.run_folder(run_id), zero]
 
     # A queued run still needs the zero-weights files: refused, nothing removed.
     user = db.enqueue(
@@ -293,8 +287,8 @@ def test_delete_files_and_delete_run(db):
     assert zero.is_dir()
     db.request_cancel(user)
 
-    assert db.delete_files(run_id) == [run_folder(root, run_id), zero]
-    assert not run_folder(root, run_id).exists() and not zero.exists()
+    assert db.delete_files(run_id) == [workspace.run_folder(run_id), zero]
+    assert not workspace.run_folder(run_id).exists() and not zero.exists()
     assert not list(root.glob("*/.tmp-*"))  # nothing half-deleted left behind
     assert db.get_run(run_id)["status"] == "done"  # the run itself stays
     assert db.delete_run(run_id) == []

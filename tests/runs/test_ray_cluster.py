@@ -25,13 +25,15 @@ import waiting
 
 from analysis.cli import main
 from analysis.config import DataSpec, ModelSpec
-from analysis.runs.db import RunsDB
+from analysis.runs.db import RunsDB, pid_alive
 from analysis.runs.ray_cluster import node_label
 from analysis.runs.ray_executor import RayUnavailable, check_address
+from analysis.runs.worker import RAY, worker_pid
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
-wait_for = functools.partial(waiting.wait_for, timeout=120.0)
+# Deadlines, not durations: Ray's processes start slowly on a busy machine.
+wait_for = functools.partial(waiting.wait_for, timeout=300.0)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,13 @@ def tiny_config(model_dir: Path, steps: int, seed: int = 0):
 
 @contextlib.contextmanager
 def fake_server(kind: str):
-    """``silent``: accepts connections and never answers; ``http``: answers as an HTTP/1 server."""
+    """``silent``: accepts connections and never answers; ``http``: answers as an HTTP/1 server;
+    ``page``: Python's own HTTP/1 server (it answers HTTP/2's preface with an HTML page alone);
+    ``binary``: answers bytes of no known protocol."""
+    if kind == "page":
+        with http_server() as address:
+            yield address
+        return
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
@@ -96,10 +104,14 @@ def fake_server(kind: str):
                 continue
             except OSError:
                 return
-            if kind == "http":
+            if kind in ("http", "binary"):
+                answer = {
+                    "http": b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+                    "binary": bytes(range(0xF0, 0x100)),
+                }[kind]
                 with conn, contextlib.suppress(OSError):
                     conn.recv(4096)
-                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    conn.sendall(answer)
             else:
                 held.append(conn)  # open, silent
 
@@ -113,6 +125,26 @@ def fake_server(kind: str):
         listener.close()
         for conn in held:
             conn.close()
+
+
+@contextlib.contextmanager
+def http_server():
+    """Python's ``http.server`` on loopback, in a thread."""
+    import http.server
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 # -- the handshake ----------------------------------------------------------------------------------
@@ -169,7 +201,12 @@ def test_a_cluster_of_another_ray_version_is_refused(head, monkeypatch):
 
 @pytest.mark.parametrize(
     ("kind", "said"),
-    [("silent", "accepts connections but does not answer"), ("http", "answers in HTTP/1")],
+    [
+        ("silent", "accepts connections but does not answer"),
+        ("http", "answers in HTTP/1"),
+        ("page", "answers in HTTP/1"),
+        ("binary", "answers in a protocol other than HTTP/2"),
+    ],
 )
 def test_an_open_port_that_is_not_ray_queues_nothing(kind, said, tiny_bert_dir, capsys):
     with fake_server(kind) as address:
@@ -184,7 +221,8 @@ def test_an_open_port_that_is_not_ray_queues_nothing(kind, said, tiny_bert_dir, 
         assert main(argv) == 2
         assert time.monotonic() - started < 10
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {address} ") and "not" in err[0], err
+    assert len(err) == 1 and err[0].startswith(f"error: {address} ") and said in err[0], err
+    assert "b'" not in err[0] and 'b"' not in err[0], err  # words, not raw bytes
     assert RunsDB().list_runs().empty
 
 
@@ -223,7 +261,8 @@ def test_losing_the_head_fails_the_runs_in_flight_and_claims_nothing_more(
 ):
     """Kill the head's GCS and raylet while a run trains there: that run fails "lost the Ray
     cluster head at ADDR" with its steps kept, the run queued behind it stays queued, and the
-    Ray worker exits on its own with one clear line (long before Ray's own 60 s)."""
+    Ray worker exits on its own with one clear line and status 2 (long before Ray's own 60 s).
+    The worker's parent lives on here, as under the dashboard's server."""
     cluster = ray_head.start_head(tmp_path_factory.mktemp("rh", numbered=True))
     worker = None
     try:
@@ -262,11 +301,83 @@ def test_losing_the_head_fails_the_runs_in_flight_and_claims_nothing_more(
         text = log.read_text()
         assert f"error: Lost the Ray cluster head at {cluster.address}" in text
         assert "The queued runs stay queued" in text
+        assert text.rstrip().endswith("exit status 2"), text[-3000:]
     finally:
         if worker is not None and worker.poll() is None:
             worker.kill()
             worker.wait()
         cluster.stop()
+
+
+def test_a_worker_that_sweep_started_says_its_last_word_after_losing_the_head(
+    root, tiny_bert_dir, tmp_path_factory, tmp_path
+):
+    """``sweep`` starts the Ray worker detached and exits, so the worker runs on orphaned (its
+    parent is init): there Ray's client ends the process itself as soon as it writes to a local
+    raylet that is gone. Kill the head: the run in flight fails with its steps kept, the run
+    behind it stays queued, and worker.log ends with the error, the count of runs and the exit
+    status, 2."""
+    cluster = ray_head.start_head(tmp_path_factory.mktemp("rh", numbered=True))
+    log, out = root / "worker.log", tmp_path / "sweep.json"
+    pid = None
+    try:
+        argv = [
+            sys.executable, "-m", "analysis", "sweep", "--model", str(tiny_bert_dir),
+            "--strategies", "down", "--l-star", "1", "--seeds", "0", "--steps", "100000",
+            "--batch-size", "4", "--n-train", "32", "--n-eval", "8", "--eval-every", "2",
+            "--device", "cpu", "--executor", "ray", "--ray-address", cluster.address,
+            "--ray-cpus-per-run", "2", "--json", str(out),
+        ]  # fmt: skip
+        env = cluster.env(PYTHONPATH=str(ROOT), TUNESCOPE_WORKER_IDLE_S="120")
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        pid = worker_pid(root, RAY)
+        assert pid is not None and pid_alive(pid), log.read_text()[-3000:]
+        ids = [run["run_id"] for run in json.loads(out.read_text())["runs"]]
+        db = RunsDB()
+        doomed = wait_for(
+            lambda: next((i for i in ids if len(db.steps(i, kind="train")) >= 3), None),
+            what="steps of the first run",
+            log=log,
+        )
+        (behind,) = set(ids) - {doomed}
+        assert db.get_run(behind)["status"] == "queued"  # one slot: 2 CPUs per run
+        parent = _parent(pid)
+        kept = len(db.steps(doomed))
+        lost_at = time.monotonic()
+        cluster.kill("gcs_server", "raylet")
+        wait_for(lambda: not pid_alive(pid), what="the worker to exit", log=log)
+        took = time.monotonic() - lost_at
+        said = [
+            line.split("] ", 1)[1]
+            for line in log.read_text().splitlines()
+            if f"[worker {pid}] " in line
+        ]
+        assert said[-3:] == [
+            "exiting after 1 run(s)",
+            f"error: Lost the Ray cluster head at {cluster.address}: its runs in flight failed. "
+            "The queued runs stay queued.",
+            "exit status 2",
+        ], f"(parent {parent}, {took:.1f} s after the kill)\n" + "\n".join(said[-8:])
+        assert took < 30, took
+        run = db.get_run(doomed)
+        assert run["status"] == "failed"
+        assert run["error"] == f"lost the Ray cluster head at {cluster.address}"
+        assert len(db.steps(doomed)) >= kept
+        assert db.get_run(behind)["status"] == "queued"
+        assert db.pragma("integrity_check") == "ok"
+    finally:
+        if pid is not None and pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        cluster.stop()
+
+
+def _parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` (None once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
 
 
 # -- loopback only, and the node's name -----------------------------------------------------------------
@@ -285,7 +396,7 @@ def _listening(pids: set[int]) -> list[tuple[str, int]]:
 
 
 def test_the_local_cluster_tunescope_starts_listens_on_loopback_only(ray_cluster):
-    """The session's cluster is `connect(LOCAL)`'s, as a Ray worker without an address starts
+    """The session's cluster is `connect(LOCAL_CLUSTER)`'s, as a Ray worker without an address starts
     it: its GCS, raylet, workers and this driver listen on 127.0.0.1 alone."""
     assert ray_cluster.startswith("127.0.0.1:")
     pids = {os.getpid(), *ray_head.descendants(os.getpid())}

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -27,17 +28,18 @@ from analysis.runs import ray_executor
 from analysis.runs.db import RunsDB
 from analysis.runs.executor import ExecutorChoice
 from analysis.runs.ray_executor import (
-    LOCAL,
+    LOCAL_CLUSTER,
     ClusterInfo,
     RayRunner,
     RayUnavailable,
-    _train_stream,
     check_address,
     probe_cluster,
     resolve_address,
 )
+from analysis.runs.ray_task import train_stream
 from analysis.runs.record import Run
 from analysis.runs.worker import RAY, last_choice, serve, start_workers, worker_pid
+from analysis.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
@@ -65,7 +67,8 @@ def tiny_config(model_dir: Path, steps: int, seed: int = 0, data: str = "movie-s
     )
 
 
-wait_for = functools.partial(waiting.wait_for, timeout=120.0)
+# Deadlines, not durations: Ray's processes start slowly on a busy machine.
+wait_for = functools.partial(waiting.wait_for, timeout=300.0)
 
 
 @pytest.fixture
@@ -90,7 +93,7 @@ def serving_in_a_thread(root: Path, **kwargs):
     try:
         yield outcome
     finally:
-        thread.join(timeout=120)
+        thread.join(timeout=300)
         assert not thread.is_alive(), "the Ray worker loop did not end"
         if outcome and isinstance(outcome[0], BaseException):
             raise outcome[0]
@@ -175,7 +178,7 @@ def test_a_run_on_ray_gives_the_same_numbers_as_the_local_executor(
 ):
     from analysis.runs.execute import execute_run
 
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     cfg = tiny_config(tiny_bert_dir, steps=4, seed=3)
     local = db.enqueue(cfg, running_pid=os.getpid(), device="cpu")
     with one_thread():  # as the Ray task does with 1 CPU per run
@@ -193,7 +196,7 @@ def test_a_run_on_ray_gives_the_same_numbers_as_the_local_executor(
 
 
 def test_cancel_stops_the_remote_run_and_records_it_cancelled(ray_cluster, root, tiny_bert_dir):
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
     with serving_in_a_thread(root, idle_timeout=0.0):
         wait_for(lambda: len(db.steps(run_id, kind="train")) >= 3, what="steps streamed back")
@@ -205,10 +208,40 @@ def test_cancel_stops_the_remote_run_and_records_it_cancelled(ray_cluster, root,
     assert len(db.steps(run_id, kind="train")) >= 3  # the streamed steps stay
 
 
+def test_a_run_stays_queued_while_the_cluster_has_no_room(ray_cluster, root, tiny_bert_dir):
+    """Another job holds both CPUs of the cluster: the run is not claimed (claimed, it would show
+    ``running`` with the claim as its start while it waits in Ray's queue). Once the CPUs are
+    free it is claimed and trains, its start after that moment."""
+    import ray
+
+    db = RunsDB(root / "runs.sqlite")
+    other_job = ray.remote(num_cpus=2, max_retries=0)(lambda: time.sleep(600)).remote()
+    freed = None
+    try:
+        wait_for(lambda: ray.available_resources().get("CPU", 0) == 0, what="the CPUs taken")
+    except BaseException:
+        ray.cancel(other_job, force=True)
+        raise
+    run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
+    with serving_in_a_thread(root, idle_timeout=3.0):
+        try:
+            wait_for(lambda: ray_executor.status_path(root).exists(), what="the cluster read")
+            deadline = time.monotonic() + 3.0  # many turns of the queue loop (0.05 s each)
+            while time.monotonic() < deadline:
+                assert db.get_run(run_id)["status"] == "queued"
+                time.sleep(0.1)
+        finally:
+            freed = time.time()
+            ray.cancel(other_job, force=True)
+        wait_for(lambda: db.get_run(run_id)["status"] == "done", what="the run, once free")
+    started = datetime.fromisoformat(db.get_run(run_id)["started"]).timestamp()
+    assert started >= freed
+
+
 def test_a_killed_ray_worker_fails_its_run_and_the_sweep_goes_on(ray_cluster, root, tiny_bert_dir):
     """Kill the process running the task: that run is failed "Ray worker died on HOST" with its
     steps kept; the runs after it still train. (2 CPUs per run: one run at a time.)"""
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     doomed = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
     after = [db.enqueue(tiny_config(tiny_bert_dir, steps=2, seed=s)) for s in (1, 2)]
     with serving_in_a_thread(root, idle_timeout=0.0, cpus_per_run=2):
@@ -234,7 +267,7 @@ def _task_processes() -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                if (entry / "cmdline").read_bytes().startswith(b"ray::_train_stream"):
+                if (entry / "cmdline").read_bytes().startswith(b"ray::train_stream"):
                     pids.append(int(entry.name))
     return pids
 
@@ -312,10 +345,10 @@ def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
 ):
     """A local model folder pins a run to this machine's node; a head node started with
     ``--num-cpus 0`` could never run it, so it fails at once instead of waiting forever."""
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=2))
     runner = RayRunner(db, log=lambda message: None)
-    runner.this_node = {"CPU": 0.0, "GPU": 0.0}
+    runner.cluster.this_node = {"CPU": 0.0, "GPU": 0.0}
     runner.submit(Run.from_row(db.claim_next(os.getpid(), runner.device_label)))
     run = db.get_run(run_id)
     assert run["status"] == "failed" and "offers 0 CPUs" in run["error"]
@@ -328,7 +361,7 @@ def test_a_refresh_blocked_on_the_gcs_holds_up_neither_the_queue_loop_nor_close(
     """Once the head is gone, Ray's calls to its GCS block for a minute. The cluster is re-read in
     a thread of its own, so the queue loop's calls return meanwhile (on the last reading), close
     returns at once, and the late refresh writes no status file after close removed it."""
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     runner = RayRunner(db, log=lambda message: None, refresh_s=0.05, status_root=root)
     assert ray_executor.status_path(root).exists()
     blocked, release = threading.Event(), threading.Event()
@@ -348,9 +381,35 @@ def test_a_refresh_blocked_on_the_gcs_holds_up_neither_the_queue_loop_nor_close(
     assert time.monotonic() - started < 3
     assert not ray_executor.status_path(root).exists()
     release.set()
-    runner._refresher.join(5)
-    assert not runner._refresher.is_alive()
+    runner.cluster._refresher.join(5)
+    assert not runner.cluster._refresher.is_alive()
     assert not ray_executor.status_path(root).exists()
+
+
+def test_rays_own_processes_print_one_line_per_note(ray_cluster, capsys):
+    """As this driver (connected by `connect`) gets them: a raylet's crash dump from its log file
+    stays in that file, a dead node's note of many lines from Ray's error channel prints as one
+    line, and a task's own traceback prints whole."""
+    from ray._private.worker import print_to_stdstream
+
+    token = os.urandom(4).hex()  # (Ray drops a line it printed a moment ago)
+    dump = [
+        f"*** SIGSEGV received at time={token} on cpu 1 ***",
+        "PC: @     0x7f744a526f36  (unknown)  epoll_wait",
+        "    @     0x5632eddebcf4       5488  main",
+    ]
+    note = f"Raylet {token} is terminated.\nLast 20 lines of the Raylet logs:\n    [state-dump] a"
+    traceback = ["Traceback (most recent call last):", f'  File "x{token}.py"', "ValueError: y"]
+    print_to_stdstream({"pid": "raylet", "ip": "127.0.0.1", "lines": dump, "is_err": True}, False)
+    print_to_stdstream({"pid": "raylet", "lines": [note], "is_err": False}, False)
+    task = {"pid": 4242, "ip": "127.0.0.1", "task_name": "train_stream", "is_err": True}
+    print_to_stdstream({**task, "lines": traceback}, False)
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        f"(raylet) Raylet {token} is terminated. (+2 lines in Ray's logs)"
+    ]
+    err = captured.err.splitlines()
+    assert [line.split(") ", 1)[1] for line in err] == traceback, err
 
 
 # -- the pure pieces ---------------------------------------------------------------------------
@@ -363,7 +422,7 @@ def test_a_data_file_trains_from_its_shipped_bytes_alone(tmp_path, tiny_bert_dir
     raw = frame.to_csv(index=False).encode()
     cfg = tiny_config(tiny_bert_dir, steps=2, data=str(data))  # the path does not exist here
     with one_thread():
-        stream = _train_stream(cfg.to_dict(), data_file=str(data), data_bytes=raw)
+        stream = train_stream(cfg.to_dict(), data_file=str(data), data_bytes=raw)
         events = list(stream)
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done", events[-1]
@@ -378,7 +437,7 @@ def test_cluster_slots_resources_and_addresses(monkeypatch):
     with pytest.raises(RayUnavailable, match="fewer than the 4 CPUs"):
         ClusterInfo("a:1", 1, 2, 0, cpus_per_run=4).check()
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert resolve_address(None) == LOCAL
+    assert resolve_address(None) == LOCAL_CLUSTER
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
     assert resolve_address(None) == "10.0.0.5:6379" and resolve_address("h:1") == "h:1"
     with pytest.raises(RayUnavailable, match="Ray Client"):

@@ -9,9 +9,11 @@ import sqlite3
 import pytest
 
 from analysis.finetune.config import FinetuneConfig, canonical, flat_config
-from analysis.runs.db import MIGRATIONS, RunsDB, migrate
+from analysis.runs.db import RunsDB
 from analysis.runs.record import Run, migrate_config, runs_frame, runs_of
 from analysis.runs.results import group_key, results_table, with_groups
+from analysis.runs.schema import MIGRATIONS, migrate
+from analysis.workspace import Workspace
 
 
 def old_config(method, layers=None, seed=0):
@@ -45,7 +47,7 @@ def old_file(path) -> None:
 def test_old_configs_load_as_typed_records_and_migrate(tmp_path):
     path = tmp_path / "runs.sqlite"
     old_file(path)
-    db = RunsDB(path)
+    db = RunsDB(Workspace(tmp_path))
     runs = {run.id: run for run in runs_of(db.list_runs())}
     whole, full, part = runs["r-whole"], runs["r-full"], runs["r-part"]
     assert whole.method == "full" and whole.stored["layers"] is None  # one name
@@ -53,7 +55,7 @@ def test_old_configs_load_as_typed_records_and_migrate(tmp_path):
     assert part.method == "layers" and part.config.layers == (1, 1, 2)
     # Stored before head_lr: the classifier trained at lr, and the record says so.
     assert whole.config.classifier_lr == whole.config.lr == 5e-5
-    assert migrate_config(flat_config(method="frozen").to_dict())["head_lr"] == 1e-3
+    assert migrate_config(flat_config(method="frozen").to_dict())["classifier_lr"] == 1e-3
     assert whole.result["score"] == 0.8 and whole.status == "done" and whole.seed == 0
     table = results_table(db.list_runs())
     assert table.set_index("id").loc["r-whole", "method"] == "full"
@@ -66,12 +68,12 @@ def test_old_configs_load_as_typed_records_and_migrate(tmp_path):
 
 
 def test_a_claimed_row_is_a_run_with_its_config(tmp_path):
-    db = RunsDB(tmp_path / "runs.sqlite")
+    db = RunsDB(Workspace(tmp_path))
     cfg = flat_config(method="lora", lora_r=4, layers=(1, 2, 2), seed=3)
     run_id = db.enqueue(cfg, strategy="baseline")
     run = Run.from_row(db.claim_next(worker_pid=1, device="cpu"))
     assert run.id == run_id and run.status == "running" and run.device == "cpu"
-    assert run.config == cfg and run.seed == 3 and run.strategy == "baseline"
+    assert run.config == cfg and run.seed == 3 and run.family == "baseline"
     assert run.result is None and run.steps == cfg.steps and run.label == "lora 1–2 @2"
 
 

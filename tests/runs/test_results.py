@@ -237,3 +237,20 @@ def test_a_seed_trained_twice_counts_once():
     assert summary["n_seeds"].tolist() == [2]
     # s.e. over the two distinct seeds, not shrunk by the repeated one
     assert summary["score_sem"].iloc[0] == pytest.approx(0.01)
+
+
+def test_group_step_time_is_the_median_and_the_mean_is_kept_labelled(runs):
+    """One seed slowed by a busy machine must not drag the group's step time (or the compute a
+    cut model saves): the median stands, the mean stays beside it as step_time_s_mean."""
+    slowed = [
+        run_row("a2", "full", None, 2, 0.91, 1000, 1.0, 600),
+        run_row("b2", "layers", (1, 3, 3), 2, 0.82, 300, 2.3, 300),  # 4.6× its seeds' time
+    ]
+    table = results.results_table(pd.concat([runs, pd.DataFrame(slowed)], ignore_index=True))
+    summary = results.summarise(table).set_index("label")
+    cut = summary.loc["(1, 3, 3)"]
+    assert cut["step_time_s"] == pytest.approx(0.5)  # median of 0.5, 0.5, 2.3
+    assert cut["step_time_s_mean"] == pytest.approx(1.1)
+    assert cut["step_time_s_sem"] == pytest.approx(np.std([0.5, 0.5, 2.3], ddof=1) / np.sqrt(3))
+    saved = results.compute_saved(summary.reset_index(), n_layers=6)
+    assert saved.iloc[0]["step_time_saved"] == pytest.approx(0.5)  # by the mean: −0.1

@@ -15,6 +15,7 @@ import waiting
 from analysis.config import DataSpec, ModelSpec
 from analysis.runs.db import RunsDB
 from analysis.runs.worker import WorkerLock, ensure_worker, lock_path, serve, worker_pid
+from analysis.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
 
@@ -52,7 +53,7 @@ def root(tmp_path) -> Path:
 
 
 def test_worker_runs_the_queue_and_records_a_cancelled_run(root, tiny_bert_dir):
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     short = db.enqueue(tiny_config(tiny_bert_dir, steps=3))
     long = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
     pid = ensure_worker(root, device="cpu", idle_timeout=1.0)
@@ -72,7 +73,7 @@ def test_worker_runs_the_queue_and_records_a_cancelled_run(root, tiny_bert_dir):
 
 
 def test_database_survives_sigkill_mid_run(root, tiny_bert_dir):
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     run_id = db.enqueue(tiny_config(tiny_bert_dir, steps=100_000))
     pid = ensure_worker(root, device="cpu", idle_timeout=30.0)
     wait_for(
@@ -88,7 +89,7 @@ def test_database_survives_sigkill_mid_run(root, tiny_bert_dir):
     # A fresh connection on the file the killed process was writing.
     with sqlite3.connect(root / "runs.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    reopened = RunsDB(root / "runs.sqlite")
+    reopened = RunsDB(Workspace(root))
     after = reopened.steps(run_id)
     assert len(after) >= len(before) and after["step"].max() >= before["step"].max()
     # The next worker to start marks it failed; it never reads as a result.
@@ -111,7 +112,7 @@ def test_second_worker_for_a_device_exits_and_stale_lock_is_taken_over(root):
 
 
 def test_a_run_that_crashes_is_recorded_as_failed_with_its_message(root, tiny_bert_dir):
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     cfg = tiny_config(tiny_bert_dir, steps=2).to_dict()
     cfg["layers"] = [1, 1, 5]  # the tiny model has 2 layers: the engine refuses it
     run_id = db.enqueue(cfg)
@@ -127,7 +128,7 @@ def test_an_idle_worker_takes_its_lock_back_past_a_brief_check(root, tiny_bert_d
     import fcntl
     import threading
 
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     cfg = tiny_config(tiny_bert_dir, steps=2).to_dict()
     cfg["layers"] = [1, 1, 5]  # refused by the engine at once: the run fails fast
     real = RunsDB.list_runs
@@ -233,7 +234,7 @@ def test_start_workers_packs_small_models_onto_the_cores(root, tiny_bert_dir, mo
     monkeypatch.setattr(
         worker, "ensure_worker", lambda r, d, i=None, t=None: started.append((d, t)) or len(started)
     )
-    RunsDB(root / "runs.sqlite").enqueue(tiny_config(tiny_bert_dir, steps=1))
+    RunsDB(Workspace(root)).enqueue(tiny_config(tiny_bert_dir, steps=1))
     assert worker.start_workers(ExecutorChoice(), root).startswith("2 CPU workers × 1 thread")
     assert started == [("cpu", 1), ("cpu-1", 1)]
     started.clear()
@@ -248,7 +249,7 @@ def test_a_second_cpu_slot_trains_on_the_cpu_with_its_own_lock(root, tiny_bert_d
     own lock (and pid in `worker_pids`)."""
     from analysis.runs.worker import worker_pids
 
-    db = RunsDB(root / "runs.sqlite")
+    db = RunsDB(Workspace(root))
     cfg = tiny_config(tiny_bert_dir, steps=2)
     run_id = db.enqueue(dataclasses_replace(cfg, device=None))
     pid = ensure_worker(root, device="cpu-1", idle_timeout=1.0, threads=1)

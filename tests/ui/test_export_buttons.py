@@ -12,7 +12,8 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import app_test
 
 from analysis.config import ModelSpec
-from analysis.finetune.config import FinetuneConfig, HeadsOptions
+from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.methods.heads import HeadsOptions
 from analysis.heads.selection_file import HeadSelection
 from analysis.runs.db import RunsDB
 

@@ -262,3 +262,39 @@ def test_the_data_page_counts_with_thousands_separators(tiny_bert_dir, monkeypat
     at = open_page(make_app(tiny_bert_dir, monkeypatch, n=1000), "views/data.py")
     assert not errors(at)
     assert any(" of 1,000 examples are longer than" in c.value for c in at.caption)
+
+
+def test_an_upload_smaller_than_n_is_used_whole_with_a_note(tiny_bert_dir, monkeypatch):
+    small = save_upload("small.csv", rows(60).to_csv(index=False).encode())  # train part: 48
+    at = make_app(tiny_bert_dir, monkeypatch, n=1000)
+    at.query_params["data"] = small
+    open_page(at, "views/data.py")
+    assert not errors(at)  # was: "N = 1000 is more than the train part holds …: choose N ≤ 48"
+    note = "small.csv's train part holds 48 examples, fewer than N = 1,000: all 48 are used."
+    assert [i.value for i in at.sidebar.info] == [note]
+    assert any(h.value.startswith("The sample: N = 48 examples") for h in at.subheader)
+    assert "N = 48 (seed 0)" in at.caption[0].value
+
+
+def test_a_text_column_of_numbers_is_warned_in_the_sidebar_and_on_the_data_page(
+    tiny_bert_dir, monkeypatch
+):
+    swapped = rows(60).assign(text=[str(i % 7) for i in range(60)])
+    value = save_upload("swapped.csv", swapped.to_csv(index=False).encode())
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["data"] = value
+    open_page(at, "views/data.py")
+    assert not errors(at)
+    expected = "Column 'text', used as a text, holds only numbers (e.g. 0, 1, 2)"
+    assert [w.value for w in at.sidebar.warning if w.value.startswith(expected)]
+    assert [w.value for w in at.main.warning if w.value.startswith(expected)]
+
+
+def test_the_data_page_shows_the_caches_size_and_where_it_is(tiny_bert_dir, monkeypatch, tmp_path):
+    save_upload("reviews.csv", b"x" * 2500)  # 2.5 kB in the cache folder's uploads/
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/data.py")
+    assert not errors(at)
+    root = tmp_path / "cache"  # tests/conftest.py's TUNESCOPE_CACHE
+    line = next(c.value for c in at.caption if c.value.startswith("The cache folder"))
+    assert f"The cache folder `{root}` holds 2.5 kB; its disk has " in line
+    assert " free. `tunescope cache` lists" in line

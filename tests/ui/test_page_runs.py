@@ -11,7 +11,7 @@ from apptest_utils import errors, make_app
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import app_test
 
-from analysis.runs.db import RunsDB, run_folder
+from analysis.runs.db import RunsDB
 from analysis.runs.results import group_key
 from ui.datasets import save_upload, upload_path
 from ui.figures.runs import overlay_curves
@@ -93,7 +93,7 @@ def test_overlay_notes_tags_filters_and_export(tiny_bert_dir, monkeypatch):
 def test_delete_files_then_the_run(tiny_bert_dir, monkeypatch):
     db = RunsDB()
     keep, drop = finished(db, 0), finished(db, 1)
-    folder = run_folder(db.path.parent, drop) / "trajectory"
+    folder = db.workspace.run_folder(drop) / "trajectory"
     folder.mkdir(parents=True)
     (folder / "snap-00000.safetensors").write_bytes(b"\0" * 3_000_000)
     at = runs_page(tiny_bert_dir, monkeypatch, run=drop)

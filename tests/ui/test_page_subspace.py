@@ -81,7 +81,7 @@ def test_page_shows_spectrum_outliers_and_queues_comparisons(tiny_bert_dir, monk
     queued = RunsDB().list_runs(status="queued")
     assert len(queued) == 3 * 6  # 3 seeds × (full, intrinsic, random, frozen, 2 disable runs)
     configs = [json.loads(c) for c in queued["config_json"]]
-    assert {c["subspace_from"] for c in configs if c["method"] == "subspace"} == {run_id}
+    assert {c["options"]["source"] for c in configs if c["method"] == "subspace"} == {run_id}
     assert all(c["trajectory_every"] is None for c in configs)  # none records a trajectory
     zero_files = {c["zero_weights"] for c in configs if c["zero_weights"]}
     assert len(zero_files) == 4  # the outlier file and one random file per seed

@@ -1,5 +1,6 @@
 """When the 12-layer built-in shows what MiniLM cannot: one text for the Home page's teaching path
-and the Paper check page (numbers measured with ``claims --only X1,X2,X3 --n 1000``, README)."""
+and the Paper check page (its numbers are those of ``claims --only X1,X2,X3 --n 1000`` on each
+model)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The figures are the Paper check page's (`ui.figures.claims`); each is a small HTML file that loads
 ``plotly.min.js`` from the same folder (written once), so the report opens offline without a
-4.6 MB copy of plotly.js per figure. Nothing here imports streamlit: the CLI uses it too.
+copy of plotly.js (several MB) in every figure. Nothing here imports streamlit: the CLI uses it too.
 """
 
 from __future__ import annotations

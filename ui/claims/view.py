@@ -4,7 +4,6 @@ queueing the runs the claims still need (a fragment that refreshes as runs finis
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import streamlit as st
 
@@ -89,16 +88,15 @@ def _plan(cfg: ClaimsConfig, inputs: ClaimInputs, db, runs) -> list:
     queued the claims' runs here, its disable files written and its runs queued)."""
     source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
     source_id = source["id"] if source and source["status"] == "done" else None
-    root = db.path.parent
     if (
         source_id
         and st.session_state.get(FOLLOW_UP)
         and "S2" in cfg.only
-        and not Path(claims.outlier_file(root, source_id)).is_file()
+        and not db.workspace.outlier_file(source_id).is_file()
     ):
         with st.spinner("Finding the outlier weights of the trajectory run…"):
             claims.write_disable_files(db, source_id, cfg.seeds)
-    planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
+    planned = claims.plan_runs(cfg, inputs, source=source_id, root=db.workspace.root)
     if st.session_state.get(FOLLOW_UP) and source_id:
         second = [p for p in claims.missing_runs(planned, runs) if p.stage == 1]
         if second:

@@ -9,10 +9,10 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.config import help_of
-from analysis.runs.executor import LOCAL, RAY, ExecutorChoice
+from analysis.runs.executor import LOCAL_WORKERS, RAY, ExecutorChoice
 from ui.loaders import show_error
 
-WHERE = {LOCAL: "this machine", RAY: "a Ray cluster"}
+WHERE = {LOCAL_WORKERS: "this machine", RAY: "a Ray cluster"}
 KEEP = "session"  # like the launch form's fields, the choice stays across page switches
 CHOICE_KEY = "executor_choice"  # the last choice, for pages that queue without the picker
 
@@ -31,7 +31,7 @@ def executor_picker(root: Path) -> ExecutorChoice:
         persist_state=KEEP,
         help=help_of(ExecutorChoice, "executor"),
     )
-    if kind == LOCAL:
+    if kind == LOCAL_WORKERS:
         st.session_state[CHOICE_KEY] = ExecutorChoice()
         return ExecutorChoice()
     left, right = st.columns([3, 1])

@@ -29,7 +29,7 @@ def queue_view() -> None:
     active = db.list_runs(status=["queued", "running"])
     queued = active[active["status"] == "queued"]
     running = active[active["status"] == "running"]
-    root = db.path.parent
+    root = db.workspace.root
     pids = worker_pids(root)
     if not queued.empty and not pids:
         # A queue with nobody serving it: start the kind of worker it was last queued for.
@@ -48,7 +48,9 @@ def queue_view() -> None:
     if not queued.empty:
         st.markdown("**Queued** (oldest first)")
         st.dataframe(
-            queued.iloc[::-1][["id", "method", "label", "seed", "strategy", "created"]],
+            queued.iloc[::-1][["id", "method", "label", "seed", "strategy", "created"]].rename(
+                columns={"strategy": "family"}  # the sweep strategy's family
+            ),
             hide_index=True,
             width="stretch",
         )
@@ -75,20 +77,20 @@ def _running_card(db: RunsDB, run: pd.Series) -> None:
     total = Run.from_row(run).steps
     train = steps[steps["kind"] == "train"].pivot_table(index="step", columns="key", values="value")
     with st.container(border=True):
-        head, button = st.columns([5, 1])
+        card, button = st.columns([5, 1])
         if train.empty:
-            head.markdown(
+            card.markdown(
                 f"**{run['label']}** seed {run['seed']} · {run['message'] or 'starting…'}"
             )
-            head.progress(float(run["progress"] or 0.0))
+            card.progress(float(run["progress"] or 0.0))
         else:
             last = train.iloc[-1]
             step = int(train.index[-1])
-            head.markdown(
+            card.markdown(
                 f"**{run['label']}** ({run['method']}) seed {run['seed']} · step {step}/{total} · "
                 f"loss {last.get('loss', float('nan')):.4f} · ETA {format_seconds(last.get('eta_s'))}"
             )
-            head.progress(min(step / total, 1.0))
+            card.progress(min(step / total, 1.0))
             st.plotly_chart(loss_curve(steps), width="stretch", key=f"ft_curve_{run['id']}")
         if run["cancel_requested"]:
             button.caption("cancelling…")

@@ -1,8 +1,9 @@
 """The launch form's fields of one method's options, derived from its spec (`MethodSpec.fields`).
 
 Each option's kind says its widget (`analysis.finetune.spec`): layers → a multiselect of the
-model's layers, int / float → a number field, text → a text field, heads → a heads-file upload
-(default: the Heads page's selection for this model and data). A new method's options appear
+model's layers, int / float → a number field, text and run → a text field, per_layer → a text
+field of ``layer:value`` pairs, heads → a heads-file upload (default: the Heads page's
+selection for this model and data). A new method's options appear
 here without a line of page code.
 """
 
@@ -12,17 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from analysis.finetune.registry import method_spec
-from analysis.finetune.spec import OptionField
+from analysis.finetune.spec import parse_layer_values
 from analysis.heads.selection_file import HeadSelection
 from ui.finetune.state import heads_from_upload
 
 KEEP = "session"
-
-
-def field_label(field: OptionField) -> str:
-    """``adapter_layers`` → "Adapter layers", ``lora_r`` → "LoRA r"."""
-    words = field.flat.replace("_", " ").replace("lora", "LoRA")
-    return words[:1].upper() + words[1:]
 
 
 def option_widgets(
@@ -39,8 +34,9 @@ def option_widgets(
 
     ``key(name)`` gives a widget key (layer fields are kept per extraction)."""
     read: dict[str, Callable[[], Any]] = {}
-    for field in method_spec(method).fields:
-        label, help_text = field_label(field), field.help
+    spec = method_spec(method)
+    for field in spec.fields:
+        label, help_text = spec.field_label(field), field.help
         if field.kind == "layers":
             chosen = container.multiselect(
                 label, list(range(1, n_layers + 1)), default=[default_layer], help=help_text,
@@ -58,11 +54,16 @@ def option_widgets(
             read[field.name] = lambda value=value, number=number: (
                 None if value is None else number(value)
             )
-        elif field.kind == "text":
+        elif field.kind in ("text", "run", "per_layer"):
             text = container.text_input(
-                label, "", help=help_text, key=f"ft_{field.flat}", persist_state=KEEP
+                label, "", help=help_text, key=f"ft_{field.flat}", persist_state=KEEP,
+                placeholder="layer:value, e.g. 3:16, 4:8" if field.kind == "per_layer" else None,
+            )  # fmt: skip
+            read[field.name] = (
+                (lambda text=text, what=label: parse_layer_values(text, what))
+                if field.kind == "per_layer"
+                else (lambda text=text: text.strip() or None)
             )
-            read[field.name] = lambda text=text: text.strip() or None
         else:  # heads
             upload = container.file_uploader(
                 f"{label} file (method {method})", type=["json"],

@@ -19,13 +19,13 @@ if TYPE_CHECKING:
 
 
 @st.cache_resource(max_entries=4)
-def _open_db(path: str) -> RunsDB:
-    return RunsDB(path)
+def _open_db(workspace: Workspace) -> RunsDB:
+    return RunsDB(workspace)
 
 
 def get_db() -> RunsDB:
     """The runs database of the current workspace (one connection per process)."""
-    return _open_db(str(Workspace.current().runs_db))
+    return _open_db(Workspace.current())
 
 
 def heads_from_upload(content: bytes) -> HeadSelection:

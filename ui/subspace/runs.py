@@ -127,7 +127,7 @@ def pick_run(db: RunsDB, cfg: ExtractConfig, layer_params: list[int]) -> dict | 
     session under this page's own key (the Runs page's choice is another).
     """
     runs = trajectory_runs(db, cfg.model.name)
-    executor_picker(db.path.parent)
+    executor_picker(db.workspace.root)
     with st.expander("Record a new trajectory", expanded=runs.empty):
         _launch_form(db, cfg, layer_params)
     ids = runs["id"].tolist()

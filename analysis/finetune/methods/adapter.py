@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from analysis.config import setting
-from analysis.finetune.spec import MethodSpec, at_head, is_int, layer_list, span
+from analysis.finetune.spec import (
+    Adapters,
+    Exported,
+    MethodSpec,
+    TrainedModel,
+    is_int,
+    layer_list,
+    placement_label,
+    span,
+)
 
 
 @dataclass(frozen=True)
@@ -27,9 +34,6 @@ class AdapterOptions:
             object.__setattr__(self, "layers", layer_list(self.layers, "adapter_layers"))
         if not is_int(self.size) or self.size < 1:
             raise ValueError(f"adapter_size must be a positive whole number (got {self.size!r}).")
-
-    def layers_used(self) -> tuple[int, ...]:
-        return self.layers or ()
 
 
 def prepare(model, cfg, inputs):
@@ -53,35 +57,28 @@ def prepare(model, cfg, inputs):
     )
 
 
-def export(cfg, loaded):
-    """Houlsby adapters in the recipe: where they go (0-based layers, the hooked projections) and
-    their size (the LayerNorms that train are read off the prepared model)."""
+def export(cfg, loaded) -> Exported:
+    """The Houlsby adapters the recipe module inserts: where (1-based layers, the projections
+    whose outputs they rewrite) and their size; the LayerNorms that train are read off the
+    prepared model."""
     from analysis.finetune.adapters import ADAPTER_SITES, INIT_STD
     from analysis.models import LAYER_PARTS
 
-    options = cfg.options_for(AdapterOptions)
     parts = LAYER_PARTS[loaded.model_family]
-    return {
-        "adapters": {
-            "kind": "houlsby",
-            "size": options.size,
-            "init_std": INIT_STD,
-            "layers": [layer - 1 for layer in cfg.placement(loaded.n_layers)],
-            "sites": {name: parts[site] for site, name in ADAPTER_SITES},
-        }
-    }
+    adapters = Adapters(
+        kind="houlsby",
+        size=cfg.options_for(AdapterOptions).size,
+        init_std=INIT_STD,
+        layers=cfg.placement(loaded.n_layers),
+        sites={name: parts[site] for site, name in ADAPTER_SITES},
+    )
+    return Exported(adapters=adapters)
 
 
-def placement_label(method: str, config: Mapping[str, Any]) -> str:
-    """``lora 3,4`` for an explicit placement, ``lora 1–3`` for ℓ_bottom..ℓ_top, else the name."""
-    explicit, layers = config.get(f"{method}_layers"), config.get("layers")
-    if explicit:
-        label = f"{method} " + ",".join(str(x) for x in explicit)
-    elif layers:
-        label = f"{method} {layers[0]}–{layers[1]}"
-    else:
-        label = method
-    return label + at_head(config)
+def recognise(model: TrainedModel) -> dict | None:
+    """Houlsby adapters were inserted (the recipe module names them ``adapter_…``) and train."""
+    added = any(".adapter_" in name for name in model.trained)
+    return {} if model.peft is None and added else None
 
 
 SPEC = MethodSpec(
@@ -94,5 +91,6 @@ SPEC = MethodSpec(
     order=40,
     sweep=4,
     export=export,
-    run_label=lambda config: placement_label("adapter", config),
+    recognise=recognise,
+    run_label=placement_label("adapter"),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.finetune.spec import MethodSpec, export_as_prepared
+from analysis.finetune.spec import MethodSpec, TrainedModel, export_as_prepared
 
 
 def prepare(model, cfg, inputs):
@@ -14,6 +14,12 @@ def prepare(model, cfg, inputs):
     return Prepared.from_model(model, f"every bias ({len(biases)} tensors) and the classifier")
 
 
+def recognise(model: TrainedModel) -> dict | None:
+    """Some encoder tensors train, and all of them are biases."""
+    biases_only = model.trained and all(name.endswith("bias") for name in model.trained)
+    return {} if model.peft is None and biases_only else None
+
+
 SPEC = MethodSpec(
     name="bitfit",
     label="only the biases train",
@@ -23,4 +29,5 @@ SPEC = MethodSpec(
     order=60,
     sweep=2,
     export=export_as_prepared,
+    recognise=recognise,
 )

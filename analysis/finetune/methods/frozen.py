@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.finetune.spec import MethodSpec, export_as_prepared
+from analysis.finetune.spec import MethodSpec, TrainedModel, export_as_prepared
 
 
 def prepare(model, cfg, inputs):
@@ -11,6 +11,11 @@ def prepare(model, cfg, inputs):
 
     train_only(model, ())
     return Prepared.from_model(model, "classifier only (frozen encoder)")
+
+
+def recognise(model: TrainedModel) -> dict | None:
+    """No encoder tensor trains."""
+    return {} if model.peft is None and not model.trained else None
 
 
 SPEC = MethodSpec(
@@ -23,4 +28,5 @@ SPEC = MethodSpec(
     sweep=3,
     has_body=False,
     export=export_as_prepared,
+    recognise=recognise,
 )

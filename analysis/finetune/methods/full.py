@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.finetune.spec import MethodSpec, export_as_prepared
+from analysis.finetune.spec import MethodSpec, TrainedModel, export_as_prepared
 
 
 def prepare(model, cfg, inputs):
@@ -10,6 +10,11 @@ def prepare(model, cfg, inputs):
 
     model.requires_grad_(True)
     return Prepared.from_model(model, "everything: embeddings, every kept layer, classifier")
+
+
+def recognise(model: TrainedModel) -> dict | None:
+    """Every encoder tensor trains."""
+    return {} if model.peft is None and len(model.trained) == len(model.names) else None
 
 
 SPEC = MethodSpec(
@@ -20,4 +25,5 @@ SPEC = MethodSpec(
     prepare=prepare,
     order=20,
     export=export_as_prepared,
+    recognise=recognise,
 )

@@ -7,13 +7,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.config import setting
-from analysis.finetune.spec import MethodSpec, at_head, export_as_prepared
+from analysis.finetune.spec import MethodSpec, at_classifier_layer, export_as_prepared
 from analysis.heads.selection_file import HeadSelection
 
 
 @dataclass(frozen=True)
 class HeadsOptions:
-    """Method ``heads`` (HiFi): the Q/K/V rows and bias entries of these heads train."""
+    """Method ``heads`` (HiFi): the Q/K/V rows and bias entries of these heads train.
+
+    ``heads`` is a `HeadSelection`, or what one is made of: ``{layer: [heads]}``, or its stored
+    form ``{"layers": {layer: [heads]}, "settings": {…}}`` (the settings say where the selection
+    came from: selector, k, PageRank settings…, so a PageRank run and a random-heads run of the
+    same size tell themselves apart)."""
 
     heads: HeadSelection = setting(
         help="the heads to train: a selection file from the Heads page or `analysis heads`",
@@ -22,11 +27,12 @@ class HeadsOptions:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.heads, HeadSelection):
-            object.__setattr__(self, "heads", HeadSelection(self.heads))
-
-    def layers_used(self) -> tuple[int, ...]:
-        return tuple(layer for layer, _ in self.heads.layers)
+        heads = self.heads
+        if isinstance(heads, Mapping) and "layers" in heads:
+            heads = HeadSelection(heads["layers"], settings=heads.get("settings") or {})
+        elif not isinstance(heads, HeadSelection):
+            heads = HeadSelection(heads)
+        object.__setattr__(self, "heads", heads)
 
 
 def prepare(model, cfg, inputs):
@@ -62,13 +68,14 @@ def prepare(model, cfg, inputs):
 
 def run_label(config: Mapping[str, Any]) -> str:
     """``heads ×6 pagerank``: the number of heads and the selector that chose them."""
-    heads = config.get("heads") or {}
+    stored = (config.get("options") or {}).get("heads") or {}
+    heads = stored.get("layers") or {}
     chosen = heads.values() if isinstance(heads, dict) else [h for _, h in heads]
     label = f"heads ×{sum(len(h) for h in chosen)}"
-    selector = (config.get("heads_settings") or {}).get("selector")
+    selector = (stored.get("settings") or {}).get("selector")
     if selector:
         label += f" {selector}"
-    return label + at_head(config)
+    return label + at_classifier_layer(config)
 
 
 SPEC = MethodSpec(

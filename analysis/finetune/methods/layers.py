@@ -1,12 +1,12 @@
 """Method ``layers``: layers ℓ_bottom..ℓ_top train; the classifier reads ℓ_head, and the layers
-above it are removed (SPEC.md, "Strategies"). (1, L, L) is full fine-tuning."""
+above it are removed (docs/explanation/strategies.md). (1, L, L) is full fine-tuning."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from analysis.finetune.spec import MethodSpec, export_as_prepared
+from analysis.finetune.spec import MethodSpec, TrainedModel, export_as_prepared, layer_of
 
 
 def prepare(model, cfg, inputs):
@@ -14,15 +14,27 @@ def prepare(model, cfg, inputs):
     from analysis.finetune.prepared import Prepared
 
     n_layers = model.n_layers_total
-    bottom, top, head = cfg.resolved_layers(n_layers)
-    if (bottom, top, head) == (1, n_layers, n_layers):
+    bottom, top, classifier = cfg.resolved_layers(n_layers)
+    if (bottom, top, classifier) == (1, n_layers, n_layers):
         model.requires_grad_(True)  # (1, L, L) is full fine-tuning: embeddings train too
         return Prepared.from_model(model, f"layers (1, {n_layers}, {n_layers}): full fine-tuning")
     trained = blocks(model, range(bottom, top + 1))
     train_only(model, (p for block in trained for p in block.parameters()))
     return Prepared.from_model(
-        model, f"layers {bottom}..{top} and the classifier; classifier on layer {head}"
+        model, f"layers {bottom}..{top} and the classifier; classifier on layer {classifier}"
     )
+
+
+def recognise(model: TrainedModel) -> dict[str, Any] | None:
+    """Whole layers train, the embeddings do not: ``layers`` = (lowest, highest, the top layer the
+    model keeps)."""
+    if model.peft is not None or any(name.startswith("embeddings.") for name in model.trained):
+        return None
+    trained = set(model.trained)
+    layers = {layer_of(name) for name in trained} - {None}
+    if not layers or any(n not in trained for n in model.names if layer_of(n) in layers):
+        return None
+    return {"layers": [min(layers), max(layers), model.n_layers]}
 
 
 def run_label(config: Mapping[str, Any]) -> str:
@@ -43,4 +55,5 @@ SPEC = MethodSpec(
     needs_layers=True,
     run_label=run_label,
     export=export_as_prepared,
+    recognise=recognise,
 )

@@ -1,17 +1,37 @@
-"""Method ``lora``: LoRA on query and value of the chosen layers (PEFT)."""
+"""Method ``lora``: LoRA on query and value of the chosen layers (PEFT), optionally with a rank
+and an alpha per layer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from analysis.config import setting
-from analysis.finetune.methods.adapter import placement_label
-from analysis.finetune.spec import MethodSpec, is_int, is_number, layer_list, span
+from analysis.finetune.spec import (
+    Exported,
+    MethodSpec,
+    is_int,
+    is_number,
+    layer_list,
+    layer_values,
+    peft_config,
+    peft_layer_key,
+    placement_label,
+    recognise_peft,
+    span,
+)
+
+PARTS = ("query", "value")  # the layer parts LoRA adapts (`analysis.models.LAYER_PARTS`)
 
 
 @dataclass(frozen=True)
 class LoraOptions:
-    """Method ``lora``: LoRA on query and value of the chosen layers (PEFT)."""
+    """Method ``lora``: ΔW = (alpha / r) · B A on query and value of the chosen layers.
+
+    ranks / alphas: a rank and an alpha per layer (1-based layer → value), for the layers they
+    name; the other LoRA layers take ``r`` / ``alpha``. A rank allocation places LoRA: without
+    ``layers``, the layers of ``ranks`` get LoRA; with it, ``ranks`` names some of them. An
+    alpha allocation needs the layers named (``layers`` or ``ranks``).
+    """
 
     layers: tuple[int, ...] | None = setting(
         None, help="layers that get LoRA, e.g. 3,4 (default: ℓ_bottom..ℓ_top, else all)",
@@ -21,6 +41,14 @@ class LoraOptions:
     alpha: float = setting(
         16, help="LoRA scale numerator: ΔW = (alpha / r) · B A", flat="lora_alpha", kind="float"
     )
+    ranks: tuple[tuple[int, int], ...] | None = setting(
+        None, help="a rank per layer, e.g. 3:16,4:4 (these layers get LoRA at these ranks; with "
+        "lora_layers, the others take lora_r)", flat="lora_ranks", kind="per_layer",
+    )  # fmt: skip
+    alphas: tuple[tuple[int, float], ...] | None = setting(
+        None, help="an alpha per layer, e.g. 3:32 (the other LoRA layers take lora_alpha)",
+        flat="lora_alphas", kind="per_layer",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.layers is not None:
@@ -29,72 +57,110 @@ class LoraOptions:
             raise ValueError(f"lora_r must be a positive whole number (got {self.r!r}).")
         if not is_number(self.alpha) or not self.alpha > 0:
             raise ValueError(f"lora_alpha must be positive (got {self.alpha!r}).")
+        if self.ranks is not None:
+            ranks = layer_values(self.ranks, "lora_ranks", whole=True)
+            object.__setattr__(self, "ranks", ranks)
+            if self.layers is None:
+                object.__setattr__(self, "layers", tuple(layer for layer, _ in ranks))
+        if self.alphas is not None:
+            object.__setattr__(self, "alphas", layer_values(self.alphas, "lora_alphas", False))
+            if self.layers is None:
+                raise ValueError(
+                    "lora_alphas needs the layers that get LoRA named (lora_layers or lora_ranks)."
+                )
+        for name in ("ranks", "alphas") if self.layers is not None else ():
+            outside = sorted({layer for layer, _ in getattr(self, name) or ()} - set(self.layers))
+            if outside:
+                raise ValueError(
+                    f"lora_{name} names layer {outside[0]}, which gets no LoRA (lora_layers "
+                    f"{span(self.layers)})."
+                )
 
-    def layers_used(self) -> tuple[int, ...]:
-        return self.layers or ()
+    def rank(self, layer: int) -> int:
+        return dict(self.ranks or ()).get(layer, self.r)
 
 
-def prepare(model, cfg, inputs):
-    """PEFT's LoRA on query and value of the chosen layers, injected in place (no wrapper).
-
-    ΔW = (lora_alpha / r) · B A with B = 0 at the start (so the model starts unchanged), no LoRA
-    dropout, no bias training. ``layers_to_transform`` takes 0-based indices under the
-    ``layer`` ModuleList, which is how every supported family names its blocks.
-    """
-    from peft import LoraConfig, inject_adapter_in_model
-
-    from analysis.finetune.prepare import train_only
-    from analysis.finetune.prepared import Prepared
+def lora_config(cfg, family: str, n_layers: int, **fields):
+    """The ``peft.LoraConfig`` of a run: query and value (their last names, with 0-based
+    ``layers_to_transform`` under the blocks' ModuleList ``layer``), per-layer ranks and alphas
+    as ``rank_pattern`` / ``alpha_pattern`` (keyed by each module's name suffix), B = 0 at the
+    start (so the model starts unchanged), no dropout, no bias training. ``fields``: more
+    LoraConfig fields (the export's task type and classifier)."""
+    from analysis.hf_names import target_name
     from analysis.models import LAYER_PARTS
 
     options = cfg.options_for(LoraOptions)
-    layers = cfg.placement(model.n_layers_total)
-    parts = LAYER_PARTS[model.model_family]
-    lora_config = LoraConfig(
+    parts = LAYER_PARTS[family]
+
+    def pattern(values):
+        return {peft_layer_key(layer, parts[p]): v for layer, v in values or () for p in PARTS}
+
+    return peft_config(
+        "LoraConfig",
         r=options.r,
         lora_alpha=options.alpha,
         lora_dropout=0.0,
-        target_modules=[parts["query"], parts["value"]],
-        layers_to_transform=[layer - 1 for layer in layers],
-        layers_pattern="layer",
         bias="none",
+        target_modules=[target_name(family, part) for part in PARTS],
+        layers_to_transform=[layer - 1 for layer in cfg.placement(n_layers)],
+        layers_pattern="layer",
+        rank_pattern=pattern(options.ranks),
+        alpha_pattern=pattern(options.alphas),
+        **fields,
     )
-    inject_adapter_in_model(lora_config, model.encoder)
+
+
+def prepare(model, cfg, inputs):
+    """PEFT's LoRA (`lora_config`) injected into the encoder in place (no wrapper)."""
+    from peft import inject_adapter_in_model
+
+    from analysis.finetune.prepare import train_only
+    from analysis.finetune.prepared import Prepared
+
+    options = cfg.options_for(LoraOptions)
+    layers = cfg.placement(model.n_layers_total)
+    inject_adapter_in_model(
+        lora_config(cfg, model.model_family, model.n_layers_total), model.encoder
+    )
     lora = [p for name, p in model.encoder.named_parameters() if ".lora_" in name]
-    n_expected = 4 * len(layers)  # A and B, for query and value
+    n_expected = 2 * len(PARTS) * len(layers)  # A and B of each part
     if len(lora) != n_expected:
         raise RuntimeError(
             f"LoRA landed on {len(lora) // 2} modules, expected {n_expected // 2} "
             f"(query and value of layers {span(layers)})."
         )
     train_only(model, lora)
+    given = options.ranks
+    ranks = "ranks " + ", ".join(f"{x}:{r}" for x, r in given) if given else f"r={options.r}"
     return Prepared.from_model(
         model,
-        f"LoRA r={options.r}, alpha={options.alpha} on query and value of layers "
-        f"{span(layers)}, and the classifier",
+        f"LoRA {ranks}, alpha={options.alpha} on query and value of layers {span(layers)}, "
+        "and the classifier",
     )
 
 
-def export(cfg, loaded):
-    """PEFT LoRA in the recipe: query and value (the family's names, `LORA_TARGETS`) of the
-    chosen layers (0-based ``layers_to_transform``), the classifier in ``modules_to_save``."""
-    from analysis.export.families import HF_HEADS, lora_targets
+def export(cfg, loaded) -> Exported:
+    """The run's `lora_config` for a sequence classifier (the classifier in
+    ``modules_to_save``), and its exact trainable count: Σ over LoRA layers and parts of
+    r_layer · (d_in + d_out)."""
+    from analysis.hf_names import hf_classifier
+    from analysis.models import encoder_layers, layer_modules
 
     options = cfg.options_for(LoraOptions)
-    targets = lora_targets(loaded.model_family)
-    return {
-        "lora": {
-            "r": options.r,
-            "lora_alpha": options.alpha,
-            "lora_dropout": 0.0,
-            "bias": "none",
-            "target_modules": list(targets),
-            "layers_to_transform": [layer - 1 for layer in cfg.placement(loaded.n_layers)],
-            "layers_pattern": "layer",
-            "modules_to_save": HF_HEADS[loaded.model_family]["modules_to_save"],
-            "adapter_config": "adapter_config.json",
-        }
-    }
+    family = loaded.model_family
+    config = lora_config(
+        cfg, family, loaded.n_layers, task_type="SEQ_CLS",
+        modules_to_save=hf_classifier(family)["modules_to_save"],
+    )  # fmt: skip
+    blocks = encoder_layers(loaded.model)
+    layers = cfg.placement(loaded.n_layers)
+    n_trainable = 0
+    for layer in layers:
+        modules = layer_modules(blocks[layer - 1], family)
+        for part in PARTS:
+            linear = modules[part]
+            n_trainable += options.rank(layer) * (linear.in_features + linear.out_features)
+    return Exported(peft=config, layers=layers, n_trainable=n_trainable)
 
 
 SPEC = MethodSpec(
@@ -107,5 +173,7 @@ SPEC = MethodSpec(
     order=50,
     sweep=1,
     export=export,
-    run_label=lambda config: placement_label("lora", config),
+    recognise=recognise_peft("LORA"),
+    run_label=placement_label("lora"),
+    title="LoRA",
 )

@@ -1,5 +1,5 @@
-"""Method ``subspace``: train inside the subspace another run's trajectory spans (SPEC.md,
-"Subspaces"; the training itself is `analysis.finetune.subspace`)."""
+"""Method ``subspace``: train inside the subspace another run's trajectory spans
+(docs/explanation/subspaces.md; the training itself is `analysis.finetune.subspace`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.config import setting
-from analysis.finetune.spec import MethodSpec, at_head, refuse_export, short_source
+from analysis.finetune.spec import MethodSpec, at_classifier_layer, refuse_export, short_source
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class SubspaceOptions:
 
     source: str | None = setting(
         None, help="run id (or trajectory folder) whose trajectory spans the subspace",
-        flat="subspace_from", kind="text",
+        flat="subspace_from", kind="run",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -29,9 +29,6 @@ class SubspaceOptions:
             not isinstance(self.source, str) or not self.source.strip()
         ):
             raise ValueError("subspace_from must be a run id or a trajectory folder.")
-
-    def layers_used(self) -> tuple[int, ...]:
-        return ()
 
 
 def prepare(model, cfg, inputs):
@@ -47,9 +44,9 @@ def needs_source(options: SubspaceOptions) -> None:
 
 def source_label(kind: str, config: Mapping[str, Any]) -> str:
     """``subspace of ab12cd``: the kind and the source run's short name."""
-    source = config.get("subspace_from")
+    source = (config.get("options") or {}).get("source")
     label = f"{kind} of {short_source(str(source))}" if source else str(config.get("method"))
-    return label + at_head(config)
+    return label + at_classifier_layer(config)
 
 
 SPEC = MethodSpec(

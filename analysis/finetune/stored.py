@@ -1,0 +1,125 @@
+"""How a fine-tuning config is stored, and how configs stored in the older, flat form are read.
+
+A stored config (`FinetuneConfig.to_dict`) holds the settings every run has beside ``"method"``
+and ``"options"``: that method's own options, by field name, in their JSON form
+(`analysis.finetune.spec.options_json`) — nothing of any other method, so adding a method or an
+option leaves every other run's stored config as it is::
+
+    {"model": {…}, "data": {…}, "method": "lora", "options": {"layers": [2, 3], "r": 8, …},
+     "layers": [2, 3, 3], "steps": 200, "lr": 0.0005, "classifier_lr": 0.001, …}
+
+Configs stored before that were flat: every method's options beside the common keys under their
+flat names (``lora_r``, ``heads`` with ``heads_settings``…), another method's at its default, and
+the classifier's learning rate under ``head_lr``. `config_kwargs` reads both forms;
+`analysis.runs.record` keeps the run groups the flat ones formed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from analysis.config import DataSpec, ModelSpec
+from analysis.finetune.registry import flat_defaults, method_spec, option_owners
+from analysis.finetune.spec import MethodSpec
+
+# Keys of older stored configs → the setting's name now.
+OLD_NAMES = {"head_lr": "classifier_lr"}
+
+
+def config_kwargs(payload: Mapping[str, Any], own: set[str]) -> dict[str, Any]:
+    """`FinetuneConfig` keyword arguments from a stored config of either form (``own``: the
+    config's field names). Unknown keys are an error; a flat option key the method does not use
+    must hold its default (``heads`` for method ``full`` is refused, not dropped)."""
+    both = [old for old, new in OLD_NAMES.items() if old in payload and new in payload]
+    if both:
+        raise ValueError(f"Give {OLD_NAMES[both[0]]} or {both[0]}, not both.")
+    payload = {OLD_NAMES.get(k, k): v for k, v in payload.items()}
+    nested = isinstance(payload.get("options"), Mapping)
+    flat_keys = set() if nested else set(flat_defaults())
+    unknown = sorted(set(payload) - own - flat_keys)
+    if unknown:
+        raise ValueError(f"Unknown fine-tuning config keys: {', '.join(unknown)}.")
+    kwargs = {k: v for k, v in payload.items() if k in own and k != "options"}
+    for name, spec_class in (("model", ModelSpec), ("data", DataSpec)):
+        if isinstance(kwargs.get(name), Mapping):
+            try:
+                kwargs[name] = spec_class(**kwargs[name])
+            except TypeError as exc:
+                raise ValueError(f"Bad {name} spec in a fine-tuning config: {exc}") from None
+    if isinstance(kwargs.get("layers"), list):
+        kwargs["layers"] = tuple(kwargs["layers"])
+    spec = method_spec(kwargs.get("method", "full"))
+    if nested:
+        kwargs["options"] = options_from_json(spec, payload["options"])
+    elif not _is_options(payload.get("options")):
+        flat = {k: v for k, v in payload.items() if k in flat_keys}
+        kwargs["options"] = options_from_json(spec, flat_options(spec, flat, strict=True))
+    else:
+        kwargs["options"] = payload["options"]  # an options object (flat_config(options=…))
+    return kwargs
+
+
+def _is_options(value: Any) -> bool:
+    return value is not None and dataclasses.is_dataclass(value)
+
+
+def options_from_json(spec: MethodSpec, given: Mapping[str, Any]) -> Any:
+    """The options of ``spec`` from their stored form; None = the defaults (or, where the method
+    needs a choice that is missing, None: `FinetuneConfig` says what is missing)."""
+    names = {f.name: f for f in spec.fields}
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        takes = ", ".join(names) or "none"
+        raise ValueError(
+            f"Method {spec.name!r} has no option {', '.join(unknown)} (its options: {takes})."
+        )
+    if spec.options is None:
+        return None
+    kwargs = {name: value for name, value in given.items() if value is not None}
+    if any(f.required and f.name not in kwargs for f in spec.fields):
+        return None
+    return spec.options(**kwargs)
+
+
+def flat_options(spec: MethodSpec, flat: Mapping[str, Any], strict: bool) -> dict[str, Any]:
+    """The options of ``spec`` in their stored form (by field name) from a flat config's option
+    keys. ``strict``: a key of another method must be absent or hold its default."""
+    mine = {f.flat: f for f in spec.fields}
+    if strict:
+        defaults, owners = flat_defaults(), option_owners()
+        for key, value in flat.items():
+            owned = key in mine or key.removesuffix("_settings") in mine
+            if not owned and value != defaults.get(key):
+                takers = owners.get(key.removesuffix("_settings"), (None, ()))[1]
+                raise ValueError(
+                    f"{key} is only used by method{'s' if len(takers) > 1 else ''} "
+                    f"{' / '.join(repr(o) for o in takers)}."
+                )
+    out: dict[str, Any] = {}
+    for key, field in mine.items():
+        if key not in flat:
+            continue
+        value = flat[key]
+        if field.kind == "heads" and value is not None and not hasattr(value, "settings"):
+            settings = flat.get(f"{key}_settings") or {}
+            if not isinstance(settings, Mapping):
+                raise ValueError(
+                    f"{key}_settings must be a JSON object (the selection's settings)."
+                )
+            value = {"layers": value, "settings": dict(settings)}
+        out[field.name] = value
+    return out
+
+
+def nested(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` (a stored config of either form, or a run group's setting) with its method's
+    options under ``"options"``, without any checks: what run labels read."""
+    if isinstance(config.get("options"), Mapping):
+        return dict(config)
+    try:
+        spec = method_spec(str(config.get("method")))
+    except ValueError:
+        return dict(config)
+    return {**config, "options": flat_options(spec, config, strict=False)}
