@@ -10,8 +10,10 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.workspace import Workspace
+from ui.lessons.bar import add_view_button, lesson_bar
+from ui.lessons.prepare import prepare_builtin_in_background
 from ui.loaders import warm_up
-from ui.memo import start_run
+from ui.memo import end_run, start_run
 from ui.sidebar import default_model, render_sidebar
 
 # The page icon is a file of ours: a ":material/…:" or emoji icon makes every browser fetch the
@@ -29,11 +31,18 @@ PAGES = [
     st.Page("views/subspace.py", title="Subspaces", icon=":material/scatter_plot:"),
     st.Page("views/runs.py", title="Runs", icon=":material/list_alt:"),
     st.Page("views/claims.py", title="Paper check", icon=":material/fact_check:"),
+    st.Page("views/lessons.py", title="Lessons", icon=":material/school:"),
 ]
 
 warm_up(default_model())  # the compute workers start with the first page (ui/loaders.py)
 start_run()  # this view's computations queue by when it started (ui/memo.py)
 navigation = st.navigation(PAGES)
 with Workspace.from_env().active():  # the app's one workspace: cache, runs, uploads
+    prepare_builtin_in_background()  # the built-in lessons, once per server (ui/lessons/prepare.py)
     render_sidebar()
-    navigation.run()
+    add_view_button(navigation.url_path)
+    with lesson_bar(
+        navigation.url_path
+    ):  # the presenter bar and the step's note, in a lesson (ui/lessons/bar.py)
+        navigation.run()
+    end_run(navigation.url_path)  # the server's part of this view, in the compute log

@@ -109,7 +109,9 @@ def sweep_strategies(
     """Expand strategy names (``down``, ``up``, ``baselines``, ``middle``, ``lora``…) into runs.
 
     Layer triples appear once, under the first family that produced them; (1, L, L) is full
-    fine-tuning (method ``full``, the only strategy that trains the embeddings).
+    fine-tuning (method ``full``, the only strategy that trains the embeddings) and always a
+    baseline. With ℓ* = L the ℓ*-down set is the baselines' very triples: they are listed as
+    baselines (queued as "ℓ*-down", they had left the comparison without its baselines).
     """
     known = strategy_names()
     unknown = [n for n in names if n not in known]
@@ -136,6 +138,8 @@ def sweep_strategies(
                 continue
             seen.add(triple)
             full = triple == (1, n_layers, n_layers)
+            if full or (family == "ℓ*-down" and l_star == n_layers):
+                family = "baseline"
             out.append(Strategy(family, "full" if full else "layers", None if full else triple))
     out.extend(Strategy("baseline", name) for name in sweep_methods() if name in names)
     return out
@@ -148,6 +152,8 @@ def family_of(layers: Sequence[int] | None, method: str, l_star: int | None, n_l
     if layers is None or method != "layers":
         return "baseline" if method in sweep_methods() else "other"
     triple = tuple(int(x) for x in layers)
+    if l_star == n_layers and triple in baselines(n_layers):  # ℓ*-down = the baselines
+        return "baseline"
     if l_star is not None:
         if triple in l_star_down(l_star, n_layers):
             return "ℓ*-down"

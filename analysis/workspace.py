@@ -17,6 +17,7 @@ the other way round.
     <root>/runs/<run id>/      the files a run writes (its trajectory)
     <root>/subspace/<run id>/  the zero-weights files of the disable experiment made from a run
     <root>/uploads/            files uploaded on the pages
+    <root>/lessons/            lessons, where their presenter is, what was prepared (analysis.lessons)
     <root>/worker-<device>.lock, worker.log   the background workers' locks and their log
 """
 
@@ -114,6 +115,10 @@ class Workspace:
     @property
     def uploads(self) -> Path:
         return self.root / "uploads"
+
+    @property
+    def lessons(self) -> Path:
+        return self.root / "lessons"
 
     def lock(self, device: str) -> Path:
         """The lock file of the worker serving ``device`` (``cpu``, ``cuda:0``, ``ray``)."""

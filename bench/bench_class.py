@@ -1,7 +1,23 @@
-"""A class on one server (issue 22): 30 browser sessions, each with its own settings, at once.
+"""A class on one server (issues 22, 31): 30 browser sessions at once, each on settings of its
+own, or all following a prepared lesson.
 
     .venv/bin/python bench/bench_class.py [--sessions 30] [--n 300] [--timeout 1200]
         [--slots K] [--no-runs] [--in-process] [--baseline]
+        [--mode distinct|lesson|both] [--lesson papers-story] [--prepared-cache DIR]
+
+**The class follows a prepared lesson** (``--mode lesson``): the lesson's steps that need no
+fine-tuning runs (a built-in lesson, or a lesson file) are prepared with ``tunescope lesson
+prepare`` into the server's cache before it starts (untimed, reported; ``--prepared-cache`` keeps
+that cache for the next run); then a presenter opens the lesson and ``--sessions`` students open
+its link in follow mode, and the presenter moves on once every student shows the step. Reported:
+students who saw every step, errors, the server's part of every step's page (its script run,
+the compute log's ``view`` to ``drawn``), what was computed during the class (nothing, when
+prepared), the browsers' part (the presenter's click to each student's page at the next step)
+and the peak RSS. The last line is ``lesson-class: sessions=… steps=… served=… errors=…
+drawn_median_s=… drawn_p95_s=… drawn_max_s=… computed=… loaded=… browser_median_s=…
+browser_max_s=… peak_rss_mb=… prepare_s=…``. ``--mode both`` runs it, then the class below.
+
+**The distinct-settings class** (the default):
 
 One dashboard server on a free loopback port with a fresh cache (nothing is shared with earlier
 runs), driven by Playwright in Debian's chromium (never a downloaded browser), loopback only. The
@@ -75,13 +91,18 @@ def free_port() -> int:
 
 
 def start_server(
-    cache: Path, slots: int | None, processes: bool = True
+    cache: Path, slots: int | None, processes: bool = True, model: str = "minilm"
 ) -> tuple[subprocess.Popen, str]:
     port = free_port()
+    # The model is named: the dashboard's default is the 12-layer one, and the distinct-settings
+    # class stays comparable with its earlier rounds (MiniLM). The server prepares no built-in
+    # lesson in the background here: the lesson mode prepares its own, before the class.
     env = {**os.environ, "TUNESCOPE_CACHE": str(cache), "TUNESCOPE_WORKER_IDLE_S": "30",
-           "TUNESCOPE_COMPUTE_LOG": str(cache / "compute.log"),
-           "TUNESCOPE_COMPUTE_PROCESSES": "1" if processes else "0",
+           "TUNESCOPE_COMPUTE_LOG": str(cache / "compute.log"), "TUNESCOPE_MODEL": model,
+           "TUNESCOPE_PREPARE_LESSONS": "0",
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}  # fmt: skip
+    if not processes:  # no compute workers: every computation in the server's threads
+        env["TUNESCOPE_PROCESSES"] = "1"
     if slots is not None:
         env["TUNESCOPE_COMPUTE_SLOTS"] = str(slots)
     log = open(cache / "server.log", "w")  # noqa: SIM115 (lives as long as the server)
@@ -361,6 +382,173 @@ async def main_async(args) -> dict:
             "ready": ready, "served": served, "alone_served": alone_served}  # fmt: skip
 
 
+# -- the class follows a prepared lesson ----------------------------------------------------------
+
+
+def lesson_for_class(name: str, cache: Path) -> tuple[str, int]:
+    """The lesson the class follows, in the bench's workspace: a built-in one (or a file), its
+    steps that need no fine-tuning runs (those take hours to train: the class bench serves
+    analyses). Returns (its name, its number of steps)."""
+    sys.path.insert(0, str(ROOT))
+    from analysis.lessons.lesson import Lesson, Lessons, from_json, slug
+
+    store = Lessons(cache / "lessons")
+    path = Path(name)
+    lesson = (from_json(path.read_bytes(), slug(path.stem)) if path.suffix == ".json"
+              else store.load(name))  # fmt: skip
+    steps = tuple(s for s in lesson.steps if s.page not in ("claims", "finetune", "subspace"))
+    own = Lesson(f"{lesson.name}-class", f"{lesson.title} (the class bench's)", steps)
+    store.save(own)
+    return own.name, len(steps)
+
+
+def prepare_lesson(name: str, cache: Path) -> float:
+    """`tunescope lesson prepare` into the bench's cache before the server starts (seconds)."""
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "analysis", "lesson", "prepare", name, "--cache", str(cache)],
+        cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    return time.perf_counter() - start
+
+
+async def follower(browser, url: str, k: int, lesson: str, steps: int, reached: list,
+                   deadline: float) -> dict:  # fmt: skip
+    """One student: opens the lesson's link in follow mode and waits, step after step, until
+    the presenter's moves bring each step's page (its lesson bar says "step i of n")."""
+    out = {"k": k, "steps": 0, "error": None}
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(max(1, deadline - time.time()) * 1000)
+    pg = await context.new_page()
+    try:
+        await pg.goto(f"{url}/?lesson={lesson}&step=1&mode=follow", timeout=120_000)
+        for number in range(1, steps + 1):
+            await pg.get_by_text(f"step {number} of {steps}").first.wait_for(
+                timeout=max(1, deadline - time.time()) * 1000
+            )
+            if await has_exception(pg):
+                out["error"] = f"exception at step {number}"
+            reached[number - 1].append(time.perf_counter())
+            out["steps"] = number
+    except Exception as exc:  # a time-out or a broken page: that session failed
+        out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    finally:
+        await context.close()
+    return out
+
+
+async def lesson_class_async(args) -> dict:
+    from playwright.async_api import async_playwright
+
+    cache = args.prepared_cache or Path(tempfile.mkdtemp(prefix="tunescope-lesson-class-"))
+    cache.mkdir(parents=True, exist_ok=True)
+    name, steps = lesson_for_class(args.lesson, cache)
+    prepare_s = prepare_lesson(name, cache)
+    print(f"lesson {name}: {steps} steps prepared in {prepare_s:.0f} s (before the server starts)",
+          flush=True)  # fmt: skip
+    (cache / "compute.log").unlink(missing_ok=True)
+    proc, url = start_server(cache, args.slots, True, model=args.lesson_model)
+    sampler = RssSampler(proc.pid)
+    sampler.start()
+    reached: list[list[float]] = [[] for _ in range(steps)]
+    moved: list[float] = []
+    try:
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=niced_chromium(cache), args=FLAGS)
+            teacher = await (await browser.new_context()).new_page()
+            teacher.set_default_timeout(600_000)
+            await teacher.goto(f"{url}/?lesson={name}&step=1&mode=present", timeout=300_000)
+            await teacher.get_by_text(f"step 1 of {steps}").first.wait_for()
+            t0_wall = time.time()
+            deadline = time.time() + args.timeout
+            students = [
+                asyncio.ensure_future(follower(browser, url, k, name, steps, reached, deadline))
+                for k in range(args.sessions)
+            ]  # fmt: skip
+            for number in range(1, steps + 1):
+                while len(reached[number - 1]) < args.sessions and time.time() < deadline:
+                    if all(s.done() for s in students):
+                        break
+                    await asyncio.sleep(0.5)
+                if number < steps:
+                    moved.append(time.perf_counter())
+                    await teacher.get_by_text("Next ▶").first.click()
+                    await teacher.get_by_text(f"step {number + 1} of {steps}").first.wait_for()
+            results = await asyncio.gather(*students)
+            await browser.close()
+    finally:
+        sampler.stop.set()
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    entries = log_entries(cache / "compute.log")
+    class_entries = [e for e in entries if float(e[2]) >= t0_wall]
+    pages = [(float(sec), label) for kind, sec, _, label, session in class_entries
+             if kind == "drawn" and session != "-"]  # fmt: skip
+    drawn = sorted(sec for sec, _ in pages)
+    cpu = sorted(float(m.group(1)) for _, label in pages
+                 if (m := re.search(r"\(cpu ([0-9.]+) s\)", label)))  # fmt: skip
+    kinds = [kind for kind, *_ in class_entries]
+    # The browsers' part: from the presenter's click to each student showing the next step.
+    lags = sorted(t - moved[i] for i, step in enumerate(reached[1:]) for t in step
+                  if i < len(moved))  # fmt: skip
+    if args.keep_log and (cache / "compute.log").exists():
+        shutil.copyfile(cache / "compute.log", args.keep_log)
+    if not args.prepared_cache:
+        shutil.rmtree(cache, ignore_errors=True)
+    return {
+        "results": results,
+        "steps": steps,
+        "drawn": drawn,
+        "cpu": cpu,
+        "lags": lags,
+        "computed": kinds.count("computed"),
+        "loaded": kinds.count("loaded"),
+        "hits": kinds.count("hit") + kinds.count("shared"),
+        "prepare_s": prepare_s,
+        "peak_rss_mb": sampler.peak / 2**20,
+        "peak_server_mb": sampler.peak_server / 2**20,
+    }
+
+
+def summarise_lesson(out: dict) -> str:
+    """Print the lesson class's figures; return its one-line summary."""
+    results, steps = out["results"], out["steps"]
+    errors = [r for r in results if r["error"]]
+    for r in errors:
+        print(f"  session {r['k']}: {r['error']}")
+    served = sum(r["steps"] == steps for r in results)
+
+    def q(values: list[float], p: float) -> float:
+        return (
+            values[min(len(values) - 1, round(p * (len(values) - 1)))] if values else float("nan")
+        )
+
+    drawn, lags = out["drawn"], out["lags"]
+    print(f"class follows a prepared lesson: {len(results)} students, {steps} steps, "
+          f"{served} saw every step, {len(errors)} with an error")  # fmt: skip
+    cpu = out["cpu"]
+    print(f"the server's part of each step's page (script run, view → drawn, {len(drawn)} "
+          f"pages): median {q(drawn, 0.5):.2f} s, p95 {q(drawn, 0.95):.2f} s, max "
+          f"{q(drawn, 1):.2f} s (the script thread's own CPU: median {q(cpu, 0.5):.2f} s, max "
+          f"{q(cpu, 1):.2f} s); computations during the class: {out['computed']} computed, "
+          f"{out['loaded']} read from the disk cache, {out['hits']} served from memory")  # fmt: skip
+    print(f"the browsers' part (presenter's click → a student's page at the next step, on this "
+          f"machine's niced browsers): median {q(lags, 0.5):.1f} s, p95 {q(lags, 0.95):.1f} s, "
+          f"max {q(lags, 1):.1f} s; peak RSS {out['peak_rss_mb']:.0f} MB (server and compute "
+          f"workers; the server alone {out['peak_server_mb']:.0f} MB)")  # fmt: skip
+    return (
+        f"lesson-class: sessions={len(results)} steps={steps} served={served} "
+        f"errors={len(errors)} drawn_median_s={q(drawn, 0.5):.2f} drawn_p95_s={q(drawn, 0.95):.2f} "
+        f"drawn_max_s={q(drawn, 1):.2f} cpu_max_s={q(cpu, 1):.2f} "
+        f"computed={out['computed']} loaded={out['loaded']} "
+        f"browser_median_s={q(lags, 0.5):.1f} browser_max_s={q(lags, 1):.1f} "
+        f"peak_rss_mb={out['peak_rss_mb']:.0f} prepare_s={out['prepare_s']:.0f}"
+    )
+
+
 def served_times(
     entries: list[list[str]], t0_wall: float
 ) -> tuple[list[float], float, list[float]]:
@@ -411,10 +599,30 @@ def main() -> None:
         "--in-process", action="store_true",
         help="compute in the server's own threads, not in its compute workers",
     )  # fmt: skip
+    parser.add_argument(
+        "--mode", choices=["distinct", "lesson", "both"], default="distinct",
+        help="distinct: every session on settings of its own (above); lesson: the class follows "
+        "a prepared lesson (its analysis steps) as the presenter moves on; both: the lesson class, "
+        "then the distinct-settings class, on fresh servers",
+    )  # fmt: skip
+    parser.add_argument("--lesson", default="papers-story",
+                        help="the lesson the class follows: a built-in name or a lesson file")  # fmt: skip
+    parser.add_argument("--lesson-model", default="mpnet",
+                        help="the server's default model in the lesson class (its steps name "
+                        "their own)")  # fmt: skip
+    parser.add_argument("--prepared-cache", type=Path, default=None,
+                        help="the lesson class's cache, kept (prepared once, reused)")  # fmt: skip
     args = parser.parse_args()
     if not Path(CHROMIUM).exists():
         raise SystemExit("Debian's chromium is needed: apt-get install chromium")
     lines = []
+    if args.mode in ("lesson", "both"):
+        print("== the class follows a prepared lesson")
+        lines.append(summarise_lesson(asyncio.run(lesson_class_async(args))))
+        if args.mode == "lesson":
+            for line in lines:
+                print(line)
+            return
     if args.baseline:
         unqueued = argparse.Namespace(
             **{**vars(args), "slots": args.sessions + 2, "in_process": True}

@@ -28,9 +28,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=None, help="examples (default: the sidebar's)")
+    parser.add_argument(
+        "--cache", default=None,
+        help="a cache folder to start from (e.g. one `tunescope lesson prepare` filled: the "
+        "first figure of a set-up machine); default: a fresh, empty one",
+    )  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tsbench-first-") as tmp:
-        os.environ["TUNESCOPE_CACHE"] = tmp
+        os.environ["TUNESCOPE_CACHE"] = args.cache or tmp
         if args.n:
             os.environ["TUNESCOPE_N"] = str(args.n)
         from streamlit.testing.v1 import AppTest

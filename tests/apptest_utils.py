@@ -31,3 +31,13 @@ def open_page(at: AppTest, page: str) -> AppTest:
 
 def errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error] + [str(e.value) for e in at.exception]
+
+
+def browser_writes_link(at: AppTest, *keys: str) -> AppTest:
+    """What the browser does and AppTest does not: write bound widgets' values (``bind=
+    "query-params"``) into the address as they change. Without it, AppTest's address keeps a
+    value the widget no longer has, and the next page switch reads it back."""
+    for key in keys:
+        value = at.session_state[key]
+        at.query_params[key] = [str(v) for v in value] if isinstance(value, list) else str(value)
+    return at

@@ -27,6 +27,9 @@ def _isolated_cache(tmp_path, monkeypatch):
     # compute workers (tests/ui/test_compute_pool.py and the browser tests use the workers), and
     # a CLI command's layer tables too (tests/test_compute.py starts workers where it means to).
     monkeypatch.setenv("TUNESCOPE_PROCESSES", "1")
+    # The server's background preparation of the built-in lessons (the 12-layer model) is for a
+    # real server; a test that wants it turns it on.
+    monkeypatch.setenv("TUNESCOPE_PREPARE_LESSONS", "0")
 
 
 @pytest.fixture(scope="session")

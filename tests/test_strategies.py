@@ -40,19 +40,23 @@ def test_invalid_triples(triple):
     assert not st.is_valid(triple, 6)
 
 
-def test_sweep_expansion_keeps_first_family_and_marks_full():
+def test_sweep_expansion_lists_full_fine_tuning_and_the_reference_as_baselines():
+    # Issue 31: "down + up + baselines" with ℓ* = L queued full fine-tuning as ℓ*-down, and the
+    # promised red baselines never appeared.
     plan = st.sweep_strategies(["down", "up", "baselines", "lora", "bitfit"], 6, l_star=6)
     triples = [s.layers for s in plan if s.layers is not None]
     assert len(triples) == len(set(triples))
-    first = plan[0]
-    assert first == st.Strategy("baseline", "full", None) or first.family == "ℓ*-down"
-    # (1, 6, 6) is full fine-tuning, listed once (under ℓ*-down here, as method full).
     full = [s for s in plan if s.method == "full"]
-    assert len(full) == 1 and full[0].family == "ℓ*-down"
-    # (4, 6, 6) is both ℓ*-down (ℓ*−2) and a baseline (L−2): kept under ℓ*-down.
-    assert next(s for s in plan if s.layers == (4, 6, 6)).family == "ℓ*-down"
+    assert full == [st.Strategy("baseline", "full", None)]  # listed once, as a baseline
+    # With ℓ* = L, (4, 6, 6) is both ℓ*-down (ℓ*−2) and a baseline (L−2): a baseline.
+    assert next(s for s in plan if s.layers == (4, 6, 6)).family == "baseline"
+    assert not any(s.family == "ℓ*-down" for s in plan)  # ℓ*-down adds nothing here
     assert [s.method for s in plan[-2:]] == ["lora", "bitfit"]
     assert not any(s.family == "ℓ*-up" for s in plan)  # ℓ* = L: nothing above
+    below = st.sweep_strategies(["down", "up", "baselines"], 6, l_star=3)
+    family = {s.layers or s.method: s.family for s in below}
+    assert family["full"] == "baseline" and family[(1, 3, 3)] == "ℓ*-down"
+    assert family[(4, 6, 6)] == "ℓ*-up"  # ℓ* < L: the first family that produced it
 
 
 def test_sweep_needs_l_star_and_known_names():

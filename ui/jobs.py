@@ -58,11 +58,13 @@ def warm_tasks() -> None:
     import analysis.layers.rows  # noqa: F401
 
 
-def extract_job(cfg: ExtractConfig, progress) -> None:
-    """An extraction: the states go into the disk cache (nothing comes back)."""
+def extract_job(cfg: ExtractConfig, progress) -> bool:
+    """An extraction: the states go into the disk cache (only whether they were there already
+    comes back)."""
     from analysis.extract import extract_states
 
-    extract_states(cfg, progress=progress, loaded=worker_model(cfg.model))
+    states = extract_states(cfg, progress=progress, loaded=worker_model(cfg.model))
+    return bool(states.meta["cache_hit"])
 
 
 def worker_states(cfg: ExtractConfig) -> LayerStates:

@@ -55,8 +55,8 @@ def get_data(spec: DataSpec):
 
 
 COLUMNS_HINT = (
-    " Choose the columns in the sidebar: open **Columns (text, label)** below the Dataset picker "
-    "(a collapsed section); it lists the file's own columns."
+    " Choose the columns in the sidebar: **Columns (text, label)** below the Dataset picker "
+    "lists the file's own columns."
 )
 
 _STATES: ProgressMemo = ProgressMemo(max_entries=6)
@@ -69,20 +69,25 @@ def get_states(cfg: ExtractConfig, label: str = "Extracting hidden states"):
     disk cache; this process then reads them from there, memory-mapped."""
     from analysis.extract import extract_states, states_cached
 
+    extracted = []  # whether a worker extracted them (the page then read them from the cache)
+
     def load(progress):
         if compute_pool.enabled() and not model_loaded(cfg.model):
             # This process has not loaded the model yet (a fresh server, whose warm-up thread is
             # loading it now): the worker, which has it, checks the disk cache itself and
             # extracts on a miss, instead of the page waiting for its own model first.
-            compute_pool.compute(extract_job, cfg, progress=progress)
+            extracted.append(not compute_pool.compute(extract_job, cfg, progress=progress))
             loaded = get_model(cfg.model)
         else:
             loaded = get_model(cfg.model)
             if compute_pool.enabled() and not states_cached(cfg, loaded):
-                compute_pool.compute(extract_job, cfg, progress=progress)
+                extracted.append(not compute_pool.compute(extract_job, cfg, progress=progress))
         return extract_states(cfg, progress=progress, loaded=loaded)
 
-    return _STATES.get(canonical_json(to_dict(cfg)), label, load)
+    def served(states) -> bool:
+        return bool(states.meta.get("cache_hit")) and not any(extracted)
+
+    return _STATES.get(canonical_json(to_dict(cfg)), label, load, served=served)
 
 
 _WARMED = False

@@ -15,13 +15,14 @@ view's later computations do not queue behind views opened after it), and each w
 how many computations are ahead of its own. A view asked for by several sessions at once is
 computed once: the later ones wait for the first one's result (`ProgressMemo.get`) instead of
 queueing a copy. ``$TUNESCOPE_COMPUTE_LOG`` names a file that gets a tab-separated line per
-event: the kind (``view``: a script run started; ``asked``: a page asked for a computation that
-no one has; ``computed``, ``shared`` or ``hit``: how it was served; ``failed``: it raised, or its
-page went away), the seconds it took (a computation's without its wait for a turn), when (Unix
-time; for ``computed``, when it ended), the label, and the session (a short tag of Streamlit's
-session id, ``-`` outside one). `bench/bench_class.py` reads it: a session's first ``view`` is
-when its page reached the server, so the server's part of each wait can be told from the
-browser's.
+event: the kind (``view``: a script run started; ``drawn``: it ended, its page drawn — a page
+that stops early logs none; ``asked``: a page asked for a computation that no one has;
+``computed``, ``loaded`` (read from the disk cache: nothing computed), ``shared`` or ``hit``: how
+it was served; ``failed``: it raised, or its page went away), the seconds it took (a
+computation's without its wait for a turn; ``drawn``: the whole run's), when (Unix time; for
+``computed``, when it ended), the label, and the session (a short tag of Streamlit's session id,
+``-`` outside one). `bench/bench_class.py` reads it: a session's first ``view`` is when its page
+reached the server, so the server's part of each wait can be told from the browser's.
 """
 
 from __future__ import annotations
@@ -180,13 +181,26 @@ class ComputeQueue:
 
 QUEUE = ComputeQueue(default_slots())
 _PRIORITY = "compute_priority"
+_STARTED = "compute_run_started"
 
 
 def start_run() -> None:
     """Called at the top of every script run (app.py): this run's computations queue by when it
     started (`ComputeQueue.turn`)."""
     st.session_state[_PRIORITY] = QUEUE.next_priority()
+    st.session_state[_STARTED] = (time.perf_counter(), time.thread_time())
     _log("view", "script run", 0.0)
+
+
+def end_run(page: str) -> None:
+    """Called when a script run has drawn its page (app.py): logs ``drawn`` with the run's
+    seconds — the server's whole part of showing ``page`` — and, in its label, the CPU seconds
+    the run's own thread used (what its wall time is on a machine it shares with nothing)."""
+    started = st.session_state.get(_STARTED)
+    if started is not None:
+        wall, cpu = started
+        spent = time.thread_time() - cpu
+        _log("drawn", f"{page or 'home'} (cpu {spent:.3f} s)", time.perf_counter() - wall)
 
 
 def run_priority() -> float | None:
@@ -242,15 +256,17 @@ class ProgressMemo(Generic[T]):
         self._lock = threading.Lock()
 
     def get(
-        self, key: Hashable, label: str, compute: Callable[[Progress], T], later: bool = False
-    ) -> T:
+        self, key: Hashable, label: str, compute: Callable[[Progress], T], later: bool = False,
+        served: Callable[[T], bool] | None = None,
+    ) -> T:  # fmt: skip
         """The value for ``key``, computing it as ``compute(progress)`` under a bar on a miss.
 
         When another session is computing the same key, wait for its result rather than compute
         it again (and compute it here if that one failed). ``later``: a computation that adds to
         a figure already shown (the layer repeats' bands) queues by when it is asked for, behind
         the views opened before then, instead of by its own view's start: in a class every
-        session's first figure comes before anyone's refinements."""
+        session's first figure comes before anyone's refinements. ``served(value)``: whether
+        ``compute`` only read the value from the disk cache (logged ``loaded``, not ``computed``)."""
         bar = None
         try:
             while True:
@@ -273,14 +289,14 @@ class ProgressMemo(Generic[T]):
                 _log("shared" if shared else "hit", label, 0.0)
                 return value
             priority = self.queue.next_priority() if later else run_priority()
-            return self._compute(key, label, compute, bar, priority)
+            return self._compute(key, label, compute, bar, priority, served)
         finally:
             if bar is not None:
                 bar.empty()
 
     def _compute(
         self, key: Hashable, label: str, compute: Callable[[Progress], T], bar,
-        priority: float | None,
+        priority: float | None, served: Callable[[T], bool] | None = None,
     ) -> T:  # fmt: skip
         bar = bar or st.progress(0.0, text=label)
         _log("asked", label, 0.0)
@@ -294,7 +310,8 @@ class ProgressMemo(Generic[T]):
                     value = compute(
                         lambda f, m="": bar.progress(min(max(f, 0.0), 1.0), text=f"{label}: {m}")
                     )
-                _log("computed", label, time.perf_counter() - clock)
+                from_disk = served is not None and served(value)
+                _log("loaded" if from_disk else "computed", label, time.perf_counter() - clock)
             with self._lock:
                 self._items[key] = value
                 while len(self._items) > self.max_entries:

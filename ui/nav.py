@@ -27,7 +27,11 @@ PATH = (
     Step("views/runs.py", "Runs", "compare, annotate and export every run"),
 )
 # Pages off the path, and the page each leads to.
-AFTER = {"views/claims.py": "views/runs.py", "views/recommend.py": "views/runs.py"}
+AFTER = {
+    "views/claims.py": "views/runs.py",
+    "views/recommend.py": "views/runs.py",
+    "views/lessons.py": "views/data.py",
+}
 RECOMMEND = "views/recommend.py"  # every other page links to it too: the answer in one place
 ICONS = {
     "Data": ":material/table_view:",
@@ -72,3 +76,22 @@ def path_links() -> None:
         st.page_link(
             step.page, label=f"{number}. **{step.title}** — {step.does}", icon=ICONS[step.title]
         )
+
+
+BUILTIN_LESSON = "papers-story"
+
+
+def lesson_link() -> None:
+    """The built-in lesson, at one's own pace (the Home page): a link that opens its first step
+    (a full page load, as a copied link opens it), and where it is presented from."""
+    from analysis.lessons.lesson import BUILTIN, Lessons
+
+    try:
+        lesson = Lessons(BUILTIN / "none", builtin=BUILTIN).load(BUILTIN_LESSON)
+    except ValueError:
+        return
+    st.markdown(
+        f'<a href="{lesson.link(1)}" target="_self">▶ Take the lesson: {lesson.title}</a> '
+        f"({len(lesson)} steps; a teacher presents it from the **Lessons** page)",
+        unsafe_allow_html=True,
+    )

@@ -13,6 +13,7 @@ from ui.heads.attention import attention_view
 from ui.heads.robustness import robustness_view
 from ui.heads.runs import heads_runs_view
 from ui.heads.state import get_head_stats, settings_form, stats_config
+from ui.links import BIND
 from ui.loaders import get_model, show_error
 from ui.nav import next_step
 from ui.sidebar import describe, settings
@@ -62,7 +63,7 @@ st.caption(
 
 tab_rank, tab_attention, tab_rich, tab_corr, tab_robust, tab_runs = st.tabs(
     ["PageRank and selection", "What a head attends to", "Information richness", "Correlation",
-     "Robustness", "PageRank vs random heads"]
+     "Robustness", "PageRank vs random heads"], key="heads_tab", bind=BIND,
 )  # fmt: skip
 with tab_attention:
     text.attention()
@@ -72,7 +73,10 @@ with tab_rank:
     st.plotly_chart(figures.pagerank_heatmap(result.pagerank, result.selected), width="stretch")
     text.teleport_note()
     layer = st.select_slider(
-        "layer (PageRank variants)", list(range(1, stats.n_layers + 1)), key="heads_layer"
+        "layer (PageRank variants)",
+        list(range(1, stats.n_layers + 1)),
+        key="heads_layer",
+        bind=BIND,
     )
     row = layer - 1
     both = {

@@ -14,6 +14,7 @@ from ui.layers import text
 from ui.layers.state import get_layer_metrics, get_layer_repeats
 from ui.layers.view import layer_picture, suggestion, teaching_view
 from ui.layers.whatif import whatif_view
+from ui.links import BIND
 from ui.loaders import get_states, show_error
 from ui.nav import next_step
 from ui.sidebar import describe, settings
@@ -22,7 +23,7 @@ from ui.suggestions import remember_l_star
 st.title("Layers")
 st.markdown(text.INTRO)
 tab_metrics, tab_picture, tab_whatif, tab_teach = st.tabs(
-    ["Metrics and ℓ*", "Layer picture", "What-ifs", "Teaching view"]
+    ["Metrics and ℓ*", "Layer picture", "What-ifs", "Teaching view"], key="layers_tab", bind=BIND
 )
 with tab_teach:
     text.teaching()
@@ -46,7 +47,7 @@ with tab_metrics:
     st.caption(describe(cfg))
     n_repeats = st.number_input(
         "Bootstrap repeats R (1 = the single table; intervals from R ≥ 50)", 1, 200,
-        DEFAULT_REPEATS, key="layers_repeats",
+        DEFAULT_REPEATS, key="layers_repeats", bind=BIND,
         help="Bootstrap resamples of the N extracted examples (the extraction is not repeated). "
         "ν, CCA and ϱ are recomputed on each; the probe's out-of-fold predictions are resampled, "
         "not refit (so its interval leaves out the refit's own variation). 90 % BCa intervals "
@@ -121,6 +122,7 @@ with tab_metrics:
             figures.l_star_shares(reps.l_star_counts, states.n_layers, reps.repeats),
             width="stretch",
         )
+        st.caption(text.X1_AND_THE_LAYERS_PAGE)
     source = "served from the cache" if hit else f"computed in {df.attrs.get('seconds', 0):.1f} s"
     st.caption(
         f"{cfg.model.name}: {states.n_layers} layers, d_model {states.d_model}; N = {states.n} examples "

@@ -6,6 +6,7 @@ import streamlit as st
 
 from ui.figures import subspace as figures
 from ui.finetune.state import get_db
+from ui.links import BIND
 from ui.loaders import get_data, get_model, show_error
 from ui.nav import next_step
 from ui.sidebar import describe, settings
@@ -37,7 +38,7 @@ run = pick_run(db, cfg, layer_params)
 if run is None:
     next_step("views/subspace.py")
     st.stop()
-centre = st.toggle("Centre the snapshots instead of subtracting θ₀", key="sub_centre")
+centre = st.toggle("Centre the snapshots instead of subtracting θ₀", key="sub_centre", bind=BIND)
 try:
     report = get_report(run["trajectory_dir"], centre)
 except ValueError as exc:

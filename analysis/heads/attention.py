@@ -14,12 +14,16 @@ position terms inside the softmax; its A is still the matrix that mixes the valu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from analysis.extract import model_inputs, tokenize
 from analysis.models import LoadedModel
+
+if TYPE_CHECKING:
+    from analysis.cache import DiskCache
 
 
 @dataclass(frozen=True)
@@ -71,3 +75,22 @@ def attention_pattern(
     weights = torch.stack([a[0] for a in attentions]).float().cpu().numpy()  # (L, H, S, S)
     names = tuple(loaded.tokenizer.convert_ids_to_tokens(tokens.input_ids[0]))
     return AttentionPattern(tokens=names, weights=weights)
+
+
+def cached_attention_pattern(
+    loaded: LoadedModel, text: str, text_pair: str | None = None, max_length: int = 128,
+    cache: DiskCache | None = None,
+) -> tuple[AttentionPattern, bool]:  # fmt: skip
+    """`attention_pattern` from the disk cache when already computed (a prepared lesson runs no
+    model during class). Returns (pattern, hit); the tokens are kept in the entry's JSON."""
+    from analysis.cache import DiskCache
+
+    recipe = {"model": loaded.identity(), "text": text, "text_pair": text_pair,
+              "max_length": int(max_length), "version": 1}  # fmt: skip
+
+    def compute():
+        pattern = attention_pattern(loaded, text, text_pair, max_length)
+        return {"weights": torch.from_numpy(pattern.weights)}, {"tokens": list(pattern.tokens)}
+
+    tensors, meta, hit = (cache or DiskCache()).get_or_compute("attention", recipe, compute)
+    return AttentionPattern(tuple(meta["tokens"]), tensors["weights"].numpy()), hit

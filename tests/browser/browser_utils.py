@@ -69,6 +69,9 @@ def serve(cache: Path, **env: str):
         "TUNESCOPE_N": os.environ.get("TUNESCOPE_BROWSER_N", "300"),
         "TUNESCOPE_WORKER_IDLE_S": "30",
         "TUNESCOPE_PROCESSES": "2",  # the server's computations in its two compute workers
+        "TUNESCOPE_PREPARE_LESSONS": "0",  # no background preparation of the built-in lessons
+        "TUNESCOPE_COMPUTE_LOG": str(cache / "compute.log"),  # what the server computed, when
+        "TUNESCOPE_MODEL": os.environ.get("TUNESCOPE_BROWSER_MODEL", "minilm"),  # small, fast
         **env,
     }
     log = open(cache / "server.log", "w")  # noqa: SIM115 (closed at teardown)

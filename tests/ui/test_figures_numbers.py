@@ -83,3 +83,11 @@ def test_metric_bands_and_shares():
     assert len([t for t in layers.metrics_figure(df, 1).data if t.fill == "toself"]) == 0
     shares = layers.l_star_shares({2: 4, 3: 1}, 3, 5).data[0]
     assert list(shares.marker.color) == ["#1f77b4", "#ff7f0e", "#1f77b4"]  # stable in orange
+
+
+def test_the_stable_line_is_labelled_beside_the_bars_not_on_them():
+    fig = layers.l_star_shares({10: 40, 12: 10}, 12, 50)
+    (label,) = fig.layout.annotations
+    assert label.text.startswith("stable") and "(40 of 50)" in label.text
+    assert label.xref == "x domain" and label.x == 1 and label.xanchor == "left"  # right of them
+    assert fig.layout.margin.r >= 100  # room for it

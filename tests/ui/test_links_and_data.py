@@ -206,9 +206,11 @@ def test_column_pickers_offer_the_files_columns_and_reset_for_another_data_set(
     at.switch_page("views/data.py").run()
     (message,) = errors(at)
     assert "No text column chosen" in message and "Columns (text, label)" in message
-    assert "collapsed" in message  # says where the pickers are
-    at.sidebar.selectbox(key="text_col").set_value("review")
+    assert "collapsed" not in message  # the section it names is open
+    at.sidebar.selectbox(key="text_col").set_value("review").run()
+    assert at.sidebar.expander[0].proto.expanded  # the label column is still missing: stays open
     at.sidebar.selectbox(key="label_col").set_value("stars").run()
+    assert not at.sidebar.expander[0].proto.expanded  # both known: it folds
     assert not errors(at)
     at.sidebar.selectbox(key="data").set_value("amazon.csv").run()
     assert not errors(at)  # not "Text column 'review' not found in amazon.csv"

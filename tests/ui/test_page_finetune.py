@@ -76,6 +76,7 @@ def test_finetune_page_launches_runs_that_outlive_reruns(tiny_bert_dir, monkeypa
     table = next(d.value for d in at.dataframe if "n_tuned_layers" in d.value.columns)
     assert table["id"].tolist() == [run_id] and table["n_tuned_layers"].tolist() == [1]
     assert len(at.get("plotly_chart")) >= 3  # score vs layers, vs parameters, costs
+    assert any("Peak memory is measured per process" in m.value for m in at.markdown)
 
     # A second estimate now comes from the measured run.
     fill_form(at, steps=4)

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from apptest_utils import errors, make_app
+from apptest_utils import browser_writes_link, errors, make_app
 
 from ui.figures import heads as figures
 
@@ -165,6 +165,7 @@ def test_the_form_keeps_its_values_across_pages_and_heads_are_kept_per_data(
     at.switch_page(PAGE).run()
     at.number_input(key="heads_k").set_value(1)
     at.button[0].click().run()  # Apply
+    browser_writes_link(at, "heads_k", "heads_n")
     at.switch_page("views/data.py").run()
     at.switch_page(PAGE).run()
     assert at.number_input(key="heads_k").value == 1 and at.number_input(key="heads_n").value == 12

@@ -45,6 +45,10 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
     assert star.value == str(l_star) and star.delta.endswith("of 50 repeats")  # R = 50 default
     box = next(i.value for i in at.info if f"ℓ\\* = {l_star}" in i.value)  # the suggestion box
     assert "of 50 repeats" in box and "ρ(ν, s) = " in box
+    # Issue 31: the triple the box recommends is defined where it is used, and the tiles say why
+    # the Paper check's X1 gives another ρ for the same settings.
+    assert "A strategy is written (ℓ_bottom, ℓ_top, ℓ_head): layers ℓ_bottom..ℓ_top train" in box
+    assert any("X1 and the Layers page give different ρ(ν, s)" in c.value for c in at.caption)
     assert len(at.latex) >= 7  # ν, ℓ*, CCA, ϱ, ρ, ζ, repeats
     charts = at.get("plotly_chart")
     assert len(charts) == 4  # metrics with bands, ℓ* shares, layer picture, teaching scatter
@@ -352,12 +356,14 @@ def test_the_pictures_probe_is_the_tables_probe(tiny_bert_dir, monkeypatch):
 
 
 def test_umap_button_goes_once_its_picture_is_computed(tiny_bert_dir, monkeypatch):
+    import analysis.layers.projection
     import ui.layers.state
 
-    monkeypatch.setattr(
-        ui.layers.state, "_projection",
-        lambda key, layer, method, seed, states: np.zeros((states.shape[1], 2)),
-    )  # fmt: skip
+    def flat(states, method, seed):
+        return np.zeros((len(states), 2))
+
+    monkeypatch.setattr(analysis.layers.projection, "project_2d", flat)
+    monkeypatch.setattr(ui.layers.state, "project_2d", flat)
     at = layers_page(tiny_bert_dir, monkeypatch)
     at.radio(key="layers_pic_method").set_value("umap").run()
     button = next(b for b in at.button if b.label.startswith("Compute UMAP"))
@@ -451,3 +457,19 @@ def test_metrics_figure_is_drawn_before_the_repeats_run(tiny_bert_dir, monkeypat
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert len([t for t in spec["data"] if t.get("fill") == "toself"]) == 4
     assert len(at.get("plotly_chart")) == 4  # the first drawing was replaced, not added to
+
+
+def test_a_link_restores_the_pictures_controls_and_its_selected_examples(tiny_bert_dir,
+                                                                          monkeypatch):  # fmt: skip
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params.update(layer="1", layers_pic_mistakes="true", picked="3,1", layers_repeats="1")
+    at.switch_page("views/layers.py").run()  # the link opens the page: its first run
+    assert not errors(at), errors(at)
+    assert at.slider(key="layer").value == 1
+    assert at.toggle(key="layers_pic_mistakes").value
+    assert at.number_input(key="layers_repeats").value == 1
+    assert any(m.value.startswith("**2 selected example(s)** at layer 1") for m in at.markdown)
+    picked = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
+    assert sorted(picked["example"]) == [1, 3]
+    chart = next(c for c in at.get("plotly_chart") if "selectedpoints" in c.proto.spec)
+    assert chart  # the selection drawn on the figure too

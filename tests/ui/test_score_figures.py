@@ -65,3 +65,35 @@ def test_subspace_bars_are_bounded_with_short_labels():
     assert list(fig.layout.yaxis.range) == [0, 1] and 0.54 in lines_at(fig)
     assert all(len(line) <= 24 for x in fig.data[0].x for line in x.split("<br>"))
     assert fig.layout.height >= 400
+
+
+# ---------------------------------------------------------------- issue 31: the walk's defects
+
+
+def test_full_fine_tuning_is_a_red_baseline_with_a_legend_even_alone():
+    runs = summary([0.8, 0.82]).assign(family="ℓ*-down")  # as a sweep before the fix queued it
+    fig = finetune.score_vs_layers(runs, "accuracy", 6, BASE)
+    assert fig.layout.showlegend is True  # one family still says which one it is
+    assert [t.name for t in fig.data] == ["baseline"]
+    assert fig.data[0].marker.color == finetune.STRATEGY_COLOURS["baseline"]
+
+
+def test_the_log_axis_of_trainable_parameters_is_labelled_in_full():
+    runs = summary([0.8, 0.81, 0.82]).assign(n_trainable=[1_800_000, 4_500_000, 22_700_000])
+    axis = finetune.score_vs_params(runs, "accuracy", BASE).layout.xaxis
+    assert axis.type == "log" and axis.tickmode == "array"
+    assert list(axis.ticktext) == ["1M", "2M", "5M", "10M", "20M", "50M"]  # not "2 3 4 … 9 10M 2"
+    assert list(axis.tickvals) == [1e6, 2e6, 5e6, 1e7, 2e7, 5e7]
+    wide = finetune.score_vs_params(runs.assign(n_trainable=[3_000, 400_000, 22_700_000]))
+    assert list(wide.layout.xaxis.ticktext) == ["10k", "100k", "1M", "10M"]  # decades only
+
+
+def test_a_single_runs_dev_axis_ticks_at_round_values():
+    steps = pd.DataFrame({"step": [1, 2, 50, 100], "kind": ["train", "train", "dev", "dev"],
+                          "key": ["loss", "loss", "dev", "dev"],
+                          "value": [0.7, 0.6, 0.71, 0.8]})  # fmt: skip
+    dev = finetune.loss_curve(steps, "one run", "accuracy").layout.yaxis2
+    assert (dev.tickmode, dev.tick0, dev.dtick) == ("linear", 0, 0.2)  # 0, 0.2, … 1
+    mcc = finetune.loss_curve(steps, "one run", "mcc").layout.yaxis2
+    assert (mcc.tick0, mcc.dtick) == (-1, 0.5)
+    assert runs.overlay_curves({"a": steps}, "accuracy").layout.yaxis2.dtick == 0.2

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 TWELVE_LAYERS = (
-    "**When to switch to the 12-layer model (`mpnet`).** On the default MiniLM (6 layers) ℓ\\* is "
+    "**When to switch to the 12-layer model (`mpnet`).** On MiniLM (6 layers) ℓ\\* is "
     "the top layer on both built-in data sets, so *tune up to ℓ\\** has nothing to cut there and "
     "the ℓ\\* claims (X2 mid-network, X4 tuning up to ℓ\\*) cannot show the papers' story. Choose "
     "**mpnet** (all-mpnet-base-v2, 12 layers; about 6× slower per example) in the sidebar's model "

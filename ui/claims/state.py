@@ -20,31 +20,33 @@ KEEP = "session"  # the form keeps its values across page switches
 
 def settings_form(base: ExtractConfig) -> ClaimsConfig:
     """The sidebar's model, data, N, seed and max length with this page's run settings (the
-    form keeps them across page switches, like the Heads form)."""
-    state = st.session_state
-    for key, value in DEFAULTS.items():
-        state.setdefault(key, value)
+    form keeps them across page switches, like the Heads form, and in the link)."""
+    state, d = st.session_state, DEFAULTS
+    keep = {"persist_state": KEEP, "bind": "query-params"}
     with st.form("claims_form"):
         c1, c2, c3, c5, c4 = st.columns(5)
-        c1.number_input("seeds per run claim", 1, 10, key="claims_seeds", persist_state=KEEP,
+        c1.number_input("seeds per run claim", 1, 10, d["claims_seeds"], key="claims_seeds",
                         help="A run claim gives a verdict only from ≥ 3 seeds per arm; with fewer "
-                        "its numbers are shown, its verdict is inconclusive.")  # fmt: skip
-        c2.number_input(
-            "steps per run", 1, 100_000, step=50, key="claims_steps", persist_state=KEEP
-        )
+                        "its numbers are shown, its verdict is inconclusive.", **keep)  # fmt: skip
+        c2.number_input("steps per run", 1, 100_000, d["claims_steps"], step=50,
+                        key="claims_steps", **keep)  # fmt: skip
         c3.number_input(
-            "bootstrap repeats R (X1–X3)", 2, 500, key="claims_repeats", persist_state=KEEP,
+            "bootstrap repeats R (X1–X3)", 2, 500, d["claims_repeats"], key="claims_repeats",
             help="Per sample. 90 % BCa intervals around the full-sample values need R ≥ 50; with "
-            "fewer the layer claims show s.e. only and stay inconclusive.",
+            "fewer the layer claims show s.e. only and stay inconclusive.", **keep,
         )  # fmt: skip
         c5.number_input(
-            "samples S (X1–X3)", 1, 10, key="claims_samples", persist_state=KEEP,
+            "samples S (X1–X3)", 1, 10, d["claims_samples"], key="claims_samples",
             help="Each layer claim is judged on S samples of N examples (disjoint where the data "
             "hold S·N, else overlapping); samples that disagree make the verdict unstable.",
+            **keep,
         )  # fmt: skip
-        c4.number_input("heads per layer k (H1, H2)", 1, 64, key="claims_k", persist_state=KEEP)
-        st.multiselect("claims", list(CLAIMS), key="claims_only", persist_state=KEEP)
+        c4.number_input("heads per layer k (H1, H2)", 1, 64, d["claims_k"], key="claims_k",
+                        **keep)  # fmt: skip
+        st.multiselect("claims", list(CLAIMS), d["claims_only"], key="claims_only", **keep)
         st.form_submit_button("Apply", type="primary")
+    for key, value in DEFAULTS.items():  # (a widget not drawn yet this session: its default)
+        state.setdefault(key, value)
     return ClaimsConfig(
         model=base.model, data=base.data, only=tuple(state["claims_only"]) or tuple(CLAIMS),
         n=base.sample.n, sample_seed=base.sample.seed, max_length=base.max_length,

@@ -10,8 +10,9 @@ import streamlit as st
 from analysis import claims
 from analysis.claims import ClaimInputs, ClaimsConfig
 from ui import verdicts
-from ui.figures.claims import VERDICT_COLOURS, claim_figure
+from ui.figures.claims import VERDICT_COLOURS, VERDICT_WIDTH, claim_figure
 from ui.finetune.state import format_seconds, get_db
+from ui.layers.text import X1_AND_THE_LAYERS_PAGE
 
 FOLLOW_UP = "claims_follow_up"  # the user queued claims' runs: queue the second stage too
 
@@ -40,7 +41,7 @@ def claims_view(cfg: ClaimsConfig, inputs: ClaimInputs) -> None:
         table.style.map(_style, subset=["verdict"]), hide_index=True, width="stretch",
         column_config={
             "id": st.column_config.TextColumn("id", width="small"),
-            "verdict": st.column_config.TextColumn("verdict", width="small"),
+            "verdict": st.column_config.TextColumn("verdict", width=VERDICT_WIDTH),
             "claim": st.column_config.TextColumn("claim", width="large"),
             "paper": st.column_config.TextColumn("the paper's number", width="large"),
         },
@@ -61,6 +62,8 @@ def claims_view(cfg: ClaimsConfig, inputs: ClaimInputs) -> None:
                 f"**Paper:** {info.paper}  \n**Measured as:** {info.measured_as}  \n"
                 f"**Rule:** {info.rule}  \n**Ours:** {result.detail}"
             )
+            if result.id == "X1":
+                st.caption(X1_AND_THE_LAYERS_PAGE)
             fig = claim_figure(result, metric)
             if fig is not None:
                 st.plotly_chart(fig, width="stretch", key=f"claims_fig_{result.id}")

@@ -15,10 +15,14 @@ CHANCE_STYLE = dict(line_dash="dot", line_color="#999999", line_width=1)
 
 def bound_score_axis(fig: go.Figure, metric: str | None, **where: Any) -> None:
     """Fix the score axis to the metric's range ([0, 1] or [−1, 1]): never 1.06, never a zoom on
-    0.450–0.460. ``where``: plotly's axis selectors (row/col, secondary_y)."""
+    0.450–0.460; ticked at round values (0, 0.2, … 1; −1, −0.5, … 1), never at a second axis'
+    leftovers such as 0.255 / 0.544 / 0.833. ``where``: plotly's axis selectors (row/col,
+    secondary_y)."""
     bounds = metric_range(metric)
     if bounds is not None:
-        fig.update_yaxes(range=list(bounds), **where)
+        low, high = bounds
+        step = 0.2 if high - low <= 1 else 0.5
+        fig.update_yaxes(range=[low, high], tickmode="linear", tick0=low, dtick=step, **where)
 
 
 def draw_baselines(fig: go.Figure, baseline: Baseline | None, **where: Any) -> None:

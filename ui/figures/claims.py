@@ -22,6 +22,9 @@ VERDICT_COLOURS = {
     "unstable": "#ff7f0e",
     "not measured yet": "#c7c7c7",
 }
+# The verdict column's width in pixels: the longest verdict whole ("does not hold", "not measured
+# yet"), at about 8 px a character plus the cell's padding; "small" cut them ("does not ho").
+VERDICT_WIDTH = 8 * max(len(v) for v in VERDICT_COLOURS) + 24
 
 
 def rho_repeats(rho: Sequence[float], mean: float, interval: tuple[float, float]) -> go.Figure:

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from analysis.finetune.registry import colours, method_names
 from analysis.runs.results import pareto_front
+from ui.figures import log_ticks
 from ui.figures.baselines import bound_score_axis, score_frame
 
 if TYPE_CHECKING:
@@ -41,7 +42,11 @@ FAMILY_COLOURS = family_colours()  # the built-in methods' (a registered method:
 
 def display_family(family: str, method: str) -> str:
     """The family a point is coloured and listed by: the layer strategy's family (ℓ*-down, ℓ*-up,
-    middle, baseline for full and top-layer runs), else the method itself (heads, lora…)."""
+    middle, baseline for full and top-layer runs), else the method itself (heads, lora…). Full
+    fine-tuning is a baseline whatever family its sweep recorded (sweeps before the fix queued it
+    as ℓ*-down when ℓ* = L)."""
+    if method == "full":
+        return "baseline"
     own = colours()  # methods with a colour of their own; full and layers have none
     if family in LAYER_FAMILIES or (method in method_names() and method not in own):
         return family if family in family_colours() else "other"
@@ -122,6 +127,7 @@ def score_vs_layers(
         xaxis_title="number of tuned layers",
         yaxis_title=f"test {metric} (mean ± s.e. over seeds)",
         legend_title="family",
+        showlegend=True,  # also for one family: the colour must say which one it is
         height=420,
     )
     fig.update_xaxes(dtick=1)
@@ -168,7 +174,7 @@ def score_vs_params(
         yaxis_title=f"test {metric}",
         height=420,
     )
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(type="log", **log_ticks(points["n_trainable"]))
     return score_frame(fig, metric, baseline)
 
 

@@ -340,6 +340,18 @@ def teaching_scatter(x: np.ndarray, y: np.ndarray) -> go.Figure:
     return fig
 
 
+def mark_picked(fig: go.Figure, picked: Sequence[int]) -> go.Figure:
+    """Show the examples ``picked`` (their numbers, customdata[0]) as the figure's selection —
+    a box or lasso selection restored from a link; every other point dimmed."""
+    chosen = {int(k) for k in picked}
+    for trace in fig.data:
+        custom = trace.customdata
+        if custom is None or not len(custom):
+            continue
+        trace.selectedpoints = [i for i, row in enumerate(custom) if int(row[0]) in chosen]
+    return fig
+
+
 def l_star_shares(counts: dict[int, int], n_layers: int, repeats: int) -> go.Figure:
     """How many of the R bootstrap repeats pick each layer as ℓ*, layers 1..L (bars: the share,
     labels: "k/R"); the dashed line at ⌈0.8 R⌉ / R marks "stable"."""
@@ -359,11 +371,13 @@ def l_star_shares(counts: dict[int, int], n_layers: int, repeats: int) -> go.Fig
         )
     )
     need = -(-4 * repeats // 5)
-    fig.add_hline(y=need / max(repeats, 1), line_dash="dash",
-                  annotation_text=f"stable ({need} of {repeats})")  # fmt: skip
+    # The label sits right of the plot, at the end of its line: on the line it covered the
+    # tallest bar's own label (often the top layer's).
+    fig.add_hline(y=need / max(repeats, 1), line_dash="dash", annotation_text=f"stable<br>({need} of {repeats})",
+                  annotation_position="right", annotation_xanchor="left")  # fmt: skip
     fig.update_layout(
         xaxis_title="layer", yaxis_title="share of repeats", yaxis_range=[0, 1.15], height=260,
-        margin={"t": 20, "b": 40},
+        margin={"t": 20, "b": 40, "r": 110},
     )  # fmt: skip
     fig.update_xaxes(dtick=1)
     return fig

@@ -67,8 +67,11 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
     st.subheader("Wall-clock and peak memory")
     st.markdown(
         "Measured per run; each bar is a run group's mean over its seeds (n = … on the bar) with "
-        "± one standard error. Peak memory is what the run added on top of the process: the "
-        "trainable copy, optimizer state and activations."
+        "± one standard error. Peak memory is measured per process: the peak resident memory of "
+        "the worker process that trained the run, less what that process held when the run "
+        "started (its model loaded) — the trainable copy, optimizer state and activations. Runs "
+        "that train side by side each train in a worker process of their own, so neither counts "
+        "the other's memory."
     )
     st.plotly_chart(figures.costs(summary), width="stretch")
     if not choices.empty:

@@ -10,20 +10,28 @@ import streamlit as st
 
 from analysis.config import ExtractConfig
 from analysis.data import sample
-from analysis.heads.attention import AttentionPattern, attention_pattern
+from analysis.heads.attention import AttentionPattern, cached_attention_pattern
 from analysis.heads.select import HeadAnalysis
 from analysis.models import LoadedModel
 from ui.figures import heads as figures
 from ui.layers.view import shorten
 from ui.links import BIND, check_page_link, publish, take_link, whole
 from ui.loaders import get_data, show_error
+from ui.memo import ProgressMemo
+
+_PATTERNS: ProgressMemo[tuple[AttentionPattern, bool]] = ProgressMemo(max_entries=32)
 
 
-@st.cache_data(max_entries=32, show_spinner="Running the model on the example…")
 def _pattern(
-    fingerprint: str, text: str, pair: str | None, max_length: int, _loaded: LoadedModel
+    fingerprint: str, text: str, pair: str | None, max_length: int, loaded: LoadedModel
 ) -> AttentionPattern:
-    return attention_pattern(_loaded, text, pair, max_length)
+    """One example's attention pattern: in this process, and on disk (a prepared lesson runs no
+    model while the class follows)."""
+    return _PATTERNS.get(
+        (fingerprint, text, pair, max_length), "Running the model on the example",
+        lambda progress: cached_attention_pattern(loaded, text, pair, max_length),
+        served=lambda value: value[1],
+    )[0]  # fmt: skip
 
 
 def heads_sample(cfg: ExtractConfig) -> pd.DataFrame:
@@ -73,7 +81,7 @@ def attention_view(cfg: ExtractConfig, loaded: LoadedModel, result: HeadAnalysis
     publish("example", example, 0)
     own = st.text_input(
         "…or type a text of your own", key="heads_own_text", placeholder="optional",
-        persist_state="session",
+        persist_state="session", bind=BIND,
     )  # fmt: skip
     if own.strip():
         text, pair = own, None

@@ -10,6 +10,7 @@ from analysis.config import ExtractConfig
 from analysis.heads.select import HeadAnalysis, analyse_heads, rank_agreement, selection_overlap
 from ui.figures import heads as figures
 from ui.heads.state import get_head_stats, stats_config
+from ui.links import BIND
 from ui.loaders import show_error
 
 
@@ -18,13 +19,12 @@ def robustness_view(base: ExtractConfig, result: HeadAnalysis) -> None:
     stats = result.stats
     with st.form("heads_robust_form"):
         c1, c2, c3 = st.columns(3)
-        vary = c1.radio(
-            "change", ["sample size n", "max length"], key="heads_vary", persist_state="session"
-        )
+        keep = {"persist_state": "session", "bind": BIND}
+        vary = c1.radio("change", ["sample size n", "max length"], key="heads_vary", **keep)
         other_n = c2.number_input("other n", min_value=2, max_value=20_000, value=1000, step=50,
-                                  key="heads_other_n", persist_state="session")  # fmt: skip
+                                  key="heads_other_n", **keep)  # fmt: skip
         other_len = c3.number_input("other max length", min_value=8, max_value=512, value=64,
-                                    step=8, key="heads_other_len", persist_state="session")  # fmt: skip
+                                    step=8, key="heads_other_len", **keep)  # fmt: skip
         if st.form_submit_button("Compare"):
             st.session_state["heads_compare"] = (vary, int(other_n), int(other_len))
     choice = st.session_state.get("heads_compare")

@@ -34,46 +34,41 @@ DEFAULTS: dict[str, Any] = {
     "heads_seed": 0,
 }
 
-KEEP = "session"  # the form keeps its values across page switches
+KEEP = "session"  # the form keeps its values across page switches…
+BIND = "query-params"  # …and in the link: a copied link opens the same selection
 _STATS: ProgressMemo[tuple[HeadStats, dict[str, Any]]] = ProgressMemo(max_entries=6)
 
 
 def settings_form(n_heads: int) -> tuple[int, float, HeadSelectionConfig]:
     """Draw the form; return (n, ξ, selection config) from the last submitted values."""
     state = st.session_state
-    for key, value in DEFAULTS.items():
-        state.setdefault(key, value)
-    state["heads_k"] = min(int(state["heads_k"]), n_heads)
+    d = DEFAULTS
+    if int(state.get("heads_k", d["heads_k"])) > n_heads:  # a k of a model with more heads
+        state["heads_k"] = n_heads
+    keep = {"persist_state": KEEP, "bind": BIND}
     with st.form("heads_form"):
         c1, c2, c3, c4 = st.columns(4)
         c1.number_input(
-            "n examples", min_value=2, max_value=20_000, step=50, key="heads_n",
-            persist_state=KEEP, help="Examples the statistics average over (the paper: 300). "
-            "Not the sidebar's N: head statistics cost an SVD per head and example.",
+            "n examples", min_value=2, max_value=20_000, value=d["heads_n"], step=50,
+            key="heads_n", help="Examples the statistics average over (the paper: 300). "
+            "Not the sidebar's N: head statistics cost an SVD per head and example.", **keep,
         )  # fmt: skip
-        c2.slider(
-            "ξ (singular-value mass)", 0.5, 1.0, step=0.01, key="heads_xi", persist_state=KEEP
-        )
-        c3.slider("damping d", 0.0, 0.99, step=0.01, key="heads_damping", persist_state=KEEP)
-        c4.number_input(
-            "k heads per layer", min_value=1, max_value=n_heads, key="heads_k", persist_state=KEEP
-        )
+        c2.slider("ξ (singular-value mass)", 0.5, 1.0, d["heads_xi"], step=0.01, key="heads_xi",
+                  **keep)  # fmt: skip
+        c3.slider("damping d", 0.0, 0.99, d["heads_damping"], step=0.01, key="heads_damping",
+                  **keep)  # fmt: skip
+        c4.number_input("k heads per layer", min_value=1, max_value=n_heads,
+                        value=min(d["heads_k"], n_heads), key="heads_k", **keep)  # fmt: skip
         c1, c2, c3, c4 = st.columns(4)
-        c1.selectbox(
-            "PageRank teleport", PAGERANK_VARIANTS, key="heads_variant", persist_state=KEEP
-        )
-        c2.selectbox("layers", SCOPES, key="heads_scope", persist_state=KEEP)
-        c3.selectbox(
-            "selector",
-            SELECTORS,
-            key="heads_selector",
-            persist_state=KEEP,
-            format_func=SELECTOR_LABELS.get,
-        )
-        c4.number_input(
-            "seed (random selector)", min_value=0, step=1, key="heads_seed", persist_state=KEEP
-        )
+        c1.selectbox("PageRank teleport", PAGERANK_VARIANTS, key="heads_variant", **keep)
+        c2.selectbox("layers", SCOPES, key="heads_scope", **keep)
+        c3.selectbox("selector", SELECTORS, key="heads_selector",
+                     format_func=SELECTOR_LABELS.get, **keep)  # fmt: skip
+        c4.number_input("seed (random selector)", min_value=0, value=d["heads_seed"], step=1,
+                        key="heads_seed", **keep)  # fmt: skip
         st.form_submit_button("Apply", type="primary")
+    for key, value in DEFAULTS.items():  # (a widget not drawn yet this session: its default)
+        state.setdefault(key, value)
     config = HeadSelectionConfig(
         k=int(state["heads_k"]),
         damping=float(state["heads_damping"]),

@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.cache import DiskCache
 from analysis.config import ExtractConfig
 from analysis.layers.examples import ProbePredictions, probe_predictions
 from analysis.layers.metrics import DEFAULT_BINS
-from analysis.layers.projection import project_2d
+from analysis.layers.projection import cached_projection, project_2d, projection_recipe
 from analysis.layers.repeats import LayerRepeats, cached_layer_repeats
 from analysis.layers.table import cached_layer_metrics, states_key
 from ui import compute_pool
@@ -28,8 +29,6 @@ from ui.loaders import get_data
 from ui.memo import ProgressMemo, queued
 
 if TYPE_CHECKING:
-    import torch
-
     from analysis.extract import LayerStates
 
 _METRICS: ProgressMemo[tuple[pd.DataFrame, bool]] = ProgressMemo(max_entries=24)
@@ -71,21 +70,33 @@ def _in_worker(layer_states: LayerStates) -> bool:
     return compute_pool.enabled() and isinstance(layer_states.config, ExtractConfig)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def _projection(key: str, layer: int, method: str, seed: int, _states: torch.Tensor) -> np.ndarray:
-    with queued():  # a turn in the server's compute queue, like every heavy computation
-        return project_2d(_states[layer], method, seed)
+_PICTURES: ProgressMemo[tuple[np.ndarray, bool]] = ProgressMemo(max_entries=64)
 
 
 def projection(layer_states: LayerStates, layer: int, method: str, seed: int) -> np.ndarray:
-    """(N, 2) picture of one layer (PCA or UMAP), cached per states, layer, method and seed."""
-    return _projection(states_key(layer_states), layer, method, seed, layer_states.states)
+    """(N, 2) picture of one layer (PCA or UMAP), cached per states, layer, method and seed: in
+    this process, and on disk for states from the disk cache (a prepared lesson computes none)."""
+
+    def run(progress):
+        if layer_states.meta.get("cache_path"):
+            return cached_projection(layer_states, layer, method, seed)
+        return project_2d(layer_states.states[layer], method, seed), False
+
+    key = (states_key(layer_states), layer, method, seed)
+    label = f"{method.upper()} picture of layer {layer}"
+    return _PICTURES.get(key, label, run, served=lambda value: value[1])[0]
 
 
 def has_projection(layer_states: LayerStates, layer: int, method: str, seed: int) -> bool:
-    """Whether this picture was already computed in this session (UMAP is drawn on request)."""
+    """Whether this picture was already computed, in this session or into the disk cache (UMAP
+    is drawn on request: a prepared lesson's is there)."""
     done = st.session_state.setdefault("layers_pictures", set())
-    return (states_key(layer_states), layer, method, seed) in done
+    if (states_key(layer_states), layer, method, seed) in done:
+        return True
+    if not layer_states.meta.get("cache_path"):
+        return False
+    recipe = projection_recipe(layer_states, layer, method, seed)
+    return DiskCache().entry_dir("projection", recipe).is_dir()
 
 
 def mark_projection(layer_states: LayerStates, layer: int, method: str, seed: int) -> None:

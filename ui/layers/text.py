@@ -47,6 +47,22 @@ def column_labels(frame: pd.DataFrame) -> dict[str, object]:
     return config
 
 
+X1_AND_THE_LAYERS_PAGE = (
+    "Why the Paper check's X1 and the Layers page give different ρ(ν, s) for the same settings: "
+    "the Layers page measures ρ on the sidebar's one sample of N examples. X1 measures it on S "
+    "samples of N (3 by default: one seeded draw of S·N examples cut into S disjoint blocks, "
+    "else S draws with seeds s, s + 1, …), shows its *first* sample's ρ — other examples than "
+    "the Layers page's sample — and says **unstable** when its samples' verdicts disagree. Both "
+    "are right about their own samples; the spread between them is how much ρ moves with the "
+    "sample (docs/explanation/statistics.md, 'Samples')."
+)
+STRATEGY_TRIPLE = (
+    "A strategy is written (ℓ_bottom, ℓ_top, ℓ_head): layers ℓ_bottom..ℓ_top train, every other "
+    "layer stays frozen, the classifier reads layer ℓ_head, and the layers above ℓ_head are "
+    "removed (they cost no time or memory)."
+)
+
+
 def signed(value: float | None, digits: int = 2) -> str:
     """A correlation for a tile: "+0.72", or "undefined" (NaN / None)."""
     if value is None or not math.isfinite(value):

@@ -23,7 +23,8 @@ from ui.layers.state import (
     predictions,
     projection,
 )
-from ui.links import BIND, check_page_link, whole
+from ui.layers.text import STRATEGY_TRIPLE
+from ui.links import BIND, check_page_link, publish, take_link, whole
 
 if TYPE_CHECKING:
     from analysis.extract import LayerStates
@@ -56,6 +57,7 @@ def suggestion(
     ]
     if repeats is not None:
         lines.append(_stability(repeats, l_star))
+    lines.append(STRATEGY_TRIPLE)
     lines += [
         f"- **ℓ\\*-down** — train layers ℓ_bottom..{l_star} "
         + (
@@ -193,9 +195,9 @@ def layer_picture(
     left, middle, right = st.columns([3, 1, 1])
     layer = left.slider("layer", 0, n_layers, default, key="layer", bind=BIND)
     method = middle.radio("picture", ["pca", "umap"], key="layers_pic_method", horizontal=True,
-                          format_func=str.upper)  # fmt: skip
+                          format_func=str.upper, bind=BIND)  # fmt: skip
     mark = right.toggle("mark the probe's mistakes", key="layers_pic_mistakes",
-                        disabled=layer_states.task_type == "regression")  # fmt: skip
+                        disabled=layer_states.task_type == "regression", bind=BIND)  # fmt: skip
     offer = st.empty()  # the UMAP button, gone once its picture is computed
     if method == "umap" and not has_projection(layer_states, layer, method, seed):
         with offer.container():
@@ -218,6 +220,11 @@ def layer_picture(
         xy, layer_states.labels.numpy(), layer_states.label_names, layer, method, regression,
         examples=hover, mark_mistakes=mark,
     )  # fmt: skip
+    take_link("layers_picked", lambda t: _example_list(t, len(table)),
+              f"names no example of 0..{len(table) - 1}", "no selection", param="picked")  # fmt: skip
+    picked = st.session_state.get("layers_picked") or []
+    if picked:
+        figures.mark_picked(fig, picked)
     event = st.plotly_chart(
         fig, width="stretch", key="layers_pic_chart", on_select="rerun",
         selection_mode=("box", "lasso"),
@@ -264,9 +271,26 @@ def picture_caption(attrs: dict[str, Any], layer: int, n: int, metric: str) -> s
     )
 
 
+def _example_list(text: str, n: int) -> list[int] | None:
+    """``"3,17,42"`` → [3, 17, 42] when every number is an example of 0..n−1, else None."""
+    numbers = [whole(part, 0, n - 1) for part in text.split(",") if part.strip()]
+    return None if not numbers or None in numbers else sorted(set(numbers))
+
+
 def _selection(event, fig, table: pd.DataFrame, layer: int) -> None:
+    """The selected examples' table; the selection lives in the link (``picked``), so a copied
+    link shows the same examples selected."""
+    state = st.session_state
     points = (event or {}).get("selection", {}).get("points", []) if event else []
-    chosen = selected_examples(points, fig)
+    if points:
+        chosen = selected_examples(points, fig)
+        state["layers_pic_selected"] = True
+    elif state.get("layers_pic_selected"):
+        chosen = []  # the user cleared the selection
+    else:
+        chosen = state.get("layers_picked") or []  # the link's, until the user selects
+    state["layers_picked"] = chosen
+    publish("picked", ",".join(map(str, chosen)) or None)
     if not chosen:
         return
     picked = table.set_index("example").loc[chosen].reset_index()
@@ -282,14 +306,22 @@ def _selection(event, fig, table: pd.DataFrame, layer: int) -> None:
 def teaching_view() -> None:
     """Synthetic classes with sliders; ν, CCA and ϱ update beside the scatter."""
     c1, c2, c3 = st.columns(3)
-    n_classes = c1.slider("classes", 2, 6, 3, key="teach_classes")
-    dim = c1.radio("dimensions", [2, 3], horizontal=True, key="teach_dim")
+    n_classes = c1.slider("classes", 2, 6, 3, key="teach_classes", bind=BIND)
+    dim = c1.radio("dimensions", [2, 3], horizontal=True, key="teach_dim", bind=BIND)
     separation = c2.slider(
-        "separation (distance of the means from the centre)", 0.0, 6.0, 3.0, 0.1, key="teach_sep"
+        "separation (distance of the means from the centre)",
+        0.0,
+        6.0,
+        3.0,
+        0.1,
+        key="teach_sep",
+        bind=BIND,
     )
-    spread = c2.slider("spread (std within a class)", 0.1, 3.0, 1.0, 0.1, key="teach_spread")
-    n_per_class = c3.slider("points per class", 20, 300, 100, 10, key="teach_n")
-    seed = c3.number_input("seed", 0, 10_000, 0, key="teach_seed")
+    spread = c2.slider(
+        "spread (std within a class)", 0.1, 3.0, 1.0, 0.1, key="teach_spread", bind=BIND
+    )
+    n_per_class = c3.slider("points per class", 20, 300, 100, 10, key="teach_n", bind=BIND)
+    seed = c3.number_input("seed", 0, 10_000, 0, key="teach_seed", bind=BIND)
     x, y = synthetic_classes(n_classes, dim, separation, spread, n_per_class, int(seed))
     values = teaching_metrics(x, y, seed=int(seed))
     plot, numbers = st.columns([3, 1])

@@ -21,6 +21,7 @@ from analysis.layers.metrics import is_flat
 from analysis.layers.whatif import compare_settings, seed_band
 from ui.figures import layers as figures
 from ui.layers.state import get_layer_metrics
+from ui.links import BIND
 from ui.loaders import get_states
 
 SHARES = (0.5, 0.25, 0.1, 0.05)
@@ -81,16 +82,18 @@ def form(cfg: ExtractConfig, classification: bool) -> dict[str, dict[str, Extrac
     """Draw the what-if form; the plan when it was submitted with valid values, else None."""
     with st.form("layers_whatif_form"):
         c1, c2 = st.columns(2)
-        pooling = c1.checkbox("pooling: mean vs first token", value=True, key="whatif_pooling")
+        pooling = c1.checkbox(
+            "pooling: mean vs first token", value=True, key="whatif_pooling", bind=BIND
+        )
         shares = c1.multiselect(
             "imbalance: share p of the first class", SHARES, default=list(SHARES),
-            key="whatif_shares", disabled=not classification,
+            key="whatif_shares", disabled=not classification, bind=BIND,
             help="Needs classes; the sample keeps N and takes share p from the first class.",
         )  # fmt: skip
         ladder_text = c2.text_input(
-            "scarcity: N ladder (label-balanced)", "200, 500", key="whatif_ladder"
+            "scarcity: N ladder (label-balanced)", "200, 500", key="whatif_ladder", bind=BIND
         )
-        n_seeds = c2.number_input("seeds (1 = off)", 1, 10, 3, key="whatif_seeds")
+        n_seeds = c2.number_input("seeds (1 = off)", 1, 10, 3, key="whatif_seeds", bind=BIND)
         submitted = st.form_submit_button("Run what-ifs", type="primary")
     if not submitted:
         return None

@@ -15,7 +15,7 @@ from analysis.runs.results import distinct_labels, export_records, setting_diges
 from ui.datasets import data_label
 from ui.figures.finetune import loss_curve
 from ui.figures.runs import overlay_curves
-from ui.links import publish, take_link
+from ui.links import BIND, publish, take_link
 from ui.tables import dashes
 
 if TYPE_CHECKING:
@@ -40,11 +40,11 @@ def filtered_runs(db: RunsDB, everything: pd.DataFrame) -> tuple[pd.DataFrame, d
     for column, (name, title) in zip(columns, FILTERS.items(), strict=False):
         chosen = column.multiselect(
             title, sorted(everything[name].dropna().unique()), key=f"runs_filter_{name}",
-            format_func=data_label if name == "data" else str, persist_state=KEEP,
+            format_func=data_label if name == "data" else str, persist_state=KEEP, bind=BIND,
         )  # fmt: skip
         filters[name] = chosen or None
     tags = columns[4].multiselect(
-        "Tag", db.all_tags(), key="runs_filter_tag", persist_state=KEEP,
+        "Tag", db.all_tags(), key="runs_filter_tag", persist_state=KEEP, bind=BIND,
         help="Runs carrying any of these tags",
     )  # fmt: skip
     filters["tag"] = tags or None
@@ -109,12 +109,16 @@ def compare_view(db: RunsDB, runs: pd.DataFrame) -> None:
     """Several runs' loss and dev curves on one figure."""
     names = {row["id"]: run_name(row) for _, row in runs.iterrows()}
     finished = runs.loc[runs["status"] == "done", "id"].tolist()
+    # In the link as run ids (``compare``): a run's name holds its status and score, which change.
+    take_link("runs_compare", lambda text: [i for i in text.split(",") if i in names] or None,
+              "names none of these runs", "the newest finished runs", param="compare")  # fmt: skip
     keep = [i for i in st.session_state.get("runs_compare", finished[:2]) if i in names]
     st.session_state["runs_compare"] = keep  # runs filtered away leave the comparison
     chosen = st.multiselect(
         "Runs to overlay", list(names), format_func=names.get, key="runs_compare",
         persist_state=KEEP,
     )  # fmt: skip
+    publish("compare", ",".join(chosen), ",".join(finished[:2]))
     if not chosen:
         st.caption("Choose two or more runs to see their curves against each other.")
         return

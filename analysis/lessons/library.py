@@ -1,0 +1,359 @@
+"""Preparing a lesson with the library itself (`tunescope lesson prepare`, the server's
+background preparation): each need computed by the function its page calls underneath, so the
+page then finds the very cache entry (`analysis.lessons.prepare`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from analysis.config import DataSpec, ModelSpec
+from analysis.lessons.lesson import Step
+from analysis.lessons.prepare import (
+    Need,
+    estimate_seconds,
+    step_settings,
+    view_digest,
+)
+from analysis.progress import Progress, no_progress
+from analysis.workspace import Workspace
+
+# Every kind of need but the fine-tuning runs and the trajectory analysis that reads one: what
+# set-up or a server's first start prepares (runs take hours of CPU nobody asked for).
+ANALYSES = ("states", "layer table", "repeats", "picture", "head statistics", "attention",
+            "claim inputs")  # fmt: skip
+
+
+class LibraryRunner:
+    """``compute``, ``cached``, ``digest`` and ``weight`` of `analysis.lessons.prepare`, on one
+    workspace, loading each model and data set once.
+
+    wait_runs: whether ``compute`` of a claim's runs waits for them to finish (the CLI's default)
+    or only queues them for the background workers; say: where progress sentences go; kinds:
+    the kinds of needs it computes (None: all; `ANALYSES`: everything but fine-tuning runs and
+    what reads them) — of the others it only says whether they are cached."""
+
+    def __init__(
+        self, workspace: Workspace, wait_runs: bool = True, poll_s: float = 10.0,
+        say: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
+        load_model: Callable[[ModelSpec], Any] | None = None,
+        load_data: Callable[[DataSpec], Any] | None = None,
+        kinds: tuple[str, ...] | None = None,
+    ) -> None:  # fmt: skip
+        from analysis.data import load_data as library_data
+        from analysis.models import load_model as library_model
+
+        self.workspace = workspace
+        self.wait_runs, self.poll_s, self.say = wait_runs, poll_s, say
+        self.model = load_model or functools.lru_cache(maxsize=2)(library_model)
+        self.data = load_data or functools.lru_cache(maxsize=4)(library_data)
+        self._inputs: dict[str, Any] = {}
+        self.kinds = kinds
+
+    @property
+    def uploads(self) -> Path:
+        return self.workspace.uploads
+
+    def db(self):
+        """The workspace's runs database (`analysis.runs.db.RunsDB`)."""
+        from analysis.runs.db import RunsDB
+
+        return RunsDB(self.workspace)
+
+    def digest(self, step: Step) -> str:
+        cfg = step_settings(step, self.uploads)
+        return view_digest(step, self.model(cfg.model).identity(), self.data(cfg.data).fingerprint)
+
+    def weight(self, need: Need) -> float:
+        spec = self._model_of(need)
+        if spec is None:
+            return 1.0
+        loaded = self.model(spec)
+        return estimate_seconds(need, loaded.n_params, loaded.n_layers, loaded.d_model)
+
+    @staticmethod
+    def _model_of(need: Need) -> ModelSpec | None:
+        s = need.settings
+        if "cfg" in s:
+            return s["cfg"].model
+        if "stats" in s:
+            return s["stats"].extract.model
+        if "claims" in s:
+            return s["claims"].model
+        return None
+
+    # -- computing -------------------------------------------------------------------------------
+
+    def compute(self, need: Need, progress: Progress = no_progress) -> bool:
+        """Compute ``need`` into the cache (or find it there); True when it was already cached.
+        A need of a kind this runner leaves alone: whether it is cached, nothing computed."""
+        if self.kinds is not None and need.kind not in self.kinds:
+            return self.cached(need)
+        return getattr(self, "_" + need.kind.replace(" ", "_"))(need.settings, progress)
+
+    def states(self, cfg):
+        from analysis.extract import extract_states
+
+        return extract_states(cfg, loaded=self.model(cfg.model))
+
+    def _states(self, s, progress) -> bool:
+        from analysis.extract import extract_states
+
+        states = extract_states(s["cfg"], progress=progress, loaded=self.model(s["cfg"].model))
+        return bool(states.meta["cache_hit"])
+
+    def _table(self, s, progress=None):
+        from analysis.layers.metrics import DEFAULT_BINS
+        from analysis.layers.table import cached_layer_metrics
+
+        states = self.states(s["cfg"])
+        return states, cached_layer_metrics(states, s["seed"], DEFAULT_BINS, progress=progress)
+
+    def _layer_table(self, s, progress) -> bool:
+        return self._table(s, progress)[1][1]
+
+    def _repeats(self, s, progress) -> bool:
+        from analysis.layers.metrics import DEFAULT_BINS
+        from analysis.layers.repeats import cached_layer_repeats
+
+        states = self.states(s["cfg"])
+        _, hit = cached_layer_repeats(
+            states, s["seed"], s["repeats"], DEFAULT_BINS, progress=progress
+        )
+        return hit
+
+    def picture_layer(self, s) -> int:
+        """The picture's layer: the view's, else ℓ* (the page's default), else the top layer."""
+        from analysis.layers.table import summary
+
+        if s["layer"] >= 0:
+            return s["layer"]
+        states, (df, _) = self._table(s)
+        l_star = summary(df)["l_star"]
+        return states.n_layers if l_star is None else int(l_star)
+
+    def _picture(self, s, progress) -> bool:
+        from analysis.layers.projection import cached_projection
+
+        states = self.states(s["cfg"])
+        _, hit = cached_projection(states, self.picture_layer(s), s["method"], s["seed"])
+        return hit
+
+    def _head_statistics(self, s, progress) -> bool:
+        from analysis.heads.collect import head_stats
+
+        stats = s["stats"]
+        _, meta = head_stats(stats, progress=progress, loaded=self.model(stats.extract.model))
+        return bool(meta["cache_hit"])
+
+    def attention_text(self, s) -> tuple[str, str | None]:
+        """The text the step's attention view shows: the typed one, else its example's."""
+        from analysis.data import sample
+
+        if s["text"]:
+            return s["text"], None
+        extract = s["stats"].extract
+        rows = sample(self.data(extract.data), extract.sample).reset_index(drop=True)
+        if not 0 <= s["example"] < len(rows):
+            raise ValueError(f"Example {s['example']} is not within 0..{len(rows) - 1}.")
+        row = rows.loc[s["example"]]
+        return str(row["text"]), (str(row["text_pair"]) if "text_pair" in rows else None)
+
+    def _attention(self, s, progress) -> bool:
+        from analysis.heads.attention import cached_attention_pattern
+
+        extract = s["stats"].extract
+        text, pair = self.attention_text(s)
+        _, hit = cached_attention_pattern(self.model(extract.model), text, pair, extract.max_length)
+        return hit
+
+    def _claim_inputs(self, s, progress) -> bool:
+        self.claim_inputs(s["claims"], progress)
+        return False  # the claims' own entries say nothing of hits: counted as computed
+
+    def claim_inputs(self, cfg, progress: Progress = no_progress):
+        from analysis import claims
+
+        key = repr(cfg)
+        if key not in self._inputs:
+            self._inputs[key] = claims.prepare(cfg, self.model(cfg.model), progress=progress)
+        return self._inputs[key]
+
+    def _claim_runs(self, s, progress) -> bool:
+        """Queue the runs the claims need that the database lacks (in stages: the subspace
+        claims' runs once their trajectory run is done); with ``wait_runs``, until none is
+        queued or running."""
+        from analysis import claims
+
+        cfg = s["claims"]
+        inputs = self.claim_inputs(cfg)
+        db = self.db()
+        queued: set = set()
+        hit, start = True, time.perf_counter()
+        while True:
+            db.reap_dead()
+            runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
+            source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
+            source_id = source["id"] if source and source["status"] == "done" else None
+            root = self.workspace.root
+            if (source_id and "S2" in cfg.only
+                    and not Path(claims.outlier_file(root, source_id)).is_file()):  # fmt: skip
+                claims.write_disable_files(db, source_id, cfg.seeds)
+            planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
+            self._remember_plan(cfg, planned)
+            missing = [p for p in claims.missing_runs(planned, runs) if p.key not in queued]
+            if missing:
+                hit = False
+                seconds, _ = claims.estimate_seconds(missing, runs)
+                self.say(f"queueing {len(missing)} fine-tuning run(s)"
+                         + ("" if seconds is None else f", about {seconds / 60:.0f} min of training"))  # fmt: skip
+                claims.queue_runs(db, missing, f"lesson-{int(time.time())}")
+                queued.update(p.key for p in missing)
+                continue
+            status = claims.run_status(planned, runs)
+            done = sum(v["status"] == "done" for v in status.values())
+            active = sum(v["status"] in ("queued", "running") for v in status.values())
+            progress(done / max(len(planned), 1), f"{done} of {len(planned)} runs done")
+            if active:
+                hit = False
+            if not self.wait_runs or not active:
+                return hit
+            claims.queue_runs(db, [], f"lesson-{int(start)}")  # keeps a worker serving them
+            time.sleep(self.poll_s)
+
+    def _plan_file(self, cfg) -> Path:
+        """Where the runs a claims step was planned with are kept (what `cached` checks, so that
+        finding out never computes the claims' inputs)."""
+        import hashlib
+
+        digest = hashlib.sha256(repr(cfg).encode()).hexdigest()[:16]
+        return self.workspace.lessons / "plans" / f"{digest}.json"
+
+    def _remember_plan(self, cfg, planned) -> None:
+        from analysis.io import atomic_write_json
+
+        keys = sorted([list(p.key) for p in planned])
+        path = self._plan_file(cfg)
+        if not path.is_file() or json.loads(path.read_text()) != keys:
+            atomic_write_json(path, keys)
+
+    def trajectory_run(self, s) -> str | None:
+        """The run the Subspaces step shows: its view's, else the model's newest done run that
+        recorded a trajectory (the page's default)."""
+        from analysis.runs.record import runs_of
+
+        if s["run"]:
+            return s["run"]
+        runs = self.db().list_runs(model=s["model"], status="done")
+        for run in runs_of(runs):  # newest first
+            folder = (run.result or {}).get("trajectory_dir")
+            if folder and (Path(folder) / "index.json").is_file():
+                return run.id
+        return None
+
+    def _trajectory(self, s, progress) -> bool:
+        from analysis.subspace.report import analyse_trajectory
+
+        hit = self._trajectory_cached(s)
+        run = self.trajectory_run(s)
+        if run is None:
+            raise ValueError(
+                f"No finished run of {s['model']} recorded a trajectory: the Subspaces step "
+                "needs one (a Paper check step with S1 trains it)."
+            )
+        analyse_trajectory(self.db().trajectory_dir(run), centre=s["centre"],
+                           progress=progress)  # fmt: skip
+        return hit
+
+    # -- is it in the cache? ---------------------------------------------------------------------
+
+    def cached(self, need: Need) -> bool:
+        """Whether ``need`` is in the cache now (nothing is computed to find out). The claims'
+        inputs have no single entry to look for: they count as there once their runs were
+        planned with them."""
+        from analysis.cache import DiskCache
+        from analysis.extract import states_cached
+
+        s = need.settings
+        if need.kind == "states":
+            return states_cached(s["cfg"], self.model(s["cfg"].model))
+        if need.kind in ("layer table", "repeats", "picture"):
+            if not states_cached(s["cfg"], self.model(s["cfg"].model)):
+                return False
+            return self._entry(need, self.states(s["cfg"]))
+        if need.kind == "head statistics":
+            from analysis.heads.collect import head_stats_recipe
+
+            stats = s["stats"]
+            recipe = head_stats_recipe(stats, self.model(stats.extract.model),
+                                       self.data(stats.extract.data).fingerprint)  # fmt: skip
+            return DiskCache().entry_dir("heads", recipe).is_dir()
+        if need.kind == "attention":
+            loaded = self.model(s["stats"].extract.model)
+            text, pair = self.attention_text(s)
+            recipe = {"model": loaded.identity(), "text": text, "text_pair": pair,
+                      "max_length": int(s["stats"].extract.max_length), "version": 1}  # fmt: skip
+            return DiskCache().entry_dir("attention", recipe).is_dir()
+        if need.kind == "claim inputs":
+            return self._plan_file(s["claims"]).is_file()  # (computed when the runs were planned)
+        if need.kind == "claim runs":
+            return self._runs_done(s["claims"])
+        if need.kind == "trajectory":
+            return self._trajectory_cached(s)
+        return True
+
+    def _entry(self, need: Need, states) -> bool:
+        from analysis.cache import DiskCache
+        from analysis.layers.metrics import DEFAULT_BINS
+        from analysis.layers.projection import projection_recipe
+        from analysis.layers.repeats import repeats_recipe
+        from analysis.layers.table import metrics_recipe
+
+        s, cache = need.settings, DiskCache()
+        if need.kind == "layer table":
+            return cache.entry_dir(
+                "layer_metrics", metrics_recipe(states, s["seed"], DEFAULT_BINS)
+            ).is_dir()
+        if need.kind == "repeats":
+            recipe = repeats_recipe(states, s["seed"], s["repeats"], DEFAULT_BINS)
+            return cache.entry_dir("layer_repeats", recipe).is_dir()
+        table = {**s, "layer": -1}
+        if s["layer"] < 0 and not self._entry(Need("layer table", "", table), states):
+            return False
+        recipe = projection_recipe(states, self.picture_layer(s), s["method"], s["seed"])
+        return cache.entry_dir("projection", recipe).is_dir()
+
+    def _runs_done(self, cfg) -> bool:
+        """Whether every run the step was planned with (when it was prepared) is done."""
+        from analysis.runs.record import runs_of
+        from analysis.runs.results import group_key
+
+        path = self._plan_file(cfg)
+        if not path.is_file():
+            return False
+        wanted = {(key, int(seed)) for key, seed in json.loads(path.read_text())}
+        runs = self.db().list_runs(model=cfg.model.name, data=cfg.data.name,
+                                             status="done")  # fmt: skip
+        done = {(group_key(r.stored), int(r.stored.get("seed", 0))) for r in runs_of(runs)
+                if r.stored}  # fmt: skip
+        return bool(wanted) and wanted <= done
+
+    def _trajectory_cached(self, s) -> bool:
+        from analysis.cache import DiskCache
+        from analysis.subspace.spectrum import svd_recipe
+        from analysis.subspace.trajectory import open_trajectory
+
+        run = self.trajectory_run(s)
+        if run is None:
+            return False
+        traj = open_trajectory(self.db().trajectory_dir(run))
+        cache = DiskCache()
+        return all(
+            cache.entry_dir("subspace-svd", svd_recipe(traj, layer, s["centre"])).is_dir()
+            for layer in traj.layers
+        )
