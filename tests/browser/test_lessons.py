@@ -11,7 +11,7 @@ import time
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from browser_utils import assert_no_exception, wait_idle
+from browser_utils import assert_no_exception, screenshot_for_docs, wait_idle
 from playwright.sync_api import expect
 from waiting import wait_for
 
@@ -121,6 +121,8 @@ def test_a_teacher_prepares_and_presents_a_lesson_and_a_second_browser_follows(b
                     else:
                         assert tab_open(page, "Information richness")
                         assert page.get_by_label("k heads per layer").input_value() == "2"
+                if number == 3:
+                    screenshot_for_docs(teacher, "lessons")
             print(f"presenter's click to the step's figure (browser's time): {seconds}")
         finally:
             student_context.close()
