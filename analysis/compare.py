@@ -1,4 +1,5 @@
-"""Comparing two settings A and B with a verdict (SPEC.md, "Numbers a researcher can quote").
+"""Comparing two settings A and B with a verdict
+(docs/explanation/statistics.md, "Comparing two settings").
 
 One function, `compare`, serves every comparison in tunescope: the Fine-tune results, the Heads
 page (PageRank vs random heads, the ablation selectors), the Subspaces page (intrinsic vs full vs
@@ -11,8 +12,8 @@ An *arm* is one setting's finished runs, one per seed (`Arm`). The rule:
 
 Verdict "A better" / "B better" when |diff| > t · se, t the 97.5 % quantile of Student's t at the
 Welch–Satterthwaite degrees of freedom df = se⁴ / (se_A⁴/(n_A − 1) + se_B⁴/(n_B − 1)) (with 3
-seeds a side t ≈ 2.8–4.3, not 2: "2 se" was about an 86 % test there), else "no difference shown
-(n seeds = n_A, n_B)". With a single seed in an arm its s.e. is undefined, so no verdict is
+seeds a side t ≈ 2.8–4.3, not 2: "2 se" would be about an 86 % test there), else "no difference
+shown (n seeds = n_A, n_B)". With a single seed in an arm its s.e. is undefined, so no verdict is
 possible.
 
 Paired bootstrap over test examples: when every run of both arms was scored on the same test
@@ -276,8 +277,8 @@ def paired_bootstrap_p(
 @functools.lru_cache(maxsize=4)
 def _resample_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
     """counts[b, i]: how often example i is drawn in resample b, (B, N) float64, read-only.
-    N draws with replacement per resample, counted with one bincount (a multinomial draw is 30×
-    slower at N = 1,000); cached, since every comparison on one test part reuses them."""
+    N draws with replacement per resample, counted with one bincount (a multinomial draw is much
+    slower); cached, since every comparison on one test part reuses them."""
     draws = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
     flat = (np.arange(n_boot)[:, None] * n + draws).ravel()
     counts = np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(np.float64)

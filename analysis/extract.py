@@ -2,7 +2,7 @@
 
 For a sample of N examples, `extract_states` returns ``states`` of shape (L+1, N, d_model):
 layer 0 is the embedding output, layers 1..L the outputs of the transformer blocks
-(``hidden_states[ℓ]`` in transformers). Pooling (SPEC "Sequence representation"):
+(``hidden_states[ℓ]`` in transformers). Pooling (docs/explanation/layer-metrics.md, "Pooling"):
 
 - ``mean``: mean of the token states over tokens that are neither padding nor special tokens
   (the tokenizer's special-tokens mask, not hard-coded ids). A text whose every token is special

@@ -1,5 +1,5 @@
-"""The stored format of a run's per-example test predictions (SPEC.md, "Numbers a researcher can
-quote": the paired bootstrap of `analysis.compare` reads them back).
+"""The stored format of a run's per-example test predictions (the paired bootstrap of
+`analysis.compare` reads them back: docs/explanation/statistics.md, "Comparing two settings").
 
 A run's result carries its test predictions as a compact JSON record (`encode_predictions` /
 `decode_predictions`): base64 of little-endian int16 class ids (float32 for regression) and the

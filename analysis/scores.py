@@ -1,4 +1,5 @@
-"""Task scores (SPEC.md, "Task scores"): computed with scikit-learn / scipy, never fetched metric code.
+"""Task scores (docs/explanation/statistics.md, "Task scores"): computed with scikit-learn /
+scipy, never fetched metric code.
 
 - ``accuracy``: share of exact matches.
 - ``f1``: binary F1 of the positive class (label 1), as for paraphrase-style tasks (MRPC, QQP).
@@ -47,9 +48,9 @@ def task_score(metric: str, y_true: ArrayLike, y_pred: ArrayLike) -> float:
         raise ValueError("Cannot score an empty set of predictions.")
     if metric == "accuracy":
         if true.dtype.kind == pred.dtype.kind and true.dtype.kind in "biuU":
-            # scikit-learn's accuracy_score is this share; its target checks cost ≈ 0.5 ms a
-            # call, and the probe's inner CV scores 735 (fold, C) pairs per default layer
-            # table (0.5 s of it). Other label kinds get those checks.
+            # scikit-learn's accuracy_score is this share; its target checks cost more than the
+            # count itself, and the probe's inner CV scores hundreds of (fold, C) pairs per
+            # layer table. Other label kinds get those checks.
             return float(np.count_nonzero(true == pred) / true.size)
         return float(accuracy_score(true, pred))
     if metric == "f1":

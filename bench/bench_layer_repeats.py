@@ -1,5 +1,5 @@
 """What ``layers --repeats 5`` costs against one repeat's metrics, on top of one extraction
-(issue #11; goal: at most 5×).
+(goal: at most 5×).
 
     python bench/bench_layer_repeats.py                          # MiniLM, 2,000 movie snippets
     python bench/bench_layer_repeats.py --data trec6 --rounds 3
@@ -7,9 +7,9 @@
 The extraction runs once (into a temporary cache, so it is really computed); then, side by side in
 each round, one table of metrics on the N states (what one repeat costs) and R bootstrap repeats
 (`analysis.layers.repeats.layer_repeats`: ν, CCA and ϱ recomputed, the table's out-of-fold probe
-predictions resampled, plus the 20 jackknife subsamples, as ``layers --repeats`` does; since
-issue 19 the README's figures for this bench predate that change). ``layers --repeats R`` computes the single table
-and the R repeats, so its metrics cost is table + repeats. Printed: medians over rounds, and
+predictions resampled, plus the 20 jackknife subsamples, as ``layers --repeats`` does).
+``layers --repeats R`` computes the single table and the R repeats, so its metrics cost is
+table + repeats. Printed: medians over rounds, and
 
     metrics ratio    = (table + R repeats) / table
     end-to-end ratio = (extraction + table + R repeats) / (extraction + table)

@@ -1,14 +1,15 @@
-"""The CV probe of one layer: its fits one at a time against side by side (issue #21).
+"""The CV probe of one layer: its fits one at a time against side by side.
 
     .venv/bin/python bench/bench_probe.py [--layers 1 6 12 24] [--rounds 2]
 
-SPEC.md's probe (5 outer folds × an inner 3-fold search over 7 C values, then a refit per fold) on
-the streamed route's capped rows of BERT-large-shaped SYNTHETIC states (3,750 × 1,024, the
-generator of `bench_scale.py`; weak layers at both ends, strong ones mid-network), one BLAS thread:
+The probe of docs/explanation/layer-metrics.md, "The probe and its cross-validation" (5 outer
+folds × an inner 3-fold search over 7 C values, then a refit per fold) on the streamed route's
+capped rows of BERT-large-shaped SYNTHETIC states (3,750 × 1,024, the generator of
+`bench_scale.py`; weak layers at both ends, strong ones mid-network), one BLAS thread:
 
 - one at a time: every fit its own `L2Logistic.fit` (scipy's L-BFGS-B over the fold's standardised
-  float32 rows), the inner folds walking the C grid with warm starts — the probe as it was before
-  `analysis/layers/logistic_batch.py`, rebuilt here from the same pieces;
+  float32 rows), the inner folds walking the C grid with warm starts — the probe without
+  `analysis/layers/logistic_batch.py`, built here from the same pieces;
 - side by side: `analysis.layers.probe.cv_predictions` (every fit's own L-BFGS-B iterates, the
   products of all waiting fits taken together over the shared rows).
 

@@ -1,5 +1,5 @@
-"""The bad-input matrix (README, "Troubleshooting"): each row gets one clear line from the CLI
-(exit 2, no traceback), and nothing is written to the cache."""
+"""The bad-input matrix (docs/explanation/bad-input.md, "The matrix"): each row gets one clear
+line from the CLI (exit 2, no traceback), and nothing is written to the cache."""
 
 from __future__ import annotations
 

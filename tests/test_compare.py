@@ -1,5 +1,5 @@
-"""The comparison rule (SPEC.md, "Comparing two settings") on hand-made score tables, the paired
-bootstrap, and the compact per-example predictions."""
+"""The comparison rule (docs/explanation/statistics.md, "Comparing two settings") on hand-made
+score tables, the paired bootstrap, and the compact per-example predictions."""
 
 from __future__ import annotations
 

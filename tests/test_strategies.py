@@ -1,4 +1,4 @@
-"""Strategy generators of paper 000 (SPEC.md, "Strategies")."""
+"""Strategy generators of paper 000 (docs/explanation/strategies.md, "ℓ*-down and ℓ*-up")."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def test_invalid_triples(triple):
 
 
 def test_sweep_expansion_lists_full_fine_tuning_and_the_reference_as_baselines():
-    # Issue 31: "down + up + baselines" with ℓ* = L queued full fine-tuning as ℓ*-down, and the
-    # promised red baselines never appeared.
+    # With ℓ* = L, ℓ*-down is (1, L, L): full fine-tuning must still be listed once, as a
+    # baseline, with the baselines the sweep asked for.
     plan = st.sweep_strategies(["down", "up", "baselines", "lora", "bitfit"], 6, l_star=6)
     triples = [s.layers for s in plan if s.layers is not None]
     assert len(triples) == len(set(triples))

@@ -167,11 +167,11 @@ def layer_claims(inputs: ClaimInputs, only: Iterable[str] = LAYER_CLAIMS) -> lis
 def combine_samples(
     claim: str, per: Sequence[ClaimResult], samples: Sequence[SampleInputs], mode: str
 ) -> ClaimResult:
-    """One verdict from the samples' verdicts (docs/explanation/statistics.md, samples): the common verdict when every
-    sample gives it; **unstable** when they disagree (X1's "holds" and "holds weakly" together
-    make "holds weakly"), never the first sample's. The detail says on how many samples it holds
-    and states N, R and S; the first sample's number and interval are shown, every sample's are
-    in ``values["samples"]``."""
+    """One verdict from the samples' verdicts (docs/explanation/statistics.md, "Samples"): the
+    common verdict when every sample gives it; **unstable** when they disagree (X1's "holds" and
+    "holds weakly" together make "holds weakly"), never the first sample's. The detail says on how
+    many samples it holds and states N, R and S; the first sample's number and interval are shown,
+    every sample's are in ``values["samples"]``."""
     verdicts = [r.verdict for r in per]
     distinct = set(verdicts)
     if len(distinct) == 1:

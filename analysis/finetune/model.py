@@ -7,8 +7,8 @@
   memory. Its ``last_hidden_state`` is therefore hidden_states[ℓ_head]. The pooler, if any, is
   dropped: the fresh classifier replaces it.
 - ``classifier``: dropout → dense (d_model → d_model) → tanh → dropout → linear (d_model → C), on
-  the pooled representation (SPEC "Sequence representation": the mean over real, non-special
-  tokens, or the first token). Regression tasks have C = 1.
+  the pooled representation (docs/explanation/layer-metrics.md, "Pooling": the mean over real,
+  non-special tokens, or the first token). Regression tasks have C = 1.
 
 Frozen layers below the lowest trainable one build no autograd graph: their parameters do not
 require grad and neither does their input, so autograd records nothing for them (no saved

@@ -94,7 +94,8 @@ class Prepared:
         self, weight_decay: float, lr: float | None = None, classifier_lr: float | None = None
     ) -> list[dict]:
         """AdamW groups: body decay / no-decay at ``lr``, classifier decay / no-decay at
-        ``classifier_lr`` (docs/explanation/strategies.md, learning rates). A group without ``lr`` takes the optimizer's."""
+        ``classifier_lr`` (docs/explanation/strategies.md, "Learning rates"). A group without
+        ``lr`` takes the optimizer's."""
         own = {id(p) for p in self.classifier_params} if classifier_lr is not None else set()
         groups = []
         for params, decay in ((self.decay, weight_decay), (self.no_decay, 0.0)):

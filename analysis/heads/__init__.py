@@ -1,5 +1,5 @@
 """Attention heads: information richness, correlation, PageRank and selection (paper 002, HiFi;
-SPEC.md "Heads").
+docs/explanation/heads.md, "Heads").
 
 The pipeline, one module a stage:
 

@@ -1,4 +1,5 @@
-"""Capture every head's output from a model and reduce it to head statistics (SPEC.md "Heads").
+"""Capture every head's output from a model and reduce it to head statistics
+(docs/explanation/heads.md, "Head outputs").
 
 The head outputs O_h(x) are the input of each layer's attention output projection
 (``layer_modules(layer, family)['attn_out']``): (B, S, H·d_head), head h in columns

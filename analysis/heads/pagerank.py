@@ -1,4 +1,5 @@
-"""PageRank over the heads of one layer (paper 002, eq. 8–10; SPEC.md "Heads")."""
+"""PageRank over the heads of one layer (paper 002, eq. 8–10;
+docs/explanation/heads.md, "PageRank")."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def pagerank(
     variant: str = "paper",
     max_iter: int = 10_000,
 ) -> PageRankResult:
-    """PageRank of the heads of one layer (SPEC.md "Heads", paper eq. 10).
+    """PageRank of the heads of one layer (paper eq. 10; docs/explanation/heads.md, "PageRank").
 
     richness: (H,) I_h; correlation: (H, H) r. From P⁽⁰⁾ = p⁽⁰⁾ iterate
         P ← d Mᵀ P + (1 − d)/H · 𝟙       (variant "paper": uniform teleport)

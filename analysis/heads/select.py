@@ -1,5 +1,6 @@
 """Choosing heads: top-k per layer by PageRank or an ablation selector, robustness of the
-ranking (Kendall τ) and what a selection costs in head fine-tuning (SPEC.md "Heads")."""
+ranking (Kendall τ) and what a selection costs in head fine-tuning
+(docs/explanation/heads.md, "Selecting heads" and "Fine-tuning heads")."""
 
 from __future__ import annotations
 
@@ -261,8 +262,9 @@ class ParameterCount:
 def trainable_parameter_count(
     selection: Mapping[int, Sequence[int]], d_model: int, d_head: int, n_params: int | None = None
 ) -> ParameterCount:
-    """Parameters head fine-tuning changes (SPEC.md "Heads"): per selected head, the d_head rows
-    of W_Q, W_K, W_V (d_head × d_model each) and their d_head bias entries:
+    """Parameters head fine-tuning changes (docs/explanation/heads.md, "Fine-tuning heads"): per
+    selected head, the d_head rows of W_Q, W_K, W_V (d_head × d_model each) and their d_head bias
+    entries:
         n_trainable = Σ_layers |selected| · 3 · (d_head · d_model + d_head).
     The classifier is not counted. BERT-large, k = 3 in all 24 layers: 14.2M of 335M = 4.2 %.
     """

@@ -11,10 +11,10 @@ document::
      "settings": {"xi": 0.9, "k": 3, "damping": 0.85, ...},
      "layers": {"1": [0, 3, 5], "2": [1, 2, 7], ...}}
 
-Layers are 1-based (SPEC.md), heads 0-based. ``model``, ``n_layers``, ``n_heads`` and
-``settings`` are optional provenance; when ``n_layers`` / ``n_heads`` are present they are
-checked, and `HeadSelection.check_fits` checks a selection against a model. Free of torch, so
-the CLI can offer the vocabulary below without loading it.
+Layers are 1-based (docs/explanation/layer-metrics.md, "Notation"), heads 0-based. ``model``,
+``n_layers``, ``n_heads`` and ``settings`` are optional provenance; when ``n_layers`` /
+``n_heads`` are present they are checked, and `HeadSelection.check_fits` checks a selection
+against a model. Free of torch, so the CLI can offer the vocabulary below without loading it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""Per-head statistics, streamed: information richness I_h and head-to-head |cov| (SPEC.md "Heads").
+"""Per-head statistics, streamed: information richness I_h and head-to-head |cov|
+(docs/explanation/heads.md, "Information richness" and "Head-to-head correlation").
 
-Vocabulary: ``layer`` is 1-based (1..L, as in SPEC.md); an array of shape (L, ...) holds layer
-ℓ in row ℓ − 1. ``head`` is 0-based (0..H−1). ``d_head`` = d_model / H.
+Vocabulary (docs/explanation/layer-metrics.md, "Notation"): ``layer`` is 1-based (1..L); an
+array of shape (L, ...) holds layer ℓ in row ℓ − 1. ``head`` is 0-based (0..H−1). ``d_head`` =
+d_model / H.
 
 ``HeadStatsAccumulator`` streams batches of head outputs O_h(x) (B, S, H, d_head) and keeps only
 sums: per-example information richness I_h(x) and the per-example |cov| matrix of the token-mean
@@ -18,7 +20,8 @@ import torch
 
 
 def information_richness(singular_values: torch.Tensor, xi: float) -> torch.Tensor:
-    """I(x) = the smallest t with Σ_{i≤t} σ_i / Σ_j σ_j ≥ ξ (SPEC.md "Heads", paper eq. 2).
+    """I(x) = the smallest t with Σ_{i≤t} σ_i / Σ_j σ_j ≥ ξ (paper eq. 2;
+    docs/explanation/heads.md, "Information richness").
 
     singular_values: (..., T), sorted in descending order (as ``torch.linalg.svdvals`` returns).
     Returns (...) int64 in 1..T. Trailing zero singular values (from zero padding rows) change

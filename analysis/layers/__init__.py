@@ -1,4 +1,4 @@
-"""Per-layer task-specialty (SPEC.md, "Layer metrics"; paper 000).
+"""Per-layer task-specialty (docs/explanation/layer-metrics.md, "Layer metrics"; paper 000).
 
 - ``metrics``: ν, CCA, rank ϱ of one layer's states (N, d); ζ and ρ of curves over layers.
 - ``probe``: the linear probe of one layer.

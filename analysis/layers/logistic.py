@@ -2,13 +2,12 @@
 ``LogisticRegression(solver="lbfgs")``, objective, optimiser and settings unchanged, without its
 per-step overhead.
 
-**Why not scikit-learn's own estimator.** A layer table fits many small probes (SPEC.md, "Probe
-score": 5 outer folds × an inner 3-fold CV over 7 C values per layer, 770 fits of 533 × 384 for
-the default Layers table), and scikit-learn 1.9 spends most of each L-BFGS step in its array-API
-dispatch and input checks, not in arithmetic: the probes took 3.7 s of that table's 4.1 s, 19,193
-loss evaluations at ≈ 0.15 ms each, where the two matrix-vector products of one evaluation take
-≈ 0.02 ms. (``config_context(assume_finite=True, skip_parameter_validation=True)`` saved 7 %.)
-So this module writes only the loss and its gradient and keeps the rest:
+**Why not scikit-learn's own estimator.** A layer table fits many small probes (5 outer folds × an
+inner 3-fold CV over 7 C values per layer: docs/explanation/layer-metrics.md, "The probe and its
+cross-validation"), and on matrices this small scikit-learn's estimator spends most of each
+L-BFGS step in its array-API dispatch and input checks, not in arithmetic; turning its checks off
+(``config_context``) does not remove that. So this module writes only the loss and its gradient
+and keeps the rest:
 
 - the objective of ``LogisticRegression``:  (1/n) Σ_i ℓ(y_i, W z_i + b) + ‖W‖_F² / (2 C n),
   the intercept b not penalised; binary: ℓ the logistic loss of one weight vector, ``classes_[1]``
@@ -132,7 +131,7 @@ def _multinomial_loss(
     raw = (z @ coef.T.astype(z.dtype)).astype(np.float64)
     raw += params[:, -1]
     top = raw.max(axis=1, keepdims=True)
-    residual = np.subtract(raw, top)  # softmax, shifted for stability (scipy's logsumexp: 0.3 ms)
+    residual = np.subtract(raw, top)  # softmax, shifted for stability (cheaper than logsumexp)
     np.exp(residual, out=residual)
     total = residual.sum(axis=1, keepdims=True)
     picked = np.arange(n)

@@ -1,4 +1,5 @@
-"""Per-layer task-specialty: ν, CCA and rank ϱ, and the curves' ζ and ρ (SPEC.md, "Layer metrics").
+"""Per-layer task-specialty: ν, CCA and rank ϱ, and the curves' ζ and ρ
+(docs/explanation/layer-metrics.md, "Layer metrics").
 
 Every metric takes the pooled states of one layer, ``states: (N, d)``, and the labels ``(N,)``
 (numpy or torch; any label values), and returns a float. The probe lives in `probe`; every layer
@@ -89,7 +90,8 @@ def _one_hot(codes: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 def nu(states: ArrayLike, labels: ArrayLike) -> float:
-    """Task-specialty ν = (1/C) · trace(Σ_w Σ_b⁺) of one layer (SPEC.md; lower = more specialised).
+    """Task-specialty ν = (1/C) · trace(Σ_w Σ_b⁺) of one layer (lower = more
+    specialised; docs/explanation/layer-metrics.md, "Task-specialty ν").
 
     states: (N, d); labels: (N,). Σ_b = (1/C) M Mᵀ with M (d × C) the centred class means, so
     with the thin SVD M = U S Vᵀ, Σ_b⁺ = Σ_{i≤r} u_i u_iᵀ / λ_i, λ_i = s_i² / C, and
@@ -145,7 +147,7 @@ def between_class_directions(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def _project(h: np.ndarray, u: np.ndarray, block: int = 256) -> np.ndarray:
     """h @ u in float64, (N, d) @ (d, r), converting ``block`` rows at a time so the float64
-    copy stays in cache (3× faster than converting all of a float32 h first)."""
+    copy stays in cache (faster than converting all of a float32 h first)."""
     if h.dtype == np.float64:
         return h @ u
     out = np.empty((len(h), u.shape[1]))
@@ -253,7 +255,7 @@ def cca_score(
     grid: Sequence[float] = CCA_GRID,
 ) -> float:
     """Held-out mean of the J = C − 1 regularised canonical correlations between the states and
-    the one-hot labels (SPEC.md, "CCA score").
+    the one-hot labels (docs/explanation/layer-metrics.md, "CCA score").
 
     states: (N, d); labels: (N,). On the train part (centred): Σ_xx = Q diag(e) Qᵀ (one eigh), and
     for each λ in the grid the regularised CCA is the SVD of
@@ -304,7 +306,8 @@ def cca_score(
 
 
 def rank_metric(states: ArrayLike, labels: ArrayLike) -> float:
-    """Rank metric ϱ = (1/C) Σ_y ‖H_y‖_*² / ‖H_y‖_F² (SPEC.md; Zhou et al. 2022).
+    """Rank metric ϱ = (1/C) Σ_y ‖H_y‖_*² / ‖H_y‖_F² (Zhou et al. 2022;
+    docs/explanation/layer-metrics.md, "Rank metric ϱ").
 
     states: (N, d); labels: (N,). H_y holds the (uncentred) states of class y; ‖·‖_* is the sum of
     its singular values. ϱ_y lies in [1, rank(H_y)] and equals k for k equal singular values.
@@ -326,8 +329,9 @@ def rank_metric(states: ArrayLike, labels: ArrayLike) -> float:
 
 
 def zeta(curve: ArrayLike) -> float:
-    """Smoothness ζ of a ν curve over ℓ = 1..L (SPEC.md): z-score the curve (population std),
-    then the mean over interior ℓ of the squared second difference ν̃_{ℓ+1} − 2 ν̃_ℓ + ν̃_{ℓ−1}.
+    """Smoothness ζ of a ν curve over ℓ = 1..L (docs/explanation/layer-metrics.md, "Smoothness ζ"):
+    z-score the curve (population std), then the mean over interior ℓ of the squared second
+    difference ν̃_{ℓ+1} − 2 ν̃_ℓ + ν̃_{ℓ−1}.
 
     0 for a straight line (and for a constant curve); NaN for fewer than 3 layers.
     """
@@ -348,7 +352,8 @@ def is_flat(curve: np.ndarray) -> bool:
 
 
 def rho(metric_curve: ArrayLike, probe_curve: ArrayLike) -> float:
-    """Pearson correlation across layers between a metric curve and the probe curve (SPEC.md).
+    """Pearson correlation across layers between a metric curve and the probe curve
+    (docs/explanation/layer-metrics.md, "Correlation with the probe ρ").
 
     Pass the curves over ℓ = 1..L. NaN when either is constant (all values equal up to rounding:
     a flat probe curve once gave ρ = 8e-17), non-finite or shorter than 2.

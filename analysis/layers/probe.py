@@ -1,33 +1,33 @@
-"""Linear probes: how well a linear model on one layer's states predicts the task (SPEC.md,
-"Probe score").
+"""Linear probes: how well a linear model on one layer's states predicts the task
+(docs/explanation/layer-metrics.md, "The probe and its cross-validation").
 
 **The probe score** of a layer is scored by *cross-validated predictions over all N examples*
 (`cv_predictions`): the N examples are cut into k = 5 stratified outer folds, fixed by the seed and
 shared by every layer (`outer_folds`), and each example is predicted once, by the probe fit on the
-other four folds; the score is the task's metric over the N predictions. Scoring one 400-example
-held-out part made the curve noisy enough that the fold seed alone moved ρ(ν, s) from −0.38 to
-−0.72 on held-out data; every example counting once cuts that noise by scoring 5× as many.
+other four folds; the score is the task's metric over the N predictions. Every example counting
+once scores five times as many examples as one held-out part would, so the curve (and ρ) depends
+far less on which examples happen to be held out.
 
 **Inside each outer fold** the probe is multinomial logistic regression on states standardised
 with that fold's train part's mean and std; its inverse L2 strength C is chosen by an inner
 stratified 3-fold CV on the fold's train part (C ∈ {10⁻⁴, 10⁻³, …, 10²}, scored with the task's
 metric), and the probe is refit on the fold's train part with that C (`fit_probe`). A fixed C = 1
-on a few hundred examples in d = 384 overfits and understates separability by up to 9 points.
-The chosen C is reported per fold and as its median.
+on a few hundred examples in d = 384 overfits and understates separability. The chosen C is
+reported per fold and as its median.
 
 Regression (metric ``spearman``): ridge regression with α = 1 / C, C chosen the same way by
 (unstratified) k-fold CV scored by Spearman, outer folds unstratified too.
 
-The inner CV walks the C grid with warm starts within each fold, 5–10× faster than refitting
-every (fold, C) pair: scikit-learn's ``RidgeCV`` for regression; for classification our own
-loop (`_logistic_cv`) over `analysis.layers.logistic.L2Logistic` fits — scikit-learn's
+The inner CV walks the C grid with warm starts within each fold rather than refitting every
+(fold, C) pair: scikit-learn's ``RidgeCV`` for regression; for classification our own loop
+(`_logistic_cv`) over `analysis.layers.logistic.L2Logistic` fits — scikit-learn's
 ``LogisticRegression`` objective and L-BFGS settings without its per-step overhead (that
-module's docstring) — because ``LogisticRegressionCV`` works in float64 only, and the float32
-fits took 0.6× the time. The 15 inner fits of a layer's 5 outer folds walk their grids side by
-side, and then the 5 refits (`analysis.layers.logistic_batch`): each takes its own L-BFGS-B
-iterates, and the products of all fits waiting in a round are two matrix products over the
-layer's rows, read once (at 3,750 × 1,024, 2.0–2.2× faster than one fit at a time; the same
-fits up to the rounding of their products).
+module's docstring) — because ``LogisticRegressionCV`` works in float64 only, and float32 fits
+are cheaper. The 15 inner fits of a layer's 5 outer folds walk their grids side by side, and
+then the 5 refits (`analysis.layers.logistic_batch`): each takes its own L-BFGS-B iterates, and
+the products of all fits waiting in a round are two matrix products over the layer's rows, read
+once (the same fits up to the rounding of their products; `bench/bench_probe.py` times it against
+one fit at a time).
 Within `fit_probe` the states are standardised once with its whole train part's mean and std
 (not per inner fold): the inner folds see two moments' worth of leakage, which moves no CV
 score measurably; the outer folds never do (each is standardised on its own train part).
@@ -260,7 +260,8 @@ def probe_score(
     metric: str,
     seed: int = 0,
 ) -> float:
-    """Held-out task score of the layer's probe (SPEC.md, "Probe score"), C chosen by CV.
+    """Held-out task score of the layer's probe, C chosen by CV
+    (docs/explanation/layer-metrics.md, "The probe and its cross-validation").
 
     train_states: (N_train, d); test_states: (N_test, d); labels (N,) each. `fit_probe` on the
     train part, scored on the test part with ``metric``.
@@ -269,7 +270,7 @@ def probe_score(
     return task_score(metric, as_labels(test_labels), fit.predict(test_states))
 
 
-OUTER_FOLDS = 5  # the probe score's stratified outer folds (SPEC.md, "Probe score")
+OUTER_FOLDS = 5  # the probe score's stratified outer folds (module docstring)
 SE_RESAMPLES = 200  # bootstrap resamples of the out-of-fold predictions for the table's s.e.
 
 

@@ -1,6 +1,6 @@
 """Repeats of the layer metrics: how much ν, CCA, ϱ, the probe, ρ, ζ and ℓ* move when the sample
-does, and intervals that belong to the values printed beside them (SPEC.md, "Numbers a researcher
-can quote": Repeats).
+does, and intervals that belong to the values printed beside them
+(docs/explanation/statistics.md, "Repeats and bootstrap intervals").
 
 The extraction and the full-sample table (`analysis.layers.table.layer_metrics`) run once; each
 repeat r = 1..R draws a **stratified bootstrap resample** of the N cached states (within each class
@@ -607,9 +607,10 @@ RHO_WEAK = -0.5
 
 
 def rho_verdict(estimate: Estimate) -> str:
-    """Does ν track the probe? (SPEC.md, claim X1, one sample) "holds" when the interval's upper
-    end is ≤ −0.5 and the full-sample ρ(ν, s) ≤ −0.85; "holds weakly" with only the first; "does
-    not hold" when the interval lies above −0.5; else (or without an interval) "inconclusive"."""
+    """Does ν track the probe? Claim X1 on one sample (docs/explanation/claims.md, "The claims and
+    their rules"): "holds" when the interval's upper end is ≤ −0.5 and the full-sample ρ(ν, s)
+    ≤ −0.85; "holds weakly" with only the first; "does not hold" when the interval lies above
+    −0.5; else (or without an interval) "inconclusive"."""
     if estimate.interval is None:
         return "inconclusive"
     lo, hi = estimate.interval

@@ -1,9 +1,10 @@
 """Layer metrics of an extraction too large to load: every metric from streamed statistics.
 
 `streamed_layer_metrics` returns the frame `analysis.layers.table.layer_metrics` returns — the same
-seeded 80/10/10 split, the same formulas (SPEC.md "Layer metrics"), the same columns — but reads
-each layer once, ``CHUNK_ROWS`` rows at a time, and keeps only statistics whose size does not
-depend on N. Per layer, in one pass over its rows (float32 read, float64 arithmetic):
+seeded 80/10/10 split, the same formulas (docs/explanation/layer-metrics.md, "Large samples: the
+streamed route"), the same columns — but reads each layer once, ``CHUNK_ROWS`` rows at a time,
+and keeps only statistics whose size does not depend on N. Per layer, in one pass over its rows
+(float32 read, float64 arithmetic):
 
 - for every *cell* (class y, part ∈ {train, dev, test}): the count, the sum and the Gram matrix of
   (h − c), c a per-layer shift (the first chunk's mean), accumulated chunk by chunk (`CellMoments`).

@@ -1,5 +1,5 @@
-"""What-ifs: the ν and probe curves of several samples of one model, side by side (SPEC.md,
-"Robustness what-ifs")."""
+"""What-ifs: the ν and probe curves of several samples of one model, side by side
+(docs/explanation/layer-metrics.md, "Robustness what-ifs")."""
 
 from __future__ import annotations
 

@@ -30,7 +30,9 @@ from analysis.recommend.config import RecommendConfig
 if TYPE_CHECKING:
     from analysis.models import LoadedModel
 
-MATCH = 0.10  # ±10 % of the candidate's trainable count (SPEC's "same budget")
+# An alternative is at a candidate's budget within ±10 % of the candidate's trainable count
+# (docs/explanation/recommendation.md, "The budget").
+MATCH = 0.10
 
 
 @dataclass(frozen=True)

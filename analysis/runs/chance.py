@@ -1,6 +1,6 @@
 """Runs at chance level: the majority-class baseline of a run's test part, and which runs do not
-beat it (SPEC.md, "Numbers a researcher can quote": a score means something only above what a
-constant answer gets).
+beat it: a score means something only above what a constant answer gets
+(docs/explanation/statistics.md, "Chance level").
 
 A classification run stores its test predictions and gold labels (`analysis.predictions`), so its
 baselines are computed from exactly the examples it was scored on:

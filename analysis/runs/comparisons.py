@@ -7,11 +7,11 @@ finished ones (rows of `RunsDB.list_runs`) into the groups; `summarise_compariso
 group's mean and standard error over seeds; `comparison_verdicts` compares them
 (`analysis.compare.compare`).
 
-Only runs of one setting are averaged (SPEC.md, "Numbers a researcher can quote"): a group's runs
-are split by their run group (`analysis.runs.results.group_key`), except that the zero-weights
-file of the disable experiment counts by its role (the random control draws its weights with the
-run's seed, so its seeds zero different files by design). A full run of 100 steps and one of
-300 are two rows, never "n_seeds 2".
+Only runs of one setting are averaged (docs/explanation/statistics.md, "Run groups: runs that
+count as seeds"): a group's runs are split by their run group (`analysis.runs.results.group_key`),
+except that the zero-weights file of the disable experiment counts by its role (the random
+control draws its weights with the run's seed, so its seeds zero different files by design). A
+full run of 100 steps and one of 300 are two rows, never "n_seeds 2".
 """
 
 from __future__ import annotations

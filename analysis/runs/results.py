@@ -2,13 +2,13 @@
 ± standard error over seeds, the Pareto frontier of score vs trainable parameters, the compute a
 cut model saves, and the learning rate a sweep's grid chose on the dev part.
 
-**Run groups** (SPEC.md, "Numbers a researcher can quote"): runs are seeds of one another only
-when their configs agree in everything but the seed — model, data, sample, method and its options
-(head selection and its selector, adapter / LoRA placement, subspace source and kind), steps,
-learning rates, batch size, pooling, max length, zero-weights file… (`run_setting`; the device a
-run happened to run on is not a setting). `group_key` hashes that; `summarise` averages only
-within a group, and every aggregate carries ``n_seeds``. Runs that differ in anything else — even
-only in steps — are never pooled.
+**Run groups** (docs/explanation/statistics.md, "Run groups: runs that count as seeds"): runs are
+seeds of one another only when their configs agree in everything but the seed — model, data,
+sample, method and its options (head selection and its selector, adapter / LoRA placement,
+subspace source and kind), steps, learning rates, batch size, pooling, max length, zero-weights
+file… (`run_setting`; the device a run happened to run on is not a setting). `group_key` hashes
+that; `summarise` averages only within a group, and every aggregate carries ``n_seeds``. Runs
+that differ in anything else — even only in steps — are never pooled.
 
 Pure pandas: the page and the CLI both use these.
 """

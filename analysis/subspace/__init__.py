@@ -1,4 +1,4 @@
-"""Intrinsic task subspaces of fine-tuning (SPEC.md "Subspaces", paper 003).
+"""Intrinsic task subspaces of fine-tuning (docs/explanation/subspaces.md, "Subspaces"; paper 003).
 
 Four stages, each usable on its own, one module each:
 

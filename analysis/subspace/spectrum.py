@@ -35,7 +35,8 @@ def trajectory_svd(
     centre: bool = False,
     block_bytes: int = 32 << 20,
 ) -> LayerSVD:
-    """Compact SVD of layer ``layer``'s trajectory through the Gram matrix (SPEC "Subspaces").
+    """Compact SVD of layer ``layer``'s trajectory through the Gram matrix
+    (docs/explanation/subspaces.md, "The compact SVD").
 
     W = [θ_1 − θ_0; …; θ_t − θ_0] ∈ R^{t × D} (``centre=True``: each column of W minus its mean
     over the t rows instead, i.e. principal directions of the trajectory).

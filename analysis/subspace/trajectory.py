@@ -73,7 +73,8 @@ def layer_prefixes(root: nn.Module, layers: Sequence[nn.Module]) -> list[str]:
 
 
 class TrajectoryRecorder:
-    """Snapshot each encoder layer's flattened parameters every ``every`` steps (SPEC "Subspaces").
+    """Snapshot each encoder layer's flattened parameters every ``every`` steps
+    (docs/explanation/subspaces.md, "Trajectory").
 
     Usage by the fine-tuning engine::
 

@@ -1,4 +1,5 @@
-"""Known answers for the head statistics, PageRank, selection and the selection file (SPEC "Heads")."""
+"""Known answers for the head statistics, PageRank, selection and the selection file
+(docs/explanation/heads.md, "Heads")."""
 
 from __future__ import annotations
 

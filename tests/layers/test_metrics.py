@@ -1,4 +1,4 @@
-"""Known answers for the layer metrics (SPEC.md, "Layer metrics")."""
+"""Known answers for the layer metrics (docs/explanation/layer-metrics.md, "Layer metrics")."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from analysis.layers.probe import PROBE_GRID
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_blas_thread():
-    # On a shared, loaded machine two spin-waiting BLAS threads run d × d work ~10× slower.
+    # On a shared, loaded machine two spin-waiting BLAS threads run d × d work far slower.
     with threadpool_limits(1):
         yield
 

@@ -1,4 +1,5 @@
-"""The probe's regularisation is chosen by cross-validation (SPEC.md, "Probe score")."""
+"""The probe's regularisation is chosen by cross-validation
+(docs/explanation/layer-metrics.md, "The probe and its cross-validation")."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_regression_probe_chooses_its_ridge_strength_by_cv():
 
 
 def test_cv_predictions_predict_each_example_by_the_probe_fit_without_its_fold():
-    """SPEC.md's probe score: 5 stratified outer folds fixed by the seed; example n is predicted
+    """The probe score: 5 stratified outer folds fixed by the seed; example n is predicted
     by `fit_probe` (inner 3-fold CV for C) on the other folds; the score is over all N."""
     from analysis.layers.probe import cv_predictions, outer_folds
 

@@ -1,4 +1,5 @@
-"""Bootstrap repeats of the layer metrics (SPEC.md, "Numbers a researcher can quote"):
+"""Bootstrap repeats of the layer metrics
+(docs/explanation/statistics.md, "Repeats and bootstrap intervals"):
 deterministic for a seed, intervals around the full-sample value (each contains its estimate; BCa
 covers near its level on problems with a known answer), ℓ* as counts, rules in integers."""
 

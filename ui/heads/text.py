@@ -1,4 +1,5 @@
-"""Plain-language explanations, with formulas, for the Heads page (SPEC.md "Heads", paper 002)."""
+"""Plain-language explanations, with formulas, for the Heads page (paper 002;
+docs/explanation/heads.md, "Heads")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Layers page's words: what each metric means, with its formula (SPEC.md, "Layer metrics")."""
+"""The Layers page's words: what each metric means, with its formula
+(docs/explanation/layer-metrics.md, "Layer metrics")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Layers page's what-ifs: pooling, imbalance, scarcity and seeds (SPEC.md, "Robustness what-ifs").
+"""The Layers page's what-ifs: pooling, imbalance, scarcity and seeds
+(docs/explanation/layer-metrics.md, "Robustness what-ifs").
 
 Each setting is another sample (or pooling) of the same data: its own extraction, disk-cached,
 then the same cached metrics. Results stay in the session until the sidebar settings change.
