@@ -120,7 +120,7 @@ def test_a_teacher_prepares_and_presents_a_lesson_and_a_second_browser_follows(b
                         expect(page.get_by_role("slider").first).to_have_value("2")
                     else:
                         assert tab_open(page, "Information richness")
-                        assert page.get_by_label("k heads per layer").input_value() == "2"
+                        expect(page.get_by_label("k heads per layer")).to_have_value("2")
                 if number == 3:
                     screenshot_for_docs(teacher, "lessons")
             print(f"presenter's click to the step's figure (browser's time): {seconds}")
@@ -157,6 +157,7 @@ def test_a_link_restores_the_pages_whole_view_in_a_fresh_browser(browser, server
             box = page.get_by_label("k heads per layer")
             box.fill("2")
             page.get_by_role("button", name="Apply").click()
+            page.wait_for_url(re.compile(r"[?&]heads_k=2(&|$)"))  # the browser writes the link
             wait_idle(page, timeout_s=300)
             page.get_by_role("tab", name="Correlation").click()
             wait_idle(page)
@@ -171,7 +172,7 @@ def test_a_link_restores_the_pages_whole_view_in_a_fresh_browser(browser, server
             expect(page.get_by_role("slider").first).to_have_value("0")
             assert page.get_by_role("switch", name="mark the probe's mistakes").is_checked()
         else:
-            assert page.get_by_label("k heads per layer").input_value() == "2"
+            expect(page.get_by_label("k heads per layer")).to_have_value("2")
             assert tab_open(page, "Correlation")
     finally:
         context.close()
