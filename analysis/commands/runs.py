@@ -1,6 +1,7 @@
 """``runs``: list, show, export, compare, cancel, annotate (note, tag), delete and import the
-fine-tuning runs kept in the runs database (``runs import DIR``: a transformers Trainer output
-folder, `analysis.runs.callback.import_trainer_folder`).
+fine-tuning runs kept in the runs database (``runs import DIR``: the run folders the exported
+recipe's ``TunescopeCallback`` wrote, or a transformers Trainer output folder:
+`analysis.runs.imported.import_folder`).
 
 Listings and exports carry each run's group (`analysis.runs.results.group_key`: runs identical in
 every setting but the seed) and a label that tells settings apart; ``runs groups`` lists the
@@ -77,14 +78,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     compare.add_argument("a", metavar="RUN_OR_GROUP_A")
     compare.add_argument("b", metavar="RUN_OR_GROUP_B")
     compare.add_argument("--json", default=None, help="write the comparison as JSON here")
-    # issue 18: a finished transformers Trainer output folder as an imported run
-    imported = sub.add_parser("import", help="record a finished Trainer output folder as a run")
-    imported.add_argument("folder", help="the Trainer's output_dir (holds trainer_state.json)")
-    imported.add_argument("--model", default=None, help="model name (default: its config)")
-    imported.add_argument("--data", default="custom", help="data set name")
-    imported.add_argument("--metric", default="accuracy", help="eval_<metric> is the dev curve")
-    imported.add_argument("--recipe", default=None, help="the recipe folder the run applied")
-    imported.add_argument("--seed", type=int, default=0, help="the run's training seed")
+    imported = sub.add_parser(
+        "import",
+        help="bring runs trained elsewhere into the runs database: the run folders "
+        "TunescopeCallback wrote, or a finished Trainer output folder",
+    )
+    imported.add_argument(
+        "folder",
+        help="a run folder (run.json), a Trainer's output_dir holding run folders "
+        "(tunescope-runs/), or a Trainer output folder (trainer_state.json)",
+    )
+    imported.add_argument("--model", default=None, help="model name (default: the run's own)")
+    imported.add_argument("--data", default=None, help="data set name (default: the run's own)")
+    trainer = imported.add_argument_group("a Trainer output folder only (a run folder says them)")
+    trainer.add_argument("--metric", default=None, help="eval_<metric> is the dev curve (accuracy)")
+    trainer.add_argument("--recipe", default=None, help="the recipe folder the run applied")
+    trainer.add_argument("--seed", type=int, default=None, help="the run's training seed (0)")
     for action in (listing, show, export, groups, compare):
         action.set_defaults(writes=False)  # never the one to create a missing cache folder
 
@@ -260,11 +269,21 @@ def _compare(db, args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from analysis.runs.callback import import_trainer_folder
+    from analysis.runs.db import RunsDB
+    from analysis.runs.imported import import_folder
 
-    run_id = import_trainer_folder(
-        args.folder, model_name=args.model, data_name=args.data, metric=args.metric,
-        recipe=args.recipe, seed=args.seed, cache=args.workspace,
+    flags = {"metric": args.metric, "recipe": args.recipe, "seed": args.seed}
+    ids = import_folder(
+        args.folder, model_name=args.model, data_name=args.data, cache=args.workspace,
+        **{name: value for name, value in flags.items() if value is not None},
     )  # fmt: skip
-    print(f"imported {args.folder} as run {run_id}")
+    if not ids:
+        print(f"nothing new: the runs in {args.folder} are in the runs database already")
+    db = RunsDB(args.workspace)
+    for run_id in ids:
+        run = db.get_run(run_id)
+        result = run["result"] or {}
+        score = result.get("score")
+        shown = f"{result.get('metric')} {score:.4f}" if score is not None else run["status"]
+        print(f"imported run {run_id} ({run['label']}, {shown})")
     return 0

@@ -13,8 +13,12 @@ below), ``tunescope_recipe.py`` (torch + transformers only: ``apply_recipe``), a
 with the lines to paste, and the recipe's ``files``: a PEFT config as PEFT's own
 ``adapter_config.json`` (``save_pretrained``).
 
-Schema (``format`` = ``tunescope-recipe``, ``version`` 2; layers are 1-based throughout, PEFT's
-0-based indices are in adapter_config.json only): ``model`` {name, path, family, model_type,
+Schema (``format`` = ``tunescope-recipe``, ``version`` 3; layers are 1-based throughout, PEFT's
+0-based indices are in adapter_config.json only): ``model`` {name, source (builtin, local or hub),
+hub_id (a hub model's id; a built-in's where the hub has it), path (a local model's folder as it
+was given), installed (where an environment holds a built-in: {package, folder} or {prefix}),
+weights_sha256 (a built-in's weights file), fingerprint {sha256, dtype} (of the embeddings and
+kept layers: `tunescope_recipe.weights_fingerprint`, checked on apply), family, model_type,
 n_layers, n_heads, d_model, special_token_ids}; ``method``, ``description``; ``keep_layers``
 (ℓ_head: the layers above are deleted) and ``layers_module`` (the blocks' ModuleList inside the
 base model); ``classifier`` {kind, pooling, layer, d_model, n_outputs, dropout, init_std,
@@ -24,15 +28,18 @@ layers, sites} or null, peft: {peft_type, layers, adapter_config, n_trainable} o
 embeddings, n_trainable_body, n_trainable_classifier, n_trainable, n_params}; ``optimizer`` {lr,
 classifier_lr, weight_decay, betas, eps, max_grad_norm, warmup}; ``training`` {steps, batch_size,
 max_length, seed, n_train}; ``provenance`` {tunescope_version, source, run_id, l_star, layers,
-family, selection, config}. Version 1 (before) had ``lora`` (PEFT's LoRA settings, 0-based) where
-``peft`` is, and 0-based adapter layers.
+family, selection, config}. Version 2 named every model by ``path`` (a built-in's too: this
+machine's folder); version 1 had ``lora`` (PEFT's LoRA settings, 0-based) where ``peft`` is, and
+0-based adapter layers.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 import json
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +47,7 @@ from typing import Any
 
 import torch
 
+from analysis.export import tunescope_recipe
 from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.registry import method_spec
 from analysis.finetune.spec import Exported
@@ -47,10 +55,15 @@ from analysis.hf_names import hf_classifier
 from analysis.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from analysis.models import LoadedModel, encoder_layers, resolve_source
 
-FORMAT = "tunescope-recipe"
-FORMAT_VERSION = 2
+FORMAT = tunescope_recipe.FORMAT
+FORMAT_VERSION = tunescope_recipe.FORMAT_VERSION
 MODULE_FILE = "tunescope_recipe.py"
 PEFT_FILE = "adapter_config.json"
+# The built-ins' names on the model hub (the hub's copies have the same weights file, SHA-256).
+BUILTIN_HUB_IDS = {
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
+    "mpnet": "sentence-transformers/all-mpnet-base-v2",
+}
 
 
 def tunescope_version() -> str:
@@ -136,6 +149,53 @@ def _peft_part(exported: Exported) -> dict[str, Any] | None:
     }
 
 
+def model_identity(loaded: LoadedModel, layers_module: str, keep_layers: int) -> dict[str, Any]:
+    """How recipe.json names the model so that another machine finds it (module docstring):
+    a hub model by its id, a local folder as it was given, a built-in by its name, its hub id,
+    where an environment holds it and its weights file's SHA-256; and every model by the
+    fingerprint of the weights the recipe uses (`tunescope_recipe.weights_fingerprint`)."""
+    source, kind = resolve_source(loaded.spec.name)
+    fingerprint = tunescope_recipe.weights_fingerprint(
+        loaded.model, layers_module=layers_module, keep_layers=keep_layers
+    )
+    builtin = kind == "builtin"
+    weights = Path(source) / "model.safetensors"
+    return {
+        "name": loaded.name,
+        "source": kind,
+        "hub_id": BUILTIN_HUB_IDS.get(loaded.name)
+        if builtin
+        else source
+        if kind == "hub"
+        else None,
+        "path": loaded.spec.name if kind == "local" else None,
+        "installed": _installed_place(Path(source)) if builtin else None,
+        "weights_sha256": _file_sha256(weights) if builtin and weights.is_file() else None,
+        "fingerprint": fingerprint,
+    }
+
+
+def _installed_place(folder: Path) -> dict[str, str]:
+    """Where an environment holds a built-in found at ``folder`` here, in terms that hold in
+    another environment: inside an installed package ({package, folder}), else under the
+    environment's prefix ({prefix}); {} when it is neither."""
+    for parent in folder.parents:
+        if (parent / "__init__.py").is_file() and not (parent.parent / "__init__.py").is_file():
+            return {"package": parent.name, "folder": folder.relative_to(parent).as_posix()}
+    try:
+        return {"prefix": folder.relative_to(sys.prefix).as_posix()}
+    except ValueError:
+        return {}
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def build_recipe(
     cfg: FinetuneConfig,
     loaded: LoadedModel,
@@ -180,14 +240,13 @@ def build_recipe(
             f"Method {cfg.method!r}'s export counts {exported.n_trainable:,} trainable entries; "
             f"the prepared model trains {n_body:,}."
         )
-    source, kind = resolve_source(loaded.spec.name)
     kept = model.n_layers_kept
+    layers_module = _layers_module(model.encoder)
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "model": {
-            "name": loaded.name,
-            "path": source if kind != "hub" else None,
+            **model_identity(loaded, layers_module, kept),
             "family": loaded.model_family,
             "model_type": loaded.model.config.model_type,
             "n_layers": loaded.n_layers,
@@ -198,7 +257,7 @@ def build_recipe(
         "method": cfg.method,
         "description": built.prepared.description,
         "keep_layers": kept,
-        "layers_module": _layers_module(model.encoder),
+        "layers_module": layers_module,
         "classifier": {
             "kind": "dropout-dense-tanh-dropout-linear",
             "pooling": cfg.pooling,
@@ -251,42 +310,72 @@ def build_recipe(
 
 
 def readme_text(recipe: dict[str, Any], folder: str = "THIS_FOLDER") -> str:
+    """The folder's README: what the recipe trains and the lines to paste (with ``num_labels``,
+    the ``sys.path`` line and, for a PEFT recipe, PEFT's wrapping)."""
     model = recipe["model"]
-    source = model.get("path") or model["name"]
     peft = recipe["train"].get("peft")
+    keep, n_layers = recipe["keep_layers"], model["n_layers"]
+    n_labels = recipe["classifier"]["n_outputs"]
+    cut = f" (layers {keep + 1}–{n_layers} are removed)" if keep < n_layers else ""
+    where = {"hub": f"hub id `{model.get('hub_id')}`", "local": f"folder `{model.get('path')}`",
+             "builtin": f"tunescope's built-in, hub id `{model.get('hub_id')}`"}  # fmt: skip
     lines = [
         f"# tunescope recipe: {recipe['description']}",
         "",
-        f"Model {model['name']} ({model['family']}, {model['n_layers']} layers); method "
-        f"`{recipe['method']}`; {recipe['train']['n_trainable']:,} of "
-        f"{recipe['train']['n_params']:,} parameters train; the classifier reads layer "
-        f"{recipe['keep_layers']} (the layers above it are removed).",
+        f"Model {model['name']} ({where.get(model.get('source'), 'as exported')}; "
+        f"{model['family']}, {n_layers} layers); method `{recipe['method']}`; "
+        f"{recipe['train']['n_trainable']:,} of {recipe['train']['n_params']:,} parameters "
+        f"train; the classifier reads layer {keep}{cut}; {n_labels} "
+        f"{'output (regression)' if n_labels == 1 else 'labels'}.",
         "",
-        "Paste into your training script (this folder beside it, or on `sys.path`):",
+        "Paste into your training script (torch and transformers only; tunescope need not be "
+        "installed):",
         "",
         "```python",
-        "from tunescope_recipe import load_recipe, TunescopeClassifier, make_optimizer",
+        "import sys",
+        "",
+        f'sys.path.insert(0, "{folder}")  # the folder holding tunescope_recipe.py',
+        "from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer",
+        "from tunescope_recipe import TunescopeCallback, load_recipe, make_optimizer, model_source",
+        "",
         f'recipe = load_recipe("{folder}")',
+        "tokenizer = AutoTokenizer.from_pretrained(model_source(recipe))",
+        "model = AutoModelForSequenceClassification.from_pretrained(model_source(recipe), "
+        f"num_labels={n_labels})",
     ]
     if peft:
         lines += [
             "from peft import PeftConfig, get_peft_model",
-            f'model = get_peft_model(AutoModelForSequenceClassification.from_pretrained("{source}",'
-            f" num_labels={recipe['classifier']['n_outputs']}), "
-            f'PeftConfig.from_pretrained("{folder}"))  # {peft["peft_type"]}',
+            "",
+            f'model = get_peft_model(model, PeftConfig.from_pretrained("{folder}"))  '
+            f"# {peft['peft_type']}",
         ]
-    else:
-        lines.append("model = TunescopeClassifier.from_pretrained(recipe)  # or your own HF model")
     lines += [
-        "trainer = Trainer(model=model, args=args, train_dataset=..., "
-        "optimizers=make_optimizer(model, recipe))",
+        "trainer = Trainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,",
+        "                  optimizers=make_optimizer(model, recipe),",
+        "                  callbacks=[TunescopeCallback(recipe=recipe, test_dataset=test)])",
+        "trainer.train()",
         "```",
         "",
-        "`TunescopeClassifier` is tunescope's model (its pooled classifier, same start at the "
-        "same seed); an `AutoModelForSequenceClassification` trains the same parameters with "
-        "its own classifier (first-token pooling). `apply_recipe(model, recipe)` returns AdamW "
-        "parameter groups for your own loop. Add `TunescopeCallback` (tunescope's "
-        "`analysis.runs.callback`) to record the run in tunescope's runs database.",
+        f"`num_labels={n_labels}`: the recipe was exported for that many classes; a model with "
+        "another number, another family, depth or width, or other weights is refused with one "
+        "`RecipeError` naming both. `make_optimizer` schedules the learning rate over the steps "
+        "the Trainer runs (the callback fits it). `TunescopeCallback` writes a run folder "
+        "(`OUTPUT_DIR/tunescope-runs/<id>/`: what ran, losses, evaluations, test predictions, "
+        "timings); `tunescope runs import OUTPUT_DIR`, or the Runs page, brings it into "
+        "tunescope's runs database.",
+        "",
+    ]
+    if not peft:
+        lines += [
+            "`TunescopeClassifier.from_pretrained(recipe)` instead of the "
+            "`AutoModelForSequenceClassification` is tunescope's own model (its pooled "
+            "classifier, the same start at the same seed); the transformers model trains the same "
+            "parameters with its own classifier (first-token pooling).",
+            "",
+        ]
+    lines += [
+        "`apply_recipe(model, recipe)` returns AdamW parameter groups for your own loop.",
         "",
     ]
     return "\n".join(lines)

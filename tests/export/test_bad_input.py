@@ -1,6 +1,7 @@
 """What the export refuses, each with one clear message: an unknown run id, what cannot be
 expressed (subspace methods, zeroed weights, a family without a mapping, a PEFT without a
-field), and a recipe applied to another model or without PEFT."""
+field), and a LoRA recipe applied without PEFT (a recipe for another model:
+test_portable.py)."""
 
 from __future__ import annotations
 
@@ -93,21 +94,6 @@ def test_a_peft_without_a_field(bert, monkeypatch):
     with pytest.raises(ValueError, match=r"cannot be exported: peft .* has no LoraConfig field "
                                          r"rank_pattern, alpha_pattern: .* upgrade peft"):  # fmt: skip
         build_recipe(cfg, loaded, 2)
-
-
-def test_a_recipe_for_another_model(bert, tmp_path):
-    folder, loaded = bert
-    write_recipe(build_recipe(flat_config(model={"name": str(folder)}), loaded, 2), tmp_path / "r")
-    tr = import_recipe_module(tmp_path / "r")
-    recipe = tr.load_recipe(tmp_path / "r")
-    other = make_tiny_model_dir("roberta", tmp_path)
-    model = tf.AutoModelForSequenceClassification.from_pretrained(str(other), num_labels=2)
-    with pytest.raises(tr.RecipeError, match="This recipe is for a bert model"):
-        tr.apply_recipe(model, recipe)
-    wider = make_tiny_model_dir("bert", tmp_path / "w", d_model=64)
-    model = tf.AutoModelForSequenceClassification.from_pretrained(str(wider), num_labels=2)
-    with pytest.raises(tr.RecipeError, match="d_model = 32"):
-        tr.apply_recipe(model, recipe)
 
 
 def test_a_lora_recipe_needs_peft_first(bert, tmp_path):

@@ -124,7 +124,7 @@ def test_a_trainer_run_of_ia3_is_recorded_as_ia3(bert, tmp_path):
     model = tf.AutoModelForSequenceClassification.from_pretrained(bert.spec.name, num_labels=2)
     model = get_peft_model(model, IA3Config(task_type="SEQ_CLS", target_modules=["key", "value"],
                                             feedforward_modules=[]))  # fmt: skip
-    callback = TunescopeCallback(bert.spec.name, "toy", join_groups=True)
+    callback = TunescopeCallback(bert.spec.name, "toy")
     args = tf.TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4,
         report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
@@ -138,4 +138,7 @@ def test_a_trainer_run_of_ia3_is_recorded_as_ia3(bert, tmp_path):
     assert run.method == "ia3" and run.status == "done"
     config = RunsDB().get_run(run.id)["config"]
     assert config["method"] == "ia3" and config["options"] == {}
-    assert isinstance(flat_config(**{k: v for k, v in config.items()}).options, IA3Options)
+    assert config["origin"]["model_class"] == "BertForSequenceClassification"
+    assert config["eval_every"] is None  # what ran: this Trainer never evaluated
+    setting = {k: v for k, v in config.items() if k != "origin"} | {"eval_every": 50}
+    assert isinstance(flat_config(**setting).options, IA3Options)

@@ -85,7 +85,15 @@ def test_a_trainer_run_is_recorded(tiny, tmp_path):
     assert run["status"] == "done"
     assert run["method"] == "full"
     assert run["config"]["origin"] == {"kind": "trainer", "data_fingerprint": "toy-v1",
-                                       "recipe": False}  # fmt: skip
+                                       "recipe": False, "model_class": "BertForSequenceClassification",
+                                       "precision": "float32", "best_at_end": False}  # fmt: skip
+    config = run["config"]  # what ran, not tunescope's defaults
+    assert (config["pooling"], config["eval_every"], config["mixed_precision"]) == (
+        "first",
+        2,
+        False,
+    )
+    assert config["steps"] == 4 and config["lr"] == config["classifier_lr"] == 1e-3
     assert set(db.tags(callback.run_id)) == {"imported", "mine"}
     result = run["result"]
     assert result["n_trainable"] == sum(p.numel() for p in trainer.model.parameters())
@@ -205,7 +213,7 @@ def test_runs_import_of_a_trainer_folder(tiny, tmp_path, capsys):
         (out / "out" / "test_results.json").write_text('{"test_accuracy": 0.75}')
         argv = ["runs", "import", str(out / "out"), "--model", "tiny", "--data", "toy"]
         assert main([*argv, "--seed", str(seed)]) == 0
-        ids.append(capsys.readouterr().out.split()[-1])
+        ids.append(capsys.readouterr().out.split("imported run ")[1].split()[0])
     db = RunsDB()
     for run_id in ids:
         run = db.get_run(run_id)
@@ -222,7 +230,10 @@ def test_runs_import_of_a_trainer_folder(tiny, tmp_path, capsys):
 
 def test_runs_import_refuses_a_folder_without_trainer_state(tmp_path, capsys):
     assert main(["runs", "import", str(tmp_path)]) == 2
-    assert "holds no trainer_state.json" in capsys.readouterr().err
+    assert (
+        "holds no run folder (run.json, written by TunescopeCallback) and no "
+        "trainer_state.json" in capsys.readouterr().err
+    )
 
 
 def test_imported_and_tunescope_runs_never_share_a_group():
