@@ -6,7 +6,7 @@ import streamlit as st
 from ui.export import run_recipe_button
 from ui.finetune.state import get_db
 from ui.nav import next_step
-from ui.runs.view import compare_view, filtered_runs, pick_run, run_view, runs_table
+from ui.runs.view import compare_view, filtered_runs, import_form, pick_run, run_view, runs_table
 
 st.title("Runs")
 st.markdown(
@@ -18,9 +18,10 @@ st.markdown(
 )
 db = get_db()
 db.reap_dead()
+import_form(db)
 everything = db.list_runs()
 if everything.empty:
-    st.info("No runs yet: launch one on the Fine-tune page.")
+    st.info("No runs yet: launch one on the Fine-tune page, or import one trained elsewhere.")
     next_step("views/runs.py")
     st.stop()
 

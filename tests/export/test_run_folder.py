@@ -314,3 +314,35 @@ def test_how_a_run_ends_and_comes_back(tiny, tmp_path, capsys):
     assert len(RunsDB().list_runs()) == 3
     record = json.loads((callback.folder.path / "run.json").read_text())
     assert record["status"] == "done" and os.path.isfile(callback.folder.path / "steps.jsonl")
+
+
+def test_the_runs_page_imports_a_run_folder(tiny, tmp_path, monkeypatch):
+    """The Runs page's import: a Trainer's output folder comes back as an imported run with the
+    callback's score; the same folder again is nothing new; a folder outside the folders the
+    dashboard may read, or one without runs, is one message and imports nothing."""
+    from apptest_utils import errors, make_app, open_page
+
+    tr = import_recipe_module_plain(tmp_path)
+    callback = tr.TunescopeCallback(data_name="toy")
+    trainer_of(tiny, tmp_path / "done", [callback], steps=2).train()
+    score = json.loads((callback.folder.path / "run.json").read_text())
+    monkeypatch.setenv("TUNESCOPE_ALLOWED_ROOTS", str(tmp_path / "done"))
+    at = open_page(make_app(tiny[0], monkeypatch), "views/runs.py")
+
+    def import_folder(folder) -> None:
+        next(x for x in at.text_input if x.label == "Folder").set_value(str(folder))
+        next(x for x in at.button if x.label == "Import").click().run()
+
+    import_folder(tmp_path / "elsewhere")
+    assert any("outside the folders this dashboard may read" in e for e in errors(at))
+    import_folder(tmp_path / "done" / "out")  # the Trainer's output_dir
+    assert not errors(at) and "Imported 1 run(s)" in at.success[0].value
+    (run,) = RunsDB().list_runs().itertuples()
+    assert run.status == "done" and "imported" in run.tags
+    stored = RunsDB().get_run(run.id)["result"]
+    assert stored["run_folder_id"] == score["id"]
+    import_folder(callback.folder.path)  # the run folder itself
+    assert "Nothing new" in at.info[0].value and len(RunsDB().list_runs()) == 1
+    (tmp_path / "done" / "empty").mkdir()
+    import_folder(tmp_path / "done" / "empty")
+    assert any("holds no run folder" in e for e in errors(at))

@@ -78,7 +78,7 @@ def test_overlay_notes_tags_filters_and_export(tiny_bert_dir, monkeypatch):
     # A note and tags for the run shown in full (the newest: b).
     assert at.selectbox(key="runs_run").value == b
     at.text_area[0].input("warm-up too short")
-    at.text_input[0].input("keep, lr sweep")
+    next(x for x in at.text_input if x.label == "Tags").input("keep, lr sweep")
     next(x for x in at.button if x.label == "Save note and tags").click().run()
     assert not errors(at)
     assert db.get_run(b)["note"] == "warm-up too short"

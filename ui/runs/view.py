@@ -16,6 +16,7 @@ from ui.datasets import data_label
 from ui.figures.finetune import loss_curve
 from ui.figures.runs import overlay_curves
 from ui.links import BIND, publish, take_link
+from ui.paths import check_allowed
 from ui.tables import dashes
 
 if TYPE_CHECKING:
@@ -25,6 +26,34 @@ KEEP = "session"  # filters and choices stay across page switches
 RUN_KEY = "runs_run"  # the run shown in full; its link parameter is ``run``
 HIDDEN = ["config_json", "result_json"]
 FILTERS = {"model": "Model", "data": "Data", "method": "Method", "status": "Status"}
+
+
+def import_form(db: RunsDB) -> None:
+    """Bring back runs trained elsewhere: a run folder that the exported recipe's callback wrote
+    (docs/reference/recipe.md), or a Trainer's output folder holding such folders — what
+    ``tunescope runs import`` does. Each run folder is imported once; bad input is one message."""
+    from analysis.runs.imported import import_folder
+
+    with st.expander("Import runs from your own training"):
+        with st.form("runs_import", border=False):
+            typed = st.text_input(
+                "Folder", placeholder="trainer-output",
+                help="A run folder (it holds run.json) or a Trainer's output_dir (its "
+                "tunescope-runs/ folder holds them). Relative: inside the data folder; elsewhere: "
+                "a folder listed in TUNESCOPE_ALLOWED_ROOTS.",
+            )  # fmt: skip
+            asked = st.form_submit_button("Import")
+        if not (asked and typed.strip()):
+            return
+        try:
+            ids = import_folder(check_allowed(typed), db=db)
+        except (ValueError, OSError) as exc:
+            st.error(str(exc))
+            return
+        if ids:
+            st.success(f"Imported {len(ids)} run(s), tagged imported: {', '.join(ids)}.")
+        else:
+            st.info(f"Nothing new: the runs in {typed.strip()} are in the runs database already.")
 
 
 def run_name(run: pd.Series) -> str:
@@ -163,7 +192,8 @@ def run_view(db: RunsDB, run_id: str) -> None:
     run = db.get_run(run_id)
     a, b, c, d = st.columns(4)
     a.metric("status", run["status"])
-    b.metric("test score", f"{run['result']['score']:.4f}" if run["result"] else "—")
+    score = (run["result"] or {}).get("score")  # none: a run trained elsewhere without a test set
+    b.metric("test score", "—" if score is None else f"{score:.4f}")
     flag = chance_flag(run["result"])
     if flag:
         st.warning(f"At chance level: this run {flag}.", icon=":material/warning:")
