@@ -26,6 +26,7 @@ def test_defaults_are_valid_and_lr_follows_the_method():
             "layers": {"layers": (1, 2, 3)},
             "heads": {"heads": {1: [0]}},
             "subspace": {"subspace_from": "run-1"},
+            "layer-set": {"set_layers": (1, 2)},
         }.get(method, {})
         cfg = flat_config(method=method, **extra)
         assert cfg.lr == default_lr(method)
