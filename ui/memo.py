@@ -43,6 +43,7 @@ import streamlit as st
 
 from analysis.compute import processes, using
 from analysis.progress import Progress
+from analysis.workspace import Workspace
 from ui import compute_pool
 
 T = TypeVar("T")
@@ -266,7 +267,11 @@ class ProgressMemo(Generic[T]):
         a figure already shown (the layer repeats' bands) queues by when it is asked for, behind
         the views opened before then, instead of by its own view's start: in a class every
         session's first figure comes before anyone's refinements. ``served(value)``: whether
-        ``compute`` only read the value from the disk cache (logged ``loaded``, not ``computed``)."""
+        ``compute`` only read the value from the disk cache (logged ``loaded``, not ``computed``).
+
+        Values are kept per workspace: a value computed for one cache folder says nothing of
+        what another holds (a lesson's "prepared" reads the disk cache it was prepared into)."""
+        key = (str(Workspace.current().root), key)
         bar = None
         try:
             while True:

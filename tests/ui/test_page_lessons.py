@@ -87,7 +87,7 @@ def test_the_prepare_button_computes_the_steps_and_says_they_are_prepared(tiny_b
     assert not errors(at), errors(at)
     assert any("Prepared in" in s.value for s in at.success)
     table = next(d.value for d in at.dataframe if "status" in d.value.columns)
-    assert list(table["status"]) == ["nothing to prepare", "prepared", "nothing to prepare"]
+    assert list(table["status"]) == ["nothing to prepare", "prepared", "nothing to prepare"], table
 
 
 def test_a_lesson_link_opens_its_step_with_the_bar_and_the_note(tiny_bert_dir, monkeypatch):
