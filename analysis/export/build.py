@@ -30,9 +30,9 @@ family, selection, config}. Version 1 (before) had ``lora`` (PEFT's LoRA setting
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.resources
 import json
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -54,9 +54,11 @@ PEFT_FILE = "adapter_config.json"
 
 
 def tunescope_version() -> str:
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
-    return found.group(1) if found else "unknown"
+    """The installed tunescope's version (its package metadata), "unknown" without one."""
+    try:
+        return importlib.metadata.version("tunescope")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _row_ranges(mask: torch.Tensor) -> list[list[int]]:
