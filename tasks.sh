@@ -2,7 +2,7 @@
 # tunescope's task runner. Every task first makes sure the environment is set up (idempotent:
 # a second call skips what is installed).
 #
-#   ./tasks.sh app      set up, then start the dashboard (streamlit run app.py) on 127.0.0.1:8501
+#   ./tasks.sh app      set up, then start the dashboard (tunescope app) on 127.0.0.1:8501
 #   ./tasks.sh test     set up (incl. Debian's chromium for the browser tests), lint, build the
 #                       documentation site with --strict, run every test
 #   ./tasks.sh docs     set up, then serve the documentation site on 127.0.0.1:8000
@@ -98,7 +98,7 @@ case "$task" in
     ;;
   app)
     setup
-    exec "$VENV/bin/streamlit" run app.py "$@"
+    exec "$VENV/bin/tunescope" app "$@"
     ;;
   docs)
     setup

@@ -32,10 +32,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV = "TUNESCOPE_CACHE"
-PROJECT_CACHE = Path(__file__).resolve().parent.parent / "cache"
+DATA_ENV = "TUNESCOPE_DATA_DIR"
+PACKAGES = Path(__file__).resolve().parent.parent  # the folder holding `analysis` (and `ui`)
 _current: contextvars.ContextVar[Workspace | None] = contextvars.ContextVar(
     "tunescope_workspace", default=None
 )
+
+
+def home() -> Path:
+    """Where the default ``cache/`` and ``data/`` folders sit: the checkout tunescope runs from
+    (its pyproject.toml beside the packages), else the working folder (an installed tunescope,
+    started from any folder)."""
+    return PACKAGES if (PACKAGES / "pyproject.toml").is_file() else Path.cwd()
+
+
+def default_cache() -> Path:
+    return (home() / "cache").resolve()
+
+
+def data_folder() -> Path:
+    """The data folder the dashboard lists and typed relative paths start from:
+    ``$TUNESCOPE_DATA_DIR``, else ``data/`` in `home`."""
+    return Path(os.environ.get(DATA_ENV, home() / "data")).expanduser().resolve()
 
 
 class MissingCacheWarning(UserWarning):
@@ -53,16 +71,15 @@ class Workspace:
 
     @classmethod
     def from_env(cls, cache: str | Path | None = None, writes: bool = True) -> Workspace:
-        """``cache`` when given (``--cache``), else ``$TUNESCOPE_CACHE``, else ``cache/`` at the
-        project's root.
+        """``cache`` when given (``--cache``), else ``$TUNESCOPE_CACHE``, else `default_cache`.
 
         Nothing is created here; what writes creates the folder. For a command that only reads
-        (``writes=False``) a missing folder other than the project's own ``cache/`` is most
-        likely a mistyped path: one `MissingCacheWarning` names it, and the command reads an
-        empty workspace without creating one."""
+        (``writes=False``) a missing folder other than the default ``cache/`` is most likely a
+        mistyped path: one `MissingCacheWarning` names it, and the command reads an empty
+        workspace without creating one."""
         env = os.environ.get(ENV)
-        workspace = cls(Path(cache) if cache else Path(env) if env else PROJECT_CACHE)
-        if not writes and not workspace.root.exists() and workspace.root != PROJECT_CACHE:
+        workspace = cls(Path(cache) if cache else Path(env) if env else default_cache())
+        if not writes and not workspace.root.exists() and workspace.root != default_cache():
             source = "--cache" if cache else ENV
             warnings.warn(
                 f"the cache folder {workspace.root} ({source}) does not exist: nothing was "

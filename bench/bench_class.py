@@ -107,7 +107,7 @@ def start_server(
         env["TUNESCOPE_COMPUTE_SLOTS"] = str(slots)
     log = open(cache / "server.log", "w")  # noqa: SIM115 (lives as long as the server)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+        [sys.executable, "-m", "streamlit", "run", "ui/dashboard/app.py", "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip

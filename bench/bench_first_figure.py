@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_first_figure.py [--n 1000]
 
-Streamlit's AppTest runs the real app (``app.py``) with a fresh cache folder and the sidebar's
+Streamlit's AppTest runs the real app (``ui/dashboard/app.py``) with a fresh cache folder and the sidebar's
 defaults (MiniLM, movie snippets, N = ``--n``, R = 50 bootstrap repeats): the home page first
 (not timed), then the Layers page. Timed from the switch to the Layers page: when the metrics
 figure is first drawn (the model load, the extraction and the layer table before it), when the
@@ -50,7 +50,7 @@ def main() -> None:
             return draw(df, l_star, probe_label, se)
 
         figures.metrics_figure = timed
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=1800)
+        at = AppTest.from_file(str(ROOT / "ui" / "dashboard" / "app.py"), default_timeout=1800)
         at.run()
         at.switch_page("views/layers.py")
         start = time.perf_counter()

@@ -19,7 +19,7 @@ def make_app(model_dir: Path, monkeypatch, n: int = 40, data: str | None = None)
     monkeypatch.setenv("TUNESCOPE_N", str(n))
     if data is not None:
         monkeypatch.setenv("TUNESCOPE_DATA", data)
-    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    return AppTest.from_file(str(ROOT / "ui" / "dashboard" / "app.py"), default_timeout=180)
 
 
 def open_page(at: AppTest, page: str) -> AppTest:

@@ -1,8 +1,9 @@
 """The installable package and the lock: the `tunescope` command (and `tunescope app`), the
 pyproject's dependencies against the hashed lock (requirements.txt), and the lock's hashes.
 
-(The lock installs on a fresh clone and the editable install into a fresh venv are checked by
-hand, as docs/how-to/develop.md says: both download hundreds of MB.)
+(The lock installs on a fresh clone and the install into a fresh venv with its dependencies are
+checked by hand, as docs/how-to/develop.md says: both download hundreds of MB. The wheel itself,
+installed without its dependencies, runs from a temporary folder in tests/test_package.py.)
 """
 
 from __future__ import annotations
@@ -74,22 +75,26 @@ def test_the_console_script_is_the_cli(monkeypatch, capsys):
     assert out.startswith("usage: tunescope") and " app " in out and " finetune " in out
 
 
-def test_tunescope_app_runs_streamlit_on_this_checkout(monkeypatch):
+def test_tunescope_app_runs_streamlit_on_the_packaged_dashboard(monkeypatch):
     calls = []
-    monkeypatch.setattr(os, "chdir", lambda path: calls.append(("chdir", Path(path))))
     monkeypatch.setattr(os, "execv", lambda path, argv: calls.append(("execv", path, argv)))
     assert main(["app", "--server.port", "8502"]) == 0
-    script = str(ROOT / "app.py")
+    script = str(ROOT / "ui" / "dashboard" / "app.py")  # the `ui` package this test imports
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # the working folder off sys.path
     assert calls == [
-        ("chdir", ROOT),  # its .streamlit/config.toml: 127.0.0.1 only
-        ("execv", sys.executable, [sys.executable, "-m", "streamlit", "run", script,
+        ("execv", sys.executable, [sys.executable, *safe_path, "-m", "streamlit", "run", script,
                                    "--server.port", "8502"]),
     ]  # fmt: skip
+    # Its settings sit beside it, where Streamlit reads them from any working folder.
+    settings = tomllib.loads((ROOT / "ui" / "dashboard" / ".streamlit" / "config.toml").read_text())
+    assert settings["server"]["address"] == "127.0.0.1"
+    assert settings["browser"]["gatherUsageStats"] is False
 
 
-def test_tunescope_app_without_the_checkout_is_one_clear_error(tmp_path, capsys):
-    with pytest.raises(ValueError, match=r"pip install -e \."):
-        app.command(tmp_path)
+def test_tunescope_app_without_the_dashboard_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(app, "dashboard_script", lambda: tmp_path / "dashboard" / "app.py")
+    with pytest.raises(ValueError, match=r"reinstall tunescope \(`pip install \.`\)"):
+        app.command()
     with pytest.raises(SystemExit) as stop:
         main(["info", "--no-such-flag"])
     assert stop.value.code == 2

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from analysis import workspace
 from analysis.cache import default_root
 from analysis.cli import main
 from analysis.runs.db import RunsDB
-from analysis.workspace import ENV, Workspace
+from analysis.workspace import DATA_ENV, ENV, Workspace, data_folder
 
 
 def test_the_layout_is_spelled_out_once(tmp_path):
@@ -29,6 +31,22 @@ def test_from_env_and_the_current_workspace(tmp_path, monkeypatch):
     with Workspace(tmp_path / "mine").active():
         assert default_root() == tmp_path / "mine" and RunsDB().workspace.root == tmp_path / "mine"
     assert default_root() == tmp_path / "env"  # only while active
+
+
+def test_the_defaults_sit_in_the_checkout_or_installed_in_the_working_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(DATA_ENV, raising=False)
+    checkout = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    assert Workspace.from_env().root == checkout / "cache"  # wherever tunescope is started
+    assert data_folder() == checkout / "data"
+    installed = tmp_path / "site-packages"  # the packages without the checkout's pyproject.toml
+    (installed / "analysis").mkdir(parents=True)
+    monkeypatch.setattr(workspace, "PACKAGES", installed)
+    assert Workspace.from_env().root == tmp_path / "cache"
+    assert data_folder() == tmp_path / "data"
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "mine"))
+    assert data_folder() == tmp_path / "mine"
 
 
 def test_cli_cache_is_the_commands_workspace_and_the_environment_stays(tmp_path, monkeypatch):

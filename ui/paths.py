@@ -1,6 +1,7 @@
 """Which file-system paths the UI may read: typed paths cannot escape the allowed roots.
 
-Allowed by default: the project's ``data/`` folder (``$TUNESCOPE_DATA_DIR``), the cache root
+Allowed by default: the data folder (``$TUNESCOPE_DATA_DIR``, else ``data/`` in the checkout or,
+installed, in the working folder: `analysis.workspace.data_folder`), the cache root
 (uploads land there), and the folders listed in ``$TUNESCOPE_ALLOWED_ROOTS`` (os.pathsep-separated),
 which is how a user opens models or files elsewhere. The CLI is not restricted: a user typing a
 command already has the file system.
@@ -12,12 +13,11 @@ import os
 from pathlib import Path
 
 from analysis.cache import default_root
-
-PROJECT = Path(__file__).resolve().parent.parent
+from analysis.workspace import data_folder
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("TUNESCOPE_DATA_DIR", PROJECT / "data")).expanduser().resolve()
+    return data_folder()
 
 
 def allowed_roots() -> list[Path]:

@@ -36,9 +36,9 @@ machine's folder); version 1 had ``lora`` (PEFT's LoRA settings, 0-based) where 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.resources
 import json
-import re
 import sys
 import tempfile
 import time
@@ -67,9 +67,11 @@ BUILTIN_HUB_IDS = {
 
 
 def tunescope_version() -> str:
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
-    return found.group(1) if found else "unknown"
+    """The installed tunescope's version (its package metadata), "unknown" without one."""
+    try:
+        return importlib.metadata.version("tunescope")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _row_ranges(mask: torch.Tensor) -> list[list[int]]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
 from analysis.io import atomic_write_json, read_json
 from analysis.lessons.lesson import Lesson, Lessons, Step
 from analysis.progress import Progress, no_progress
+from analysis.workspace import data_folder
 
 if TYPE_CHECKING:
     from analysis.claims import ClaimsConfig
@@ -89,12 +89,6 @@ def _float(view: Mapping[str, str], key: str, default: float) -> float:
         return default if text is None else float(text)
     except ValueError:
         raise ValueError(f"The step's {key}={text!r} is not a number.") from None
-
-
-def data_folder() -> Path:
-    """The data folder the dashboard lists (``$TUNESCOPE_DATA_DIR``, else the project's data/)."""
-    default = Path(__file__).resolve().parents[2] / "data"
-    return Path(os.environ.get("TUNESCOPE_DATA_DIR", default)).expanduser().resolve()
 
 
 def data_of(value: str, uploads: Path) -> str:

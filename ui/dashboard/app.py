@@ -1,8 +1,12 @@
 """tunescope — which layers and heads of a pretrained encoder should you tune for your task?
 
-Run with ``streamlit run app.py``. This file only sets up navigation and the shared sidebar;
-each page lives in views/ (not pages/: a folder of that name beside the main script switches
-Streamlit into its legacy multipage mode, which fights st.navigation).
+Run with ``tunescope app`` (or ``streamlit run ui/dashboard/app.py`` in the checkout). This file
+only sets up navigation and the shared sidebar; each page lives in views/ beside it (not pages/: a
+folder of that name beside the main script switches Streamlit into its legacy multipage mode, which
+fights st.navigation). Streamlit reads .streamlit/config.toml beside it too, from any working
+folder (loopback only, no usage statistics). This folder is not a package: Streamlit puts the main
+script's folder first on sys.path, and ui/'s own modules there would shadow libraries
+(ui/datasets.py the `datasets` package).
 """
 
 from pathlib import Path
@@ -18,7 +22,7 @@ from ui.sidebar import default_model, render_sidebar
 
 # The page icon is a file of ours: a ":material/…:" or emoji icon makes every browser fetch the
 # favicon from an outside font server, and the dashboard makes no outside request.
-ICON = Path(__file__).resolve().parent / "ui" / "icon.png"
+ICON = Path(__file__).resolve().parents[1] / "icon.png"
 st.set_page_config(page_title="tunescope", page_icon=str(ICON), layout="wide")
 
 PAGES = [
