@@ -10,7 +10,7 @@ that name, so existing entries keep their keys.)
 **Writes are atomic.** Everything goes into a temporary sibling folder that is renamed into place
 only when complete (`analysis.io.atomic_folder`), so a crash, a kill or a cancel mid-write never
 leaves an entry that reads as valid: only a ``.tmp-*`` folder, which no reader takes for an entry
-and `DiskCache.clear_stale_temp` removes later.
+and `CacheFolder.clear_stale_temp` removes later.
 
 **Large entries are streamed.** `DiskCache.get_or_write` hands the computation an `EntryWriter`
 that writes a safetensors file region by region as results are produced (a layer's rows of one
@@ -56,10 +56,10 @@ anywhere.
 modification time: "last used") and takes a shared ``flock`` on its data file, held by the
 memory map itself (the map keeps a duplicate of the file descriptor, and a ``flock`` lives as
 long as any duplicate): as long as any tensor of the entry is alive in any process, the entry is
-in use. `DiskCache.remove_entry` deletes an entry only under an exclusive lock that it gets
+in use. `CacheFolder.remove_entry` deletes an entry only under an exclusive lock that it gets
 without waiting — an entry in use is skipped — and never while this process computes or loads
 it; a load that meets a removal under way waits for it and is a miss. With
-``TUNESCOPE_CACHE_MAX_GB`` set, every new entry is followed by `DiskCache.enforce_cap`: the
+``TUNESCOPE_CACHE_MAX_GB`` set, every new entry is followed by `CacheFolder.enforce_cap`: the
 oldest unused states go first (large, and one forward pass remakes them), then the small tables
 derived from states, until the entries fit. Run files and uploads are not entries: the
 cap never touches them (``tunescope cache prune`` does, when asked; `analysis.cache_admin`).
@@ -613,6 +613,126 @@ def eviction_order(entry: Mapping[str, Any]) -> tuple[bool, float]:
     return entry["kind"] != STATES_KIND, float(entry["last_used"])
 
 
+# --- the entries as a whole: in use, removal, eviction ---------------------------------------------
+
+
+class CacheFolder:
+    """The entries under one cache root as a whole: which are there, which are in use, removing
+    one, evicting down to the size cap, sweeping what dead writers left. It reads no entry's
+    tensors and needs no inputs; `DiskCache` adds reading and writing entries by their inputs."""
+
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+
+    def in_use(self, folder: Path | str) -> bool:
+        """Whether an entry is in use — what `remove_entry` would skip — without removing it."""
+        with self._exclusive(Path(folder)) as free:
+            return not free
+
+    def remove_entry(self, folder: Path | str) -> bool:
+        """Delete one entry unless it is in use (module docstring, "evicted"): mapped by some
+        process, or being computed or loaded by this one. Returns whether it went."""
+        folder = Path(folder)
+        with self._exclusive(folder) as free:
+            if not free:
+                return False
+            try:
+                return remove_folder(folder)
+            except FileNotFoundError:  # another remover was first
+                return False
+
+    @contextlib.contextmanager
+    def _exclusive(self, folder: Path) -> Iterator[bool]:
+        """Hold an entry exclusively if that is possible at once: this process's lock of it and
+        an exclusive ``flock`` on its data file (no process maps it). Yields whether it is held."""
+        guard = _named_lock(folder.parent.name, folder.name)
+        if not guard.acquire(blocking=False):
+            yield False
+            return
+        fd = None
+        try:
+            with contextlib.suppress(FileNotFoundError):  # no data file: nothing maps it
+                fd = os.open(folder / DATA_FILE, os.O_RDONLY)
+            free = True
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    free = False
+            yield free
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the flock
+            guard.release()
+
+    def enforce_cap(
+        self, max_bytes: int | None = None, keep: Path | None = None
+    ) -> list[dict[str, Any]]:
+        """Evict entries until they hold at most ``max_bytes`` (default: `max_cache_bytes`; None:
+        no cap): the oldest unused states first, then the other kinds, oldest first; an entry in
+        use, and ``keep`` (the one just written), stay. Returns the entries removed."""
+        max_bytes = max_cache_bytes() if max_bytes is None else max_bytes
+        if max_bytes is None:
+            return []
+        entries = list(self.entries())
+        total = sum(e["bytes"] for e in entries)
+        removed = []
+        for entry in sorted(entries, key=eviction_order):
+            if total <= max_bytes:
+                break
+            if keep is not None and Path(entry["path"]) == Path(keep):
+                continue
+            if self.remove_entry(entry["path"]):
+                total -= entry["bytes"]
+                removed.append(entry)
+        return removed
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        """Every valid-looking entry's summary (kind, key, bytes, its inputs under ``recipe``, path, last_used: UNIX
+        seconds), for `info`, ``tunescope cache`` and the UI."""
+        if not self.root.is_dir():
+            return
+        for kind_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            for entry in sorted(p for p in kind_dir.iterdir() if p.is_dir()):
+                if entry.name.startswith(TMP_PREFIX):
+                    continue
+                meta_path = entry / META_FILE
+                with contextlib.suppress(OSError, json.JSONDecodeError):
+                    meta = json.loads(meta_path.read_text())
+                    size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+                    yield {
+                        "kind": kind_dir.name,
+                        "key": entry.name[:12],
+                        "bytes": size,
+                        "recipe": meta.get("recipe", {}),
+                        "path": str(entry),
+                        "last_used": entry.stat().st_mtime,
+                    }
+
+    def clear_stale_temp(self, older_than_s: float = 3600.0) -> int:
+        """Remove temporary folders left by writers that died mid-write. A folder counts as stale
+        when neither it nor any file in it changed for ``older_than_s`` (a long streamed
+        extraction keeps writing its data file, so it is never taken for dead)."""
+        removed = 0
+        if not self.root.is_dir():
+            return 0
+        now = time.time()
+        for tmp in self.root.glob(f"*/{TMP_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                newest = max(
+                    [tmp.stat().st_mtime] + [f.stat().st_mtime for f in tmp.iterdir()]
+                    if tmp.is_dir()
+                    else [tmp.stat().st_mtime]
+                )
+                if now - newest > older_than_s:
+                    if tmp.is_dir():
+                        shutil.rmtree(tmp, ignore_errors=True)
+                    else:
+                        tmp.unlink()
+                    removed += 1
+        return removed
+
+
 # --- the cache --------------------------------------------------------------------------------------
 
 # What condemns an entry: its content or format (CacheMiss; a malformed meta.json or header:
@@ -624,11 +744,9 @@ _UNUSABLE = (
 )  # fmt: skip
 
 
-class DiskCache:
-    """Atomic, content-checked, memory-mapped safetensors + JSON entries keyed by their inputs."""
-
-    def __init__(self, root: Path | str | None = None) -> None:
-        self.root = Path(root) if root is not None else default_root()
+class DiskCache(CacheFolder):
+    """Atomic, content-checked, memory-mapped safetensors + JSON entries keyed by their inputs
+    (managing them as a whole, eviction included: `CacheFolder`)."""
 
     def entry_dir(self, kind: str, inputs: dict[str, Any]) -> Path:
         return self.root / kind / entry_key(inputs)
@@ -782,111 +900,3 @@ class DiskCache:
 
     def _lock(self, kind: str, inputs: dict[str, Any]) -> threading.Lock:
         return _named_lock(kind, entry_key(inputs))
-
-    def in_use(self, folder: Path | str) -> bool:
-        """Whether an entry is in use — what `remove_entry` would skip — without removing it."""
-        with self._exclusive(Path(folder)) as free:
-            return not free
-
-    def remove_entry(self, folder: Path | str) -> bool:
-        """Delete one entry unless it is in use (module docstring, "evicted"): mapped by some
-        process, or being computed or loaded by this one. Returns whether it went."""
-        folder = Path(folder)
-        with self._exclusive(folder) as free:
-            if not free:
-                return False
-            try:
-                return remove_folder(folder)
-            except FileNotFoundError:  # another remover was first
-                return False
-
-    @contextlib.contextmanager
-    def _exclusive(self, folder: Path) -> Iterator[bool]:
-        """Hold an entry exclusively if that is possible at once: this process's lock of it and
-        an exclusive ``flock`` on its data file (no process maps it). Yields whether it is held."""
-        guard = _named_lock(folder.parent.name, folder.name)
-        if not guard.acquire(blocking=False):
-            yield False
-            return
-        fd = None
-        try:
-            with contextlib.suppress(FileNotFoundError):  # no data file: nothing maps it
-                fd = os.open(folder / DATA_FILE, os.O_RDONLY)
-            free = True
-            if fd is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    free = False
-            yield free
-        finally:
-            if fd is not None:
-                os.close(fd)  # releases the flock
-            guard.release()
-
-    def enforce_cap(
-        self, max_bytes: int | None = None, keep: Path | None = None
-    ) -> list[dict[str, Any]]:
-        """Evict entries until they hold at most ``max_bytes`` (default: `max_cache_bytes`; None:
-        no cap): the oldest unused states first, then the other kinds, oldest first; an entry in
-        use, and ``keep`` (the one just written), stay. Returns the entries removed."""
-        max_bytes = max_cache_bytes() if max_bytes is None else max_bytes
-        if max_bytes is None:
-            return []
-        entries = list(self.entries())
-        total = sum(e["bytes"] for e in entries)
-        removed = []
-        for entry in sorted(entries, key=eviction_order):
-            if total <= max_bytes:
-                break
-            if keep is not None and Path(entry["path"]) == Path(keep):
-                continue
-            if self.remove_entry(entry["path"]):
-                total -= entry["bytes"]
-                removed.append(entry)
-        return removed
-
-    def entries(self) -> Iterator[dict[str, Any]]:
-        """Every valid-looking entry's summary (kind, key, bytes, its inputs under ``recipe``, path, last_used: UNIX
-        seconds), for `info`, ``tunescope cache`` and the UI."""
-        if not self.root.is_dir():
-            return
-        for kind_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
-            for entry in sorted(p for p in kind_dir.iterdir() if p.is_dir()):
-                if entry.name.startswith(TMP_PREFIX):
-                    continue
-                meta_path = entry / META_FILE
-                with contextlib.suppress(OSError, json.JSONDecodeError):
-                    meta = json.loads(meta_path.read_text())
-                    size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
-                    yield {
-                        "kind": kind_dir.name,
-                        "key": entry.name[:12],
-                        "bytes": size,
-                        "recipe": meta.get("recipe", {}),
-                        "path": str(entry),
-                        "last_used": entry.stat().st_mtime,
-                    }
-
-    def clear_stale_temp(self, older_than_s: float = 3600.0) -> int:
-        """Remove temporary folders left by writers that died mid-write. A folder counts as stale
-        when neither it nor any file in it changed for ``older_than_s`` (a long streamed
-        extraction keeps writing its data file, so it is never taken for dead)."""
-        removed = 0
-        if not self.root.is_dir():
-            return 0
-        now = time.time()
-        for tmp in self.root.glob(f"*/{TMP_PREFIX}*"):
-            with contextlib.suppress(OSError):
-                newest = max(
-                    [tmp.stat().st_mtime] + [f.stat().st_mtime for f in tmp.iterdir()]
-                    if tmp.is_dir()
-                    else [tmp.stat().st_mtime]
-                )
-                if now - newest > older_than_s:
-                    if tmp.is_dir():
-                        shutil.rmtree(tmp, ignore_errors=True)
-                    else:
-                        tmp.unlink()
-                    removed += 1
-        return removed

@@ -1,6 +1,6 @@
 """What a cache folder holds, and freeing it: ``tunescope cache`` (list, prune) and the Data
 page's size line. The layout is `analysis.workspace.Workspace`'s; entries and their locks are
-`analysis.cache.DiskCache`'s.
+`analysis.cache.CacheFolder`'s.
 
     kind            what                                              prune removes it
     states          pooled hidden states (`analysis.extract`)         by default: recomputed
@@ -17,7 +17,7 @@ page's size line. The layout is `analysis.workspace.Workspace`'s; entries and th
 
 Never removed: the runs database (no run is deleted here); the files a run needs — a queued or
 running run's own trajectory, a trajectory another run trains in, zero-weights files a run zeroes,
-an upload a run names as its data; an entry in use (`DiskCache.remove_entry`).
+an upload a run names as its data; an entry in use (`CacheFolder.remove_entry`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.cache import STATES_KIND, DiskCache, eviction_order, max_cache_bytes
+from analysis.cache import STATES_KIND, CacheFolder, eviction_order, max_cache_bytes
 from analysis.io import TMP_PREFIX, remove_folder
 from analysis.workspace import Workspace
 
@@ -176,7 +176,7 @@ def items(workspace: Workspace, runs: Sequence[_RunRef] | None = None) -> list[I
         return []
     runs = _runs(workspace) if runs is None else runs
     by_id = {run.id: run for run in runs}
-    out = _entries(DiskCache(root), workspace, by_id)
+    out = _entries(CacheFolder(root), workspace, by_id)
     for kind, parent in (("trajectories", root / "runs"), ("zero-weights", root / "subspace")):
         for folder in _folders(parent):
             owner = by_id.get(folder.name)
@@ -207,7 +207,7 @@ def items(workspace: Workspace, runs: Sequence[_RunRef] | None = None) -> list[I
     return sorted(out, key=lambda item: (order.get(item.kind, later), item.last_used))
 
 
-def _entries(cache: DiskCache, workspace: Workspace, by_id: dict[str, _RunRef]) -> list[Item]:
+def _entries(cache: CacheFolder, workspace: Workspace, by_id: dict[str, _RunRef]) -> list[Item]:
     """The disk cache's entries, each with the model, data and N it was computed from (a table
     derived from states: those of its states; an SVD: its run's)."""
     entries = list(cache.entries())
@@ -290,7 +290,7 @@ def chosen(item: Item, kinds: Sequence[str] | None) -> bool:
     return item.kind in kinds
 
 
-def kept_because(item: Item, runs: dict[str, _RunRef], cache: DiskCache, now: float) -> str:
+def kept_because(item: Item, runs: dict[str, _RunRef], cache: CacheFolder, now: float) -> str:
     """Why ``item`` must stay ('' when it may go)."""
     if item.kind == DATABASE:
         return "the runs database is never pruned"
@@ -323,7 +323,7 @@ def prune(
     must stay (`kept_because`) stays and is reported with its reason; ``dry_run`` removes
     nothing."""
     now = time.time() if now is None else now
-    cache = DiskCache(workspace.root)
+    cache = CacheFolder(workspace.root)
     runs = _runs(workspace)
     picked = [item for item in items(workspace, runs) if chosen(item, kinds)]
     by_id = {run.id: run for run in runs}
@@ -345,7 +345,7 @@ def prune(
     return Pruned(removed, kept, dry_run)
 
 
-def _remove(item: Item, cache: DiskCache) -> bool:
+def _remove(item: Item, cache: CacheFolder) -> bool:
     if is_entry(item.kind):
         return cache.remove_entry(item.path)
     if item.path.is_dir():

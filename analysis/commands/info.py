@@ -17,11 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.cache import DiskCache
+    from analysis.cache import CacheFolder
     from analysis.data import BUILTIN_DATA, GLUE_DATA, describe_builtin
     from analysis.models import BUILTIN_MODELS, FAMILIES
 
-    cache = DiskCache()
+    cache = CacheFolder()
     cache.clear_stale_temp()
     entries = list(cache.entries())
     print("Built-in models (work offline):")

@@ -76,6 +76,7 @@ import secrets
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -904,6 +905,38 @@ def read_run_folder(path: str | Path) -> dict[str, Any]:
 # -- the callback ------------------------------------------------------------------------------------
 
 
+class ExitWatch:
+    """Fails a run the process leaves unfinished: while started, ``fail(why)`` runs at exit, and
+    an uncaught exception (the process is ending) gives ``why`` its reason (``describe(exc)``)."""
+
+    def __init__(self, fail: Callable[[str], None], describe: Callable[[BaseException], str]):
+        self.fail, self.describe = fail, describe
+        self.crash: BaseException | None = None
+        self._previous_hook = None
+
+    def start(self) -> None:
+        atexit.register(self._at_exit)
+        previous = sys.excepthook
+
+        def hook(kind, value, tb):
+            self.crash = value
+            previous(kind, value, tb)
+
+        self._previous_hook = previous
+        sys.excepthook = hook
+
+    def stop(self) -> None:
+        atexit.unregister(self._at_exit)
+        if self._previous_hook is not None:
+            sys.excepthook, self._previous_hook = self._previous_hook, None
+
+    def _at_exit(self) -> None:
+        why = "the training process ended before the run finished"
+        if self.crash is not None:
+            why += f" ({self.describe(self.crash)})"
+        self.fail(why)
+
+
 def new_run_id() -> str:
     """A run's id: when it started (UTC) and six random hex digits."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
@@ -971,8 +1004,7 @@ class TunescopeCallback(TrainerCallback):
         self._step_times: list[float] = []
         self._best_dev: float | None = None
         self._n_eval: int | None = None
-        self._crash: BaseException | None = None
-        self._previous_hook = None
+        self._exit_watch = ExitWatch(self.fail, self._describe)
 
     # -- how a run ends when the training does not ------------------------------------------------
     def __enter__(self) -> TunescopeCallback:
@@ -990,7 +1022,7 @@ class TunescopeCallback(TrainerCallback):
             return
         message = exc if isinstance(exc, str) else self._describe(exc)
         self.status = "cancelled" if isinstance(exc, KeyboardInterrupt) else status
-        self._stop_watching()
+        self._exit_watch.stop()
         with contextlib.suppress(OSError):
             self.folder.end(self.status, message)
         self._ended(self.status, message)
@@ -998,30 +1030,6 @@ class TunescopeCallback(TrainerCallback):
     def _describe(self, exc: BaseException) -> str:
         text = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-    def _at_exit(self) -> None:
-        why = "the training process ended before the run finished"
-        if self._crash is not None:
-            why += f" ({self._describe(self._crash)})"
-        self.fail(why)
-
-    def _watch(self) -> None:
-        """Fail the run if the process ends first; an uncaught exception (the process is
-        ending) gives the message its reason."""
-        atexit.register(self._at_exit)
-        previous = sys.excepthook
-
-        def hook(kind, value, tb):
-            self._crash = value
-            previous(kind, value, tb)
-
-        self._previous_hook = previous
-        sys.excepthook = hook
-
-    def _stop_watching(self) -> None:
-        atexit.unregister(self._at_exit)
-        if self._previous_hook is not None:
-            sys.excepthook, self._previous_hook = self._previous_hook, None
 
     # -- what tunescope's own callback adds (analysis.runs.callback) ------------------------------
     def _open(self, args, ran: dict[str, Any]) -> Path:
@@ -1067,7 +1075,7 @@ class TunescopeCallback(TrainerCallback):
             self._ended("failed", str(exc))
             raise
         self.folder = folder
-        self._watch()
+        self._exit_watch.start()
         self._memory_begin(self._device)
         self._start = time.perf_counter()
 
@@ -1116,7 +1124,7 @@ class TunescopeCallback(TrainerCallback):
         except Exception as exc:
             self.fail(exc)
             raise
-        self._stop_watching()
+        self._exit_watch.stop()
         self.status = "done"
         self._ended("done", None)
 

@@ -5,9 +5,7 @@ page then finds the very cache entry (`analysis.lessons.prepare`)."""
 from __future__ import annotations
 
 import functools
-import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from analysis.lessons.prepare import (
     step_settings,
     view_digest,
 )
+from analysis.lessons.runs import LessonRuns
 from analysis.progress import Progress, no_progress
 from analysis.workspace import Workspace
 
@@ -33,10 +32,10 @@ class LibraryRunner:
     """``compute``, ``cached``, ``digest`` and ``weight`` of `analysis.lessons.prepare`, on one
     workspace, loading each model and data set once.
 
-    wait_runs: whether ``compute`` of a claim's runs waits for them to finish (the CLI's default)
-    or only queues them for the background workers; say: where progress sentences go; kinds:
-    the kinds of needs it computes (None: all; `ANALYSES`: everything but fine-tuning runs and
-    what reads them) — of the others it only says whether they are cached."""
+    wait_runs, poll_s, say: how the claims' fine-tuning runs are queued and waited for
+    (`analysis.lessons.runs.LessonRuns`: ``runs``); kinds: the kinds of needs it computes (None:
+    all; `ANALYSES`: everything but fine-tuning runs and what reads them) — of the others it only
+    says whether they are cached."""
 
     def __init__(
         self, workspace: Workspace, wait_runs: bool = True, poll_s: float = 10.0,
@@ -49,7 +48,7 @@ class LibraryRunner:
         from analysis.models import load_model as library_model
 
         self.workspace = workspace
-        self.wait_runs, self.poll_s, self.say = wait_runs, poll_s, say
+        self.runs = LessonRuns(workspace, wait_runs, poll_s, say)
         self.model = load_model or functools.lru_cache(maxsize=2)(library_model)
         self.data = load_data or functools.lru_cache(maxsize=4)(library_data)
         self._inputs: dict[str, Any] = {}
@@ -58,12 +57,6 @@ class LibraryRunner:
     @property
     def uploads(self) -> Path:
         return self.workspace.uploads
-
-    def db(self):
-        """The workspace's runs database (`analysis.runs.db.RunsDB`)."""
-        from analysis.runs.db import RunsDB
-
-        return RunsDB(self.workspace)
 
     def digest(self, step: Step) -> str:
         cfg = step_settings(step, self.uploads)
@@ -185,76 +178,11 @@ class LibraryRunner:
         return self._inputs[key]
 
     def _claim_runs(self, s, progress) -> bool:
-        """Queue the runs the claims need that the database lacks (in stages: the subspace
-        claims' runs once their trajectory run is done); with ``wait_runs``, until none is
-        queued or running."""
-        from analysis import claims
-
-        cfg = s["claims"]
-        inputs = self.claim_inputs(cfg)
-        db = self.db()
-        queued: set = set()
-        hit, start = True, time.perf_counter()
-        while True:
-            db.reap_dead()
-            runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
-            source = claims.source_run(cfg, runs) if {"S1", "S2"} & set(cfg.only) else None
-            source_id = source["id"] if source and source["status"] == "done" else None
-            root = self.workspace.root
-            if (source_id and "S2" in cfg.only
-                    and not Path(claims.outlier_file(root, source_id)).is_file()):  # fmt: skip
-                claims.write_disable_files(db, source_id, cfg.seeds)
-            planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
-            self._remember_plan(cfg, planned)
-            missing = [p for p in claims.missing_runs(planned, runs) if p.key not in queued]
-            if missing:
-                hit = False
-                seconds, _ = claims.estimate_seconds(missing, runs)
-                self.say(f"queueing {len(missing)} fine-tuning run(s)"
-                         + ("" if seconds is None else f", about {seconds / 60:.0f} min of training"))  # fmt: skip
-                claims.queue_runs(db, missing, f"lesson-{int(time.time())}")
-                queued.update(p.key for p in missing)
-                continue
-            status = claims.run_status(planned, runs)
-            done = sum(v["status"] == "done" for v in status.values())
-            active = sum(v["status"] in ("queued", "running") for v in status.values())
-            progress(done / max(len(planned), 1), f"{done} of {len(planned)} runs done")
-            if active:
-                hit = False
-            if not self.wait_runs or not active:
-                return hit
-            claims.queue_runs(db, [], f"lesson-{int(start)}")  # keeps a worker serving them
-            time.sleep(self.poll_s)
-
-    def _plan_file(self, cfg) -> Path:
-        """Where the runs a claims step was planned with are kept (what `cached` checks, so that
-        finding out never computes the claims' inputs)."""
-        import hashlib
-
-        digest = hashlib.sha256(repr(cfg).encode()).hexdigest()[:16]
-        return self.workspace.lessons / "plans" / f"{digest}.json"
-
-    def _remember_plan(self, cfg, planned) -> None:
-        from analysis.io import atomic_write_json
-
-        keys = sorted([list(p.key) for p in planned])
-        path = self._plan_file(cfg)
-        if not path.is_file() or json.loads(path.read_text()) != keys:
-            atomic_write_json(path, keys)
+        return self.runs.claim_runs(s["claims"], self.claim_inputs(s["claims"]), progress)
 
     def trajectory_run(self, s) -> str | None:
-        """The run the Subspaces step shows: its view's, else the model's newest done run that
-        recorded a trajectory (the page's default)."""
-        from analysis.runs.record import runs_of
-
-        if s["run"]:
-            return s["run"]
-        runs = self.db().list_runs(model=s["model"], status="done")
-        for run in runs_of(runs):  # newest first
-            folder = (run.result or {}).get("trajectory_dir")
-            if folder and (Path(folder) / "index.json").is_file():
-                return run.id
-        return None
+        """The run the step's Subspaces view shows (`LessonRuns.trajectory_run`)."""
+        return self.runs.trajectory_run(s["model"], s["run"])
 
     def _trajectory(self, s, progress) -> bool:
         from analysis.subspace.report import analyse_trajectory
@@ -266,7 +194,7 @@ class LibraryRunner:
                 f"No finished run of {s['model']} recorded a trajectory: the Subspaces step "
                 "needs one (a Paper check step with S1 trains it)."
             )
-        analyse_trajectory(self.db().trajectory_dir(run), centre=s["centre"],
+        analyse_trajectory(self.runs.db().trajectory_dir(run), centre=s["centre"],
                            progress=progress)  # fmt: skip
         return hit
 
@@ -300,9 +228,9 @@ class LibraryRunner:
                       "max_length": int(s["stats"].extract.max_length), "version": 1}  # fmt: skip
             return DiskCache().entry_dir("attention", recipe).is_dir()
         if need.kind == "claim inputs":
-            return self._plan_file(s["claims"]).is_file()  # (computed when the runs were planned)
+            return self.runs.planned(s["claims"])  # (computed when the runs were planned)
         if need.kind == "claim runs":
-            return self._runs_done(s["claims"])
+            return self.runs.claim_runs_done(s["claims"])
         if need.kind == "trajectory":
             return self._trajectory_cached(s)
         return True
@@ -328,21 +256,6 @@ class LibraryRunner:
         recipe = projection_recipe(states, self.picture_layer(s), s["method"], s["seed"])
         return cache.entry_dir("projection", recipe).is_dir()
 
-    def _runs_done(self, cfg) -> bool:
-        """Whether every run the step was planned with (when it was prepared) is done."""
-        from analysis.runs.record import runs_of
-        from analysis.runs.results import group_key
-
-        path = self._plan_file(cfg)
-        if not path.is_file():
-            return False
-        wanted = {(key, int(seed)) for key, seed in json.loads(path.read_text())}
-        runs = self.db().list_runs(model=cfg.model.name, data=cfg.data.name,
-                                             status="done")  # fmt: skip
-        done = {(group_key(r.stored), int(r.stored.get("seed", 0))) for r in runs_of(runs)
-                if r.stored}  # fmt: skip
-        return bool(wanted) and wanted <= done
-
     def _trajectory_cached(self, s) -> bool:
         from analysis.cache import DiskCache
         from analysis.subspace.spectrum import svd_recipe
@@ -351,7 +264,7 @@ class LibraryRunner:
         run = self.trajectory_run(s)
         if run is None:
             return False
-        traj = open_trajectory(self.db().trajectory_dir(run))
+        traj = open_trajectory(self.runs.db().trajectory_dir(run))
         cache = DiskCache()
         return all(
             cache.entry_dir("subspace-svd", svd_recipe(traj, layer, s["centre"])).is_dir()

@@ -61,7 +61,7 @@ class PageRunner(LibraryRunner):
             run = self.trajectory_run(s)
             if run is None:
                 return super().compute(need, progress)  # says why
-            get_report(str(self.db().trajectory_dir(run)), s["centre"])
+            get_report(str(self.runs.db().trajectory_dir(run)), s["centre"])
             return hit
         return super().compute(need, progress)  # claim runs: queued
 
