@@ -100,4 +100,6 @@ def get_head_stats(cfg: HeadStatsConfig, label: str = "Head statistics") -> tupl
             return compute_pool.compute(head_stats_job, cfg, progress=progress)
         return head_stats(cfg, progress=progress, loaded=get_model(cfg.extract.model))
 
-    return _STATS.get(canonical_json(to_dict(cfg)), label, run)
+    return _STATS.get(
+        canonical_json(to_dict(cfg)), label, run, served=lambda value: bool(value[1].get("cache_hit"))
+    )

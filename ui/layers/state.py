@@ -44,7 +44,8 @@ def get_layer_metrics(
     def run(progress):
         return cached_layer_metrics(layer_states, seed=seed, n_bins=n_bins, progress=progress)
 
-    df, hit = _METRICS.get((states_key(layer_states), seed, n_bins), label, run)
+    key = (states_key(layer_states), seed, n_bins)
+    df, hit = _METRICS.get(key, label, run, served=lambda value: value[1])
     return df.copy(), hit
 
 
@@ -61,7 +62,8 @@ def get_layer_repeats(
 
     key = (states_key(layer_states), seed, repeats, n_bins)
     # The figure is already drawn without them: the repeats wait behind other views' first figures.
-    return _REPEATS.get(key, f"{repeats} bootstrap repeats of the layer metrics", run, later=True)
+    label = f"{repeats} bootstrap repeats of the layer metrics"
+    return _REPEATS.get(key, label, run, later=True, served=lambda value: value[1])
 
 
 def _in_worker(layer_states: LayerStates) -> bool:

@@ -20,7 +20,7 @@ from analysis.lessons.lesson import Lesson, page_title
 from ui import links
 from ui.lessons.views import InClass, current_view, in_class, keep_in_link, leave_class, store
 
-POLL_S = 1.0
+POLL_S = 2.0
 NEW = "a new lesson…"
 LARGE_CSS = """<style>
 html, body, [data-testid="stAppViewContainer"] { font-size: 135% !important; }
