@@ -7,10 +7,13 @@ kept in a small in-process LRU on top of the disk cache, so moving a slider neve
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib
 import json
 import logging
 import threading
+from pathlib import Path
 
 import streamlit as st
 
@@ -130,6 +133,22 @@ def _warm_here(model: str) -> None:
     )
     with contextlib.suppress(Exception):
         get_model(ModelSpec(model))
+    _import_pages()
+
+
+def _import_pages() -> None:
+    """Import the modules the pages import (their own, scipy's statistics, plotly's figures…),
+    so that the first visit to a page does not pay for them: a prepared lesson's first step
+    then draws as fast as its later ones. A module that fails to import is left to its page,
+    which shows the error where it belongs."""
+    views = Path(__file__).resolve().parent / "dashboard" / "views"
+    for script in sorted(views.glob("*.py")):
+        for node in ast.parse(script.read_text(encoding="utf-8")).body:
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])  # fmt: skip
+            for name in names:
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
 
 
 def show_error(exc: BaseException) -> None:
