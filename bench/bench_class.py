@@ -15,7 +15,8 @@ the compute log's ``view`` to ``drawn``), what was computed during the class (no
 prepared), the browsers' part (the presenter's click to each student's page at the next step)
 and the peak RSS. The last line is ``lesson-class: sessions=… steps=… served=… errors=…
 drawn_median_s=… drawn_p95_s=… drawn_max_s=… computed=… loaded=… browser_median_s=…
-browser_max_s=… peak_rss_mb=… prepare_s=…``. ``--mode both`` runs it, then the class below.
+browser_max_s=… peak_rss_mb=… prepare_s=…``. ``--mode both`` runs it, then the class below, and
+ends with both lines joined by "; ".
 
 **The distinct-settings class** (the default):
 
@@ -628,8 +629,7 @@ def main() -> None:
         print("== the class follows a prepared lesson")
         lines.append(summarise_lesson(asyncio.run(lesson_class_async(args))))
         if args.mode == "lesson":
-            for line in lines:
-                print(line)
+            print(lines[0])
             return
     if args.baseline:
         unqueued = argparse.Namespace(
@@ -640,8 +640,7 @@ def main() -> None:
     slots = args.slots or "default"
     print(f"== queued: {slots} compute slot(s)")
     lines.append(summarise(asyncio.run(main_async(args)), "class"))
-    for line in lines:
-        print(line)
+    print("; ".join(lines))  # one last line: docs/benchmarks.md records it
 
 
 def summarise(out: dict, name: str) -> str:
