@@ -101,5 +101,8 @@ def get_head_stats(cfg: HeadStatsConfig, label: str = "Head statistics") -> tupl
         return head_stats(cfg, progress=progress, loaded=get_model(cfg.extract.model))
 
     return _STATS.get(
-        canonical_json(to_dict(cfg)), label, run, served=lambda value: bool(value[1].get("cache_hit"))
+        canonical_json(to_dict(cfg)),
+        label,
+        run,
+        served=lambda value: bool(value[1].get("cache_hit")),
     )
