@@ -266,7 +266,7 @@ def test_picture_hover_names_each_example_and_the_layer_lives_in_the_link(
     assert "symbol" in spec["data"][0]["marker"]
 
     bad = make_app(tiny_bert_dir, monkeypatch)
-    bad.query_params["layer"] = "9"
+    bad.query_params.update(layer="9", layers_tab="Layer picture")
     bad.switch_page(PAGE).run()  # the link opens the Layers page itself
     assert not bad.exception
     assert any(
