@@ -29,6 +29,14 @@ def open_page(at: AppTest, page: str) -> AppTest:
     return at.run()
 
 
+def open_tab(at: AppTest, key: str, label: str) -> AppTest:
+    """Choose a page's tab, as a click does (the browser writes it into the link too), and
+    rerun: only the chosen tab's content runs."""
+    at.session_state[key] = label
+    at.query_params[key] = label
+    return at.run()
+
+
 def errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error] + [str(e.value) for e in at.exception]
 

@@ -39,7 +39,7 @@ def test_layers_metrics_and_layer_slider(page):
     wait_idle(page)
     expect(page.get_by_role("slider").first).not_to_have_attribute("aria-valuenow", before or "")
     assert_no_exception(page)
-    assert page.locator(CHART).count() >= 2  # the metrics figure and the layer picture
+    assert page.locator(CHART).count() >= 1  # the layer picture
 
 
 def test_heads_heatmap(page):

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from apptest_utils import browser_writes_link, errors, make_app
+from apptest_utils import browser_writes_link, errors, make_app, open_tab
 
 from ui.figures import heads as figures
 
@@ -28,9 +28,12 @@ def test_heads_page_renders_every_view(tiny_bert_dir, monkeypatch):
     assert (
         metrics["n_trainable (Q/K/V rows + biases)"] == f"{2 * 3 * 3 * (8 * 32 + 8):,}"
     )  # 2 layers × k = 3 × Q/K/V
-    # PageRank, variants, attention pattern, richness, correlation
-    assert len(at.get("plotly_chart")) == 5
-    assert len(at.latex) >= 4
+    assert len(at.get("plotly_chart")) == 2  # PageRank, variants: only the chosen tab runs
+    assert len(at.latex) >= 1
+    drawn = {"What a head attends to": 1, "Information richness": 1, "Correlation": 1}
+    for tab, charts in drawn.items():
+        open_tab(at, "heads_tab", tab)
+        assert not errors(at) and len(at.get("plotly_chart")) == charts, tab
     selection = next(iter(at.session_state["suggested_heads"].values()))
     assert selection["format"] == "tunescope-heads/1"
     assert sorted(selection["layers"]) == ["1", "2"]
@@ -53,14 +56,14 @@ def test_changing_k_reuses_the_statistics_and_mid_top_drops_layers(tiny_bert_dir
 
 
 def test_robustness_comparison(tiny_bert_dir, monkeypatch):
-    at = heads_page(tiny_bert_dir, monkeypatch)
+    at = open_tab(heads_page(tiny_bert_dir, monkeypatch), "heads_tab", "Robustness")
     at.radio(key="heads_vary").set_value("max length")
     at.number_input(key="heads_other_len").set_value(16)
     next(b for b in at.button if b.label == "Compare").click()
     at.run()
     assert not errors(at)
     assert any("Kendall τ of I_h" in m.label for m in at.metric)
-    assert len(at.get("plotly_chart")) == 7
+    assert len(at.get("plotly_chart")) == 2  # the two settings' profiles, side by side
 
 
 def test_bad_k_state_is_clamped_not_a_crash(tiny_bert_dir, monkeypatch):
@@ -128,7 +131,7 @@ def test_robustness_figures():
 
 def test_attention_tab_shows_the_linked_head_on_the_linked_example(tiny_bert_dir, monkeypatch):
     at = make_app(tiny_bert_dir, monkeypatch)
-    at.query_params.update(layer="2", head="3", example="4")
+    at.query_params.update(layer="2", head="3", example="4", heads_tab="What a head attends to")
     at.session_state["heads_n"] = 12
     at.switch_page(PAGE).run()
     assert not errors(at)
@@ -148,7 +151,7 @@ def test_attention_tab_shows_the_linked_head_on_the_linked_example(tiny_bert_dir
     assert spec["layout"]["xaxis"]["ticktext"][1:-1] == ["the", "film", "was", "great"]
 
     bad = make_app(tiny_bert_dir, monkeypatch)
-    bad.query_params.update(head="7")
+    bad.query_params.update(head="7", heads_tab="What a head attends to")
     bad.session_state["heads_n"] = 12
     bad.switch_page(PAGE).run()
     assert not bad.exception
@@ -196,7 +199,7 @@ def test_correlation_grid_labels_head_indices():
 def test_pagerank_vs_random_heads_queues_once_and_reuses(tiny_bert_dir, monkeypatch):
     from analysis.runs.db import RunsDB
 
-    at = heads_page(tiny_bert_dir, monkeypatch)
+    at = open_tab(heads_page(tiny_bert_dir, monkeypatch), "heads_tab", "PageRank vs random heads")
     assert any("No finished heads runs" in i.value for i in at.info)
     at.number_input(key="heads_cmp_seeds").set_value(1)
     at.number_input(key="heads_cmp_steps").set_value(2)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from apptest_utils import errors, make_app, open_page
+from apptest_utils import errors, make_app, open_page, open_tab
 
 from analysis.config import ExtractConfig, SampleSpec
 from analysis.layers import table, teaching, whatif
@@ -51,10 +51,14 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
     assert any("X1 and the Layers page give different ρ(ν, s)" in c.value for c in at.caption)
     assert len(at.latex) >= 7  # ν, ℓ*, CCA, ϱ, ρ, ζ, repeats
     charts = at.get("plotly_chart")
-    assert len(charts) == 4  # metrics with bands, ℓ* shares, layer picture, teaching scatter
+    assert len(charts) == 2  # metrics with bands, ℓ* shares: only the chosen tab runs
     bands = [t for t in charts[0].proto.spec and json.loads(charts[0].proto.spec)["data"]
              if t.get("fill") == "toself"]  # fmt: skip
     assert len(bands) == 4
+    open_tab(at, "layers_tab", "Layer picture")
+    assert not errors(at) and len(at.get("plotly_chart")) == 1
+    assert not any(m.label == "ℓ*" for m in at.metric)  # the metrics tab did not run
+    open_tab(at, "layers_tab", "Teaching view")
     teaching = [m for m in at.metric if m.label == "CCA score"]
     assert teaching and 0 < float(teaching[0].value) <= 1
 
@@ -72,16 +76,17 @@ def test_one_repeat_shows_the_single_table(tiny_bert_dir, monkeypatch):
         "probe_c",
         "probe_se",
     ]
-    assert len(at.get("plotly_chart")) == 3
+    assert len(at.get("plotly_chart")) == 1  # no bands, no ℓ* shares from one sample
     box = next(i.value for i in at.info if "ℓ\\* = " in i.value)
     assert "of 1 repeats" not in box and "Stable" not in box  # no shares from one sample
 
 
 def test_layer_slider_and_teaching_sliders_rerun_cleanly(tiny_bert_dir, monkeypatch):
-    at = layers_page(tiny_bert_dir, monkeypatch)
-    nu_before = next(m.value for m in at.metric if m.label == "ν (lower = tighter, further apart)")
+    at = open_tab(layers_page(tiny_bert_dir, monkeypatch), "layers_tab", "Layer picture")
     at.slider(key="layer").set_value(0).run()
     assert not errors(at)
+    open_tab(at, "layers_tab", "Teaching view")
+    nu_before = next(m.value for m in at.metric if m.label == "ν (lower = tighter, further apart)")
     at.slider(key="teach_spread").set_value(0.3).run()
     assert not errors(at)
     nu_after = next(m.value for m in at.metric if m.label == "ν (lower = tighter, further apart)")
@@ -89,7 +94,7 @@ def test_layer_slider_and_teaching_sliders_rerun_cleanly(tiny_bert_dir, monkeypa
 
 
 def test_whatifs_run_and_show_every_group(tiny_bert_dir, monkeypatch):
-    at = layers_page(tiny_bert_dir, monkeypatch)
+    at = open_tab(layers_page(tiny_bert_dir, monkeypatch), "layers_tab", "What-ifs")
     at.multiselect(key="whatif_shares").set_value([0.25])
     at.text_input(key="whatif_ladder").set_value("20")
     at.number_input(key="whatif_seeds").set_value(2)
@@ -101,7 +106,7 @@ def test_whatifs_run_and_show_every_group(tiny_bert_dir, monkeypatch):
     pooling = results["pooling"]["table"]
     assert pooling["setting"].tolist() == ["mean", "first"]
     assert results["seeds"]["curves"]["setting"].nunique() == 2
-    assert len(at.get("plotly_chart")) == 4 + 4 * 2 + 1  # + one band figure more for seeds
+    assert len(at.get("plotly_chart")) == 4 * 2 + 1  # + one band figure more for seeds
 
 
 def test_bad_settings_show_a_message_and_teaching_still_works(tiny_bert_dir, monkeypatch):
@@ -111,6 +116,8 @@ def test_bad_settings_show_a_message_and_teaching_still_works(tiny_bert_dir, mon
     at.switch_page(PAGE).run()
     assert not at.exception
     assert errors(at)
+    open_tab(at, "layers_tab", "Teaching view")  # needs no model: works all the same
+    assert not errors(at)
     assert any(m.label == "CCA score" for m in at.metric)
 
 
@@ -128,6 +135,7 @@ def test_regression_data_bins_the_scores_and_colours_by_score(tiny_bert_dir, mon
     assert any("quantile bins" in w.value for w in at.warning)
     assert any("regression" in w.value.lower() for w in at.warning)
     # the what-ifs offer no imbalance for scores
+    open_tab(at, "layers_tab", "What-ifs")
     assert at.multiselect(key="whatif_shares").disabled
 
 
@@ -242,7 +250,7 @@ def test_picture_hover_names_each_example_and_the_layer_lives_in_the_link(
     tiny_bert_dir, monkeypatch
 ):
     at = make_app(tiny_bert_dir, monkeypatch)
-    at.query_params["layer"] = "1"
+    at.query_params.update(layer="1", layers_tab="Layer picture")
     open_page(at, PAGE)
     assert not errors(at)
     assert at.slider(key="layer").value == 1
@@ -258,7 +266,7 @@ def test_picture_hover_names_each_example_and_the_layer_lives_in_the_link(
     assert "symbol" in spec["data"][0]["marker"]
 
     bad = make_app(tiny_bert_dir, monkeypatch)
-    bad.query_params["layer"] = "9"
+    bad.query_params.update(layer="9", layers_tab="Layer picture")
     bad.switch_page(PAGE).run()  # the link opens the Layers page itself
     assert not bad.exception
     assert any(
@@ -344,8 +352,9 @@ def test_the_metrics_table_names_its_columns(tiny_bert_dir, monkeypatch):
 
 def test_the_pictures_probe_is_the_tables_probe(tiny_bert_dir, monkeypatch):
     at = layers_page(tiny_bert_dir, monkeypatch)
-    layer = at.slider(key="layer").value
     shown = at.dataframe[0].value.set_index("layer")
+    open_tab(at, "layers_tab", "Layer picture")
+    layer = at.slider(key="layer").value
     caption = next(c.value for c in at.caption if "Hover a dot" in c.value)
     assert f"C = {shown.loc[layer, 'probe_c']:.4g}, the table's *probe C*" in caption
     probe = next(m for m in at.metric if m.label == "probe s (accuracy)")
@@ -364,7 +373,7 @@ def test_umap_button_goes_once_its_picture_is_computed(tiny_bert_dir, monkeypatc
 
     monkeypatch.setattr(analysis.layers.projection, "project_2d", flat)
     monkeypatch.setattr(ui.layers.state, "project_2d", flat)
-    at = layers_page(tiny_bert_dir, monkeypatch)
+    at = open_tab(layers_page(tiny_bert_dir, monkeypatch), "layers_tab", "Layer picture")
     at.radio(key="layers_pic_method").set_value("umap").run()
     button = next(b for b in at.button if b.label.startswith("Compute UMAP"))
     button.click().run()
@@ -373,7 +382,7 @@ def test_umap_button_goes_once_its_picture_is_computed(tiny_bert_dir, monkeypatc
 
 
 def test_teaching_view_writes_sigma_as_math(tiny_bert_dir, monkeypatch):
-    at = layers_page(tiny_bert_dir, monkeypatch)
+    at = open_tab(layers_page(tiny_bert_dir, monkeypatch), "layers_tab", "Teaching view")
     words = next(m.value for m in at.markdown if "**separation**" in m.value)
     assert "$\\Sigma_b$" in words and "Σ_b" not in words
 
@@ -456,20 +465,22 @@ def test_metrics_figure_is_drawn_before_the_repeats_run(tiny_bert_dir, monkeypat
     assert calls[:3] == ["figure", "repeats", "figure with bands"]
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert len([t for t in spec["data"] if t.get("fill") == "toself"]) == 4
-    assert len(at.get("plotly_chart")) == 4  # the first drawing was replaced, not added to
+    assert len(at.get("plotly_chart")) == 2  # the first drawing was replaced, not added to
 
 
 def test_a_link_restores_the_pictures_controls_and_its_selected_examples(tiny_bert_dir,
                                                                           monkeypatch):  # fmt: skip
     at = make_app(tiny_bert_dir, monkeypatch)
-    at.query_params.update(layer="1", layers_pic_mistakes="true", picked="3,1", layers_repeats="1")
+    at.query_params.update(layer="1", layers_pic_mistakes="true", picked="3,1", layers_repeats="1",
+                           layers_tab="Layer picture")  # fmt: skip
     at.switch_page("views/layers.py").run()  # the link opens the page: its first run
     assert not errors(at), errors(at)
     assert at.slider(key="layer").value == 1
     assert at.toggle(key="layers_pic_mistakes").value
-    assert at.number_input(key="layers_repeats").value == 1
     assert any(m.value.startswith("**2 selected example(s)** at layer 1") for m in at.markdown)
     picked = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
     assert sorted(picked["example"]) == [1, 3]
     chart = next(c for c in at.get("plotly_chart") if "selectedpoints" in c.proto.spec)
     assert chart  # the selection drawn on the figure too
+    open_tab(at, "layers_tab", "Metrics and ℓ*")  # the other tab's control came with the link
+    assert at.number_input(key="layers_repeats").value == 1

@@ -61,49 +61,58 @@ st.caption(
     f"{3 * (loaded.d_head * loaded.d_model + loaded.d_head):,} parameters."
 )
 
+# Only the chosen tab's content runs (Streamlit's lazy tabs: the bound key tracks the choice).
 tab_rank, tab_attention, tab_rich, tab_corr, tab_robust, tab_runs = st.tabs(
     ["PageRank and selection", "What a head attends to", "Information richness", "Correlation",
      "Robustness", "PageRank vs random heads"], key="heads_tab", bind=BIND,
 )  # fmt: skip
-with tab_attention:
-    text.attention()
-    attention_view(stats_cfg.extract, loaded, result)
-with tab_rank:
-    text.pagerank()
-    st.plotly_chart(figures.pagerank_heatmap(result.pagerank, result.selected), width="stretch")
-    text.teleport_note()
-    layer = st.select_slider(
-        "layer (PageRank variants)",
-        list(range(1, stats.n_layers + 1)),
-        key="heads_layer",
-        bind=BIND,
-    )
-    row = layer - 1
-    both = {
-        variant: pagerank(
-            stats.richness[row],
-            stats.correlation[row],
-            selection_cfg.damping,
-            selection_cfg.tol,
-            variant,
-        ).scores
-        for variant in ("paper", "personalised")
-    }
-    p0 = initial_distribution(stats.richness[row])
-    st.plotly_chart(
-        figures.variant_bars(both["paper"], both["personalised"], p0, layer), width="stretch"
-    )
-with tab_rich:
-    text.richness()
-    st.plotly_chart(figures.richness_heatmap(stats.richness, stats.richness_std), width="stretch")
-with tab_corr:
-    text.correlation()
-    st.plotly_chart(figures.correlation_grid(stats.correlation), width="stretch")
-with tab_robust:
-    text.robustness()
-    robustness_view(base, result)
-with tab_runs:
-    heads_runs_view(base, stats, selection_cfg, loaded, xi)
+if tab_attention.open:
+    with tab_attention:
+        text.attention()
+        attention_view(stats_cfg.extract, loaded, result)
+if tab_rank.open:
+    with tab_rank:
+        text.pagerank()
+        st.plotly_chart(figures.pagerank_heatmap(result.pagerank, result.selected), width="stretch")
+        text.teleport_note()
+        layer = st.select_slider(
+            "layer (PageRank variants)",
+            list(range(1, stats.n_layers + 1)),
+            key="heads_layer",
+            bind=BIND,
+        )
+        row = layer - 1
+        both = {
+            variant: pagerank(
+                stats.richness[row],
+                stats.correlation[row],
+                selection_cfg.damping,
+                selection_cfg.tol,
+                variant,
+            ).scores
+            for variant in ("paper", "personalised")
+        }
+        p0 = initial_distribution(stats.richness[row])
+        st.plotly_chart(
+            figures.variant_bars(both["paper"], both["personalised"], p0, layer), width="stretch"
+        )
+if tab_rich.open:
+    with tab_rich:
+        text.richness()
+        st.plotly_chart(
+            figures.richness_heatmap(stats.richness, stats.richness_std), width="stretch"
+        )
+if tab_corr.open:
+    with tab_corr:
+        text.correlation()
+        st.plotly_chart(figures.correlation_grid(stats.correlation), width="stretch")
+if tab_robust.open:
+    with tab_robust:
+        text.robustness()
+        robustness_view(base, result)
+if tab_runs.open:
+    with tab_runs:
+        heads_runs_view(base, stats, selection_cfg, loaded, xi)
 
 st.subheader("Export")
 st.markdown(
