@@ -77,7 +77,6 @@ if tab_metrics.open:
             figure.plotly_chart(
                 figures.metrics_figure(df, summ["l_star"], states.metric), width="stretch"
             )
-        if n_repeats > 1:
             try:
                 rep, _ = get_layer_repeats(states, cfg.sample.seed, int(n_repeats), DEFAULT_BINS)
             except ValueError as exc:
