@@ -147,6 +147,25 @@ def test_the_jobs_module_imports_no_streamlit():
     assert out.stdout.strip() == "False"
 
 
+def test_the_warm_up_imports_what_the_pages_import():
+    """A fresh server's first page of each kind must not pay for its imports (the Layers page's
+    were 1 s of its first visit's CPU): the warm-up imports what every page script imports."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from ui.loaders import _import_pages; "
+        "wanted = ('ui.layers.view', 'ui.heads.attention', 'ui.recommend.view', 'scipy.stats'); "
+        "before = [m in sys.modules for m in wanted]; _import_pages(); "
+        "print(before, [m in sys.modules for m in wanted])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert out.stdout.strip() == "[False, False, False, False] [True, True, True, True]"
+
+
 def test_the_warm_up_threads_context_warning_is_dropped_and_no_other():
     import logging
 
