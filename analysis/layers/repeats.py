@@ -41,10 +41,10 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -112,6 +112,14 @@ class LayerRepeats:
     attrs: dict[str, Any]
     full: np.ndarray | None = None
     jackknife: np.ndarray | None = None
+    # What `summarise_repeats` and `intervals` derive, kept with the object: a result the
+    # dashboard serves is one object that every session showing it reads (a class on one step).
+    _derived: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _once(self, key: Any, compute: Callable[[], Any]) -> Any:
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]
 
     @property
     def n_repeats(self) -> int:
@@ -136,6 +144,9 @@ class LayerRepeats:
         """Per layer and metric the `bca_interval` around the full-sample value: columns layer,
         nu_lo, nu_hi, cca_lo, … (NaN where no interval: fewer than `INTERVAL_REPEATS` repeats, a
         metric left out, or the estimate outside what the bootstrap can correct)."""
+        return self._once(("intervals", level), lambda: self._intervals(level)).copy()
+
+    def _intervals(self, level: float) -> pd.DataFrame:
         n_layers = self.values.shape[1]
         out = {"layer": np.arange(n_layers)}
         for j, m in enumerate(METRICS):
@@ -506,7 +517,12 @@ class RepeatSummary:
 
 
 def summarise_repeats(rep: LayerRepeats, level: float = LEVEL) -> RepeatSummary:
-    """ρ, |ρ| and ζ of the full sample with their intervals (`estimate_of`), ℓ* counts."""
+    """ρ, |ρ| and ζ of the full sample with their intervals (`estimate_of`), ℓ* counts; computed
+    once per `LayerRepeats` and level."""
+    return rep._once(("summary", level), lambda: _summarise(rep, level))
+
+
+def _summarise(rep: LayerRepeats, level: float) -> RepeatSummary:
     full = rep.full if rep.full is not None else np.full(rep.values.shape[1:], np.nan)
     est = curve_summary(full)
     per = [curve_summary(rep.values[r]) for r in range(rep.n_repeats)]

@@ -446,6 +446,7 @@ def test_metrics_figure_is_drawn_before_the_repeats_run(tiny_bert_dir, monkeypat
     """A cold page draws the metrics first and adds the bands once the repeats are done, in the
     same place: one metrics chart at the end, with its bands."""
     import ui.layers.state
+    import ui.layers.view
 
     calls = []
     draw, repeat = figures.metrics_figure, ui.layers.state.get_layer_repeats
@@ -458,7 +459,7 @@ def test_metrics_figure_is_drawn_before_the_repeats_run(tiny_bert_dir, monkeypat
         calls.append("repeats")
         return repeat(*args, **kwargs)
 
-    monkeypatch.setattr(figures, "metrics_figure", drawn)
+    monkeypatch.setattr(ui.layers.view, "metrics_figure", drawn)  # the page's own
     monkeypatch.setattr(ui.layers.state, "get_layer_repeats", repeats)
     at = layers_page(tiny_bert_dir, monkeypatch)
     assert not errors(at)
@@ -466,6 +467,31 @@ def test_metrics_figure_is_drawn_before_the_repeats_run(tiny_bert_dir, monkeypat
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert len([t for t in spec["data"] if t.get("fill") == "toself"]) == 4
     assert len(at.get("plotly_chart")) == 2  # the first drawing was replaced, not added to
+
+
+def test_sessions_showing_the_same_table_share_its_figures(tiny_bert_dir, monkeypatch):
+    """A class on one step: the second session draws the same figures without building them."""
+    import ui.layers.view
+
+    ui.layers.view.metrics_figure.clear()
+    built = []
+    draw = figures.metrics_figure
+
+    def counted(df, l_star, probe_label="probe", se=None):
+        built.append("figure" if se is None else "figure with bands")
+        return draw(df, l_star, probe_label, se)
+
+    monkeypatch.setattr(figures, "metrics_figure", counted)
+    first = layers_page(tiny_bert_dir, monkeypatch)
+    assert built == ["figure", "figure with bands"]
+    second = layers_page(tiny_bert_dir, monkeypatch)
+    assert not errors(first) and not errors(second)
+    assert built == ["figure", "figure with bands"]  # none built again
+    specs = [at.get("plotly_chart")[0].proto.spec for at in (first, second)]
+    assert specs[0] == specs[1] and '"toself"' in specs[1]
+    # Another table (another N) is a figure of its own.
+    layers_page(tiny_bert_dir, monkeypatch, n=30)
+    assert built[2:] == ["figure", "figure with bands"]
 
 
 def test_a_link_restores_the_pictures_controls_and_its_selected_examples(tiny_bert_dir,

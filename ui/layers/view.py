@@ -27,7 +27,19 @@ from ui.layers.text import STRATEGY_TRIPLE
 from ui.links import BIND, check_page_link, publish, take_link, whole
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from analysis.extract import LayerStates
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def metrics_figure(
+    df: pd.DataFrame, l_star: int | None, probe_label: str, se: pd.DataFrame | None = None
+) -> go.Figure:
+    """`ui.figures.layers.metrics_figure`, built once per process for each table and its bands:
+    the sessions that show the same table (a class on one lesson step) share one figure, so
+    none of them builds it again. Shared, so not to be modified."""
+    return figures.metrics_figure(df, l_star, probe_label, se)
 
 
 def fmt_strategy(s: tuple[int, int, int] | list[int]) -> str:

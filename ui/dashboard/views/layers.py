@@ -12,7 +12,7 @@ from ui.export import recipe_button
 from ui.figures import layers as figures
 from ui.layers import text
 from ui.layers.state import get_layer_metrics, get_layer_repeats
-from ui.layers.view import layer_picture, suggestion, teaching_view
+from ui.layers.view import layer_picture, metrics_figure, suggestion, teaching_view
 from ui.layers.whatif import whatif_view
 from ui.links import BIND
 from ui.loaders import get_states, show_error
@@ -74,9 +74,7 @@ if tab_metrics.open:
         rep = reps = se = None
         above, figure = st.container(), st.empty()
         if n_repeats > 1:  # the metrics first; the repeats' bands replace them when they are done
-            figure.plotly_chart(
-                figures.metrics_figure(df, summ["l_star"], states.metric), width="stretch"
-            )
+            figure.plotly_chart(metrics_figure(df, summ["l_star"], states.metric), width="stretch")
             try:
                 rep, _ = get_layer_repeats(states, cfg.sample.seed, int(n_repeats), DEFAULT_BINS)
             except ValueError as exc:
@@ -95,7 +93,7 @@ if tab_metrics.open:
                 st.warning(df.attrs["label_note"], icon=":material/info:")
         if se is not None or n_repeats <= 1:
             figure.plotly_chart(
-                figures.metrics_figure(df, summ["l_star"], states.metric, se), width="stretch"
+                metrics_figure(df, summ["l_star"], states.metric, se), width="stretch"
             )
         rho = summ["rho"]
         c1, c2, c3, c4 = st.columns(4)
