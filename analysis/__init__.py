@@ -1,6 +1,6 @@
 """tunescope's analysis library: pure functions over encoders, data and tensors.
 
-The public API is imported lazily, so ``python -m analysis --help`` does not pay for torch::
+The public API is imported lazily, so ``python -m tunescope --help`` does not pay for torch::
 
     from analysis import nu, cca_score, rank_metric   # one layer: (N, d) states, (N,) labels
     from analysis import probe_score   # (train states, train labels, test states, test labels, metric)

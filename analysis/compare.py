@@ -3,7 +3,7 @@
 
 One function, `compare`, serves every comparison in tunescope: the Fine-tune results, the Heads
 page (PageRank vs random heads, the ablation selectors), the Subspaces page (intrinsic vs full vs
-random subspace, the disable experiment), the papers' claims and ``python -m analysis runs
+random subspace, the disable experiment), the papers' claims and ``python -m tunescope runs
 compare``.
 
 An *arm* is one setting's finished runs, one per seed (`Arm`). The rule:

@@ -142,7 +142,7 @@ def remove_folder(path: Path | str) -> bool:
 
     The folder is first renamed to a ``.tmp-`` sibling in one step (readers then see it gone, and
     a deletion killed half way leaves only a temporary folder that no reader takes for the real
-    thing and ``python -m analysis info`` sweeps), then removed.
+    thing and ``python -m tunescope info`` sweeps), then removed.
     """
     path = Path(path)
     if not path.is_dir():

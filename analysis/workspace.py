@@ -2,7 +2,7 @@
 files, the disable experiment's files, uploads, the workers' locks and log — the layout, spelled
 out once.
 
-The entry points build it once — `analysis.cli.main` (from ``--cache``), ``app.py`` and the
+The entry points build it once — `tunescope.cli.main` (from ``--cache``), ``app.py`` and the
 worker (``python -m analysis.runs.worker --cache``) — with `Workspace.from_env`, the one place
 that reads ``TUNESCOPE_CACHE``, and make it current for what they run (`Workspace.active`): the
 library's defaults (`analysis.cache.default_root`, ``RunsDB()``) then name this workspace. A

@@ -407,7 +407,7 @@ def prepare_lesson(name: str, cache: Path) -> float:
     """`tunescope lesson prepare` into the bench's cache before the server starts (seconds)."""
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "analysis", "lesson", "prepare", name, "--cache", str(cache)],
+        [sys.executable, "-m", "tunescope", "lesson", "prepare", name, "--cache", str(cache)],
         cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     return time.perf_counter() - start

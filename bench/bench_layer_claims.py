@@ -34,7 +34,7 @@ def timed_cli(code: Path, python: Path, args: list[str], cache: str) -> tuple[fl
     env = {**os.environ, "TUNESCOPE_CACHE": cache, "PYTHONPATH": str(code)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([str(python), "-m", "analysis", "claims", *args], env=env, cwd=cache,
+    subprocess.run([str(python), "-m", "tunescope", "claims", *args], env=env, cwd=cache,
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -47,15 +47,15 @@ def breakdown(data: list[str], n: int, seed: int) -> dict[str, float]:
     from analysis import claims
     from analysis.cache import DiskCache
     from analysis.claims.layers import sample_block, train_size
-    from analysis.commands.options import data_spec_from_args
     from analysis.config import SampleSpec
     from analysis.extract import extract_states
     from analysis.layers.repeats import cached_layer_repeats
     from analysis.layers.table import cached_layer_metrics
     from analysis.models import load_model
+    from tunescope.commands.options import data_spec_from_args
 
     parser = argparse.ArgumentParser()
-    from analysis.commands.options import add_model_data
+    from tunescope.commands.options import add_model_data
 
     add_model_data(parser)
     ns = parser.parse_args(data)

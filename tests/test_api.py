@@ -23,7 +23,7 @@ def test_readme_example_runs():
 
 
 def test_cli_help_does_not_import_torch():
-    code = "import sys, analysis.cli; analysis.cli.build_parser(); print('torch' in sys.modules)"
+    code = "import sys, tunescope.cli; tunescope.cli.build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

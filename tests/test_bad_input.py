@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.cli import main
+from tunescope.cli import main
 
 
 def _texts(n: int) -> list[str]:
@@ -258,9 +258,9 @@ def test_a_sweep_refuses_a_flag_of_a_method_it_does_not_run(tmp_path, capsys, ti
 
 def test_method_flags_reach_their_method():
     """--lora-r given: the LoRA runs get it; not given: LoraOptions' own default."""
-    from analysis.cli import build_parser
-    from analysis.commands.options import method_options
     from analysis.finetune.methods.lora import LoraOptions
+    from tunescope.cli import build_parser
+    from tunescope.commands.options import method_options
 
     parse = build_parser().parse_args
     assert method_options(parse(["finetune", "--lora-r", "4"]), "lora").r == 4

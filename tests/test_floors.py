@@ -104,3 +104,21 @@ def test_no_circle_passes_through_the_models_cache_runs_or_claims():
         if any(m == g or m.startswith(g + ".") for m in c for g in GUARDED)
     ]
     assert found == []
+
+
+def test_the_library_imports_neither_front_end():
+    """`analysis` is the library under both front ends: it never imports the dashboard (`ui`) or
+    the command line (`tunescope`), lazily or not."""
+    upward = set()
+    for path in (ROOT / "analysis").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in ("ui", "tunescope"):
+                    upward.add(f"{path.relative_to(ROOT)} imports {name}")
+    assert sorted(upward) == []

@@ -17,8 +17,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from analysis.cli import entry_point, main
-from analysis.commands import app
+from tunescope.cli import entry_point, main
+from tunescope.commands import app
 
 tomllib = pytest.importorskip("tomllib")  # (Python 3.11+; the lock itself serves 3.10 too)
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def test_the_lock_pins_every_dependency_but_torch_with_hashes():
 
 
 def test_the_console_script_is_the_cli(monkeypatch, capsys):
-    assert PYPROJECT["project"]["scripts"] == {"tunescope": "analysis.cli:entry_point"}
+    assert PYPROJECT["project"]["scripts"] == {"tunescope": "tunescope.cli:entry_point"}
     monkeypatch.setattr(sys, "argv", ["tunescope", "--help"])
     with pytest.raises(SystemExit) as stop:
         entry_point()

@@ -8,13 +8,13 @@ import dummy_method
 import pytest
 from apptest_utils import errors, make_app, open_page
 
-from analysis.cli import build_parser
-from analysis.commands.options import finetune_config, refuse_foreign_flags
 from analysis.finetune.config import FinetuneConfig, flat_config
 from analysis.finetune.registry import method_names, register, sweep_methods, unregister
 from analysis.runs.db import RunsDB
 from analysis.runs.records import run_label
 from analysis.strategies import strategy_names
+from tunescope.cli import build_parser
+from tunescope.commands.options import finetune_config, refuse_foreign_flags
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_a_registered_method_is_on_the_page_form_and_in_the_runs_table(
 def test_a_registered_method_exports_as_a_recipe(dummy, tiny_bert_dir, tmp_path):
     import json
 
-    from analysis.cli import main
+    from tunescope.cli import main
 
     out = tmp_path / "recipe"
     argv = ["export", "--method", "dummy", "--dummy-layers", "1", "--model", str(tiny_bert_dir)]

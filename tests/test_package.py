@@ -24,7 +24,13 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "analysis", "ui")  # what the wheel is built from
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "analysis",
+    "tunescope",
+    "ui",
+)  # what the wheel is built from
 
 
 def _pip(*args: str, cwd: Path) -> None:
@@ -79,7 +85,7 @@ def test_the_wheel_ships_the_dashboard_and_imports_from_where_it_is_installed(in
         assert (installed / shipped).is_file(), shipped
     assert list((installed / "analysis" / "lessons" / "builtin").glob("*.json"))
     where = subprocess.run(
-        [sys.executable, "-c", "import analysis, ui; print(analysis.__file__, ui.__file__)"],
+        [sys.executable, "-c", "import analysis, tunescope, ui; print(analysis.__file__, tunescope.__file__, ui.__file__)"],
         cwd=folder, env=env, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert all(Path(p).is_relative_to(installed) for p in where), where
@@ -149,15 +155,38 @@ def _run_page(ws, page_script_hash: str = "") -> dict:
 
 
 def test_tunescope_app_serves_the_whole_dashboard_from_any_folder(installed, outside):
-    connect = pytest.importorskip("websockets.sync.client").connect
     folder, env = outside
+    command = [str(installed / "bin" / "tunescope"), "app"]
+    # The packaged settings, read from beside the installed script, not from this folder.
+    _check_served(command, folder, env, folder.parent / "server.log")
+
+
+def test_streamlit_run_app_py_in_the_checkout_serves_the_same_dashboard(tmp_path, tiny_bert_dir):
+    """The first thing a Streamlit user types, in the checkout: the top-level app.py runs the
+    packaged app, and the settings beside it (the link to the app's own) keep it on loopback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNESCOPE_")}
+    env.update(
+        TUNESCOPE_CACHE=str(tmp_path / "cache"),
+        TUNESCOPE_MODEL=str(tiny_bert_dir),
+        TUNESCOPE_N="40",
+        TUNESCOPE_PROCESSES="1",
+        TUNESCOPE_PREPARE_LESSONS="0",
+    )
+    command = [sys.executable, "-m", "streamlit", "run", "app.py"]
+    _check_served(command, ROOT, env, tmp_path / "server.log")
+
+
+def _check_served(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
+    """Start the dashboard with ``command`` (plus a free port and nothing else: the address and
+    the usage statistics come from its settings), run Home and Data as a browser would, and
+    check that it served only loopback, without an exception."""
+    connect = pytest.importorskip("websockets.sync.client").connect
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    log = folder.parent / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [str(installed / "bin" / "tunescope"), "app", "--server.port", str(port)],
-            cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [*command, "--server.port", str(port)],
+            cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
         _wait_healthy(url, proc, log)
@@ -166,7 +195,6 @@ def test_tunescope_app_serves_the_whole_dashboard_from_any_folder(installed, out
         stream = f"ws://127.0.0.1:{port}/_stcore/stream"
         with connect(stream, subprotocols=["streamlit"], max_size=None) as ws:
             home = _run_page(ws)
-            # The packaged settings, read from beside the installed script, not from this folder.
             assert home["config"].gather_usage_stats is False
             assert {"Home", "Data", "Layers", "Recommend", "Lessons"} <= set(home["pages"])
             assert "page_link" in home["elements"] and home["problems"] == []

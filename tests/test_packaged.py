@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from analysis import packaged
-from analysis.cli import main
-from analysis.commands.options import model_name
 from analysis.config import ModelError, ModelSpec
 from analysis.models import BUILTIN_MODELS, load_model
 from analysis.packaged import MPNET, SplitModel, assemble, model_folder, part_files
+from tunescope.cli import main
+from tunescope.commands.options import model_name
 
 
 def split_zip(folder: Path, top: str, out: Path, n_parts: int) -> list[Path]:

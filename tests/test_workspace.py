@@ -7,9 +7,9 @@ from pathlib import Path
 
 from analysis import workspace
 from analysis.cache import default_root
-from analysis.cli import main
 from analysis.runs.db import RunsDB
 from analysis.workspace import DATA_ENV, ENV, Workspace, data_folder
+from tunescope.cli import main
 
 
 def test_the_layout_is_spelled_out_once(tmp_path):

@@ -5,13 +5,23 @@ leads to Runs, where the runs it queues are followed)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
+
+DASHBOARD = Path(__file__).resolve().parent / "dashboard"  # app.py and views/
+
+
+def page_path(page: str) -> str:
+    """The absolute path of a page's script from its id (``views/layers.py``, relative to
+    ``ui/dashboard/``): what app.py registers and the links name, whichever main script Streamlit
+    runs (``ui/dashboard/app.py``, or the checkout's ``app.py`` that runs it)."""
+    return str(DASHBOARD / page)
 
 
 @dataclass(frozen=True)
 class Step:
-    page: str  # the page's script, as app.py registers it
+    page: str  # the page's id (its script, relative to ui/dashboard/)
     title: str
     does: str  # what to do there, for the default demo
 
@@ -62,19 +72,25 @@ def next_step(page: str) -> None:
     st.divider()
     if page != RECOMMEND:
         st.page_link(
-            RECOMMEND, icon=":material/recommend:",
+            page_path(RECOMMEND), icon=":material/recommend:",
             label="The answer in one place: **Recommend** — what to tune, its cost and evidence, "
             "tested against the alternatives at the same budget",
         )  # fmt: skip
     verb = "Launch more runs" if page == PATH[-1].page else "Next"
-    st.page_link(step.page, label=f"{verb}: **{step.title}** — {step.does}", icon=ICONS[step.title])
+    st.page_link(
+        page_path(step.page),
+        label=f"{verb}: **{step.title}** — {step.does}",
+        icon=ICONS[step.title],
+    )
 
 
 def path_links() -> None:
     """The whole path, one numbered link per step (the Home page)."""
     for number, step in enumerate(PATH, start=1):
         st.page_link(
-            step.page, label=f"{number}. **{step.title}** — {step.does}", icon=ICONS[step.title]
+            page_path(step.page),
+            label=f"{number}. **{step.title}** — {step.does}",
+            icon=ICONS[step.title],
         )
 
 

@@ -359,7 +359,7 @@ def _sample() -> SampleSpec:
             "the analyses need at least two examples"
             if isinstance(n, int) and n < low
             else f"the dashboard extracts at most {high:,} examples at a time (the CLI's "
-            "`python -m analysis extract` takes more)"
+            "`python -m tunescope extract` takes more)"
             if isinstance(n, int)
             else "N counts examples"
         )

@@ -65,7 +65,7 @@ __all__ = [
 
 
 def describe_builtin() -> str:
-    """One line per built-in data set, for ``python -m analysis info``."""
+    """One line per built-in data set, for ``python -m tunescope info``."""
     every = {**BUILTIN_DATA, **GLUE_DATA}
     width = max(len(name) for name in every)
     lines = [f"{name:<{width}}  {text}" for name, text in every.items()]

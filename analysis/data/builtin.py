@@ -54,7 +54,7 @@ _TITLES = {
     "trec6": "TREC questions (6 coarse classes)",
 }
 
-# The built-ins that work offline (name -> one line for ``python -m analysis info``).
+# The built-ins that work offline (name -> one line for ``python -m tunescope info``).
 BUILTIN_DATA: dict[str, str] = {
     "movie-snippets": "10,568 movie-review snippets, negative / positive sentiment (default)",
     "trec6": "5,452 TREC questions, 6 coarse answer types ABBR DESC ENTY HUM LOC NUM",

@@ -1,7 +1,7 @@
 """The head selection: which heads of which layers head fine-tuning trains, and its file.
 
 One type, `HeadSelection`, used everywhere a selection travels: the Heads page and
-``python -m analysis heads --selection-out`` write it, the Fine-tune page and
+``python -m tunescope heads --selection-out`` write it, the Fine-tune page and
 ``finetune --heads FILE`` read it, and `FinetuneConfig` holds it. The file is a small JSON
 document::
 

@@ -1,6 +1,6 @@
 """Run one recorded fine-tuning run: the glue between the training engine and the runs database.
 
-Used by the worker process (queued runs) and by ``python -m analysis finetune`` (foreground
+Used by the worker process (queued runs) and by ``python -m tunescope finetune`` (foreground
 runs); the Ray executor records through the same `RunRecorder`. Every train step and dev
 evaluation is committed as it happens; the cancel flag is polled between steps; the run ends as
 exactly one of done (with its result), cancelled or failed (with a message), never half-written.

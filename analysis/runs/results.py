@@ -430,6 +430,6 @@ def resolve_group(runs: pd.DataFrame, ref: str) -> pd.DataFrame:
     if len(groups) != 1:
         what = "no finished run or group" if not groups else f"{len(groups)} groups"
         raise ValueError(
-            f"{ref!r} matches {what}; see `python -m analysis runs groups` (or `runs list`)."
+            f"{ref!r} matches {what}; see `python -m tunescope runs groups` (or `runs list`)."
         )
     return grouped[grouped["group"] == groups.pop()]

@@ -198,5 +198,7 @@ class RunsFile:
             ).fetchall()
         if len(rows) != 1:
             what = "no run" if not rows else f"{len(rows)} runs"
-            raise RunNotFound(f"Run {run_id!r} matches {what}; see `python -m analysis runs list`.")
+            raise RunNotFound(
+                f"Run {run_id!r} matches {what}; see `python -m tunescope runs list`."
+            )
         return rows[0][0]

@@ -1,6 +1,6 @@
 """Write the generated reference pages from the code itself.
 
-- ``docs/reference/cli.md``: every command and option of ``tunescope`` (``analysis.cli.
+- ``docs/reference/cli.md``: every command and option of ``tunescope`` (``tunescope.cli.
   build_parser``), each command's ``--help`` as printed, and a table of its options with their
   defaults and choices.
 - ``docs/reference/settings.md``: every setting of the configs (``analysis.config.setting``
@@ -33,7 +33,7 @@ GENERATED = (
 CLI_INTRO = """\
 # Command line
 
-`tunescope COMMAND [options]` (or `python -m analysis COMMAND`, the same program without
+`tunescope COMMAND [options]` (or `python -m tunescope COMMAND`, the same program without
 installing it). Every command that reads a model or data takes `--model` and `--data` (and
 `--text-col`, `--text-pair-col`, `--label-col` for a file); every command takes `--cache`.
 Commands that launch fine-tuning runs (`finetune`, `sweep`, `claims`) also take `--executor
@@ -97,7 +97,7 @@ def command_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     """(``tunescope …`` name, parser) of the program and every (sub)command, depth first."""
     _fixed_width()
     sys.path.insert(0, str(ROOT))
-    from analysis.cli import build_parser
+    from tunescope.cli import build_parser
 
     found: list[tuple[str, argparse.ArgumentParser]] = []
 
@@ -140,7 +140,7 @@ def _options_table(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def cli_page() -> str:
-    lines = [GENERATED.format(source="analysis/cli.py build_parser()"), CLI_INTRO]
+    lines = [GENERATED.format(source="tunescope/cli.py build_parser()"), CLI_INTRO]
     for name, parser in command_parsers():
         lines.append(f"## `{name}`\n")
         if parser.description and name != PROG:

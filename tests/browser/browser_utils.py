@@ -76,7 +76,7 @@ def serve(cache: Path, **env: str):
     }
     log = open(cache / "server.log", "w")  # noqa: SIM115 (closed at teardown)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "ui/dashboard/app.py", "--server.port", str(port),
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from analysis.cache import DiskCache
-from analysis.cli import main
 from analysis.runs.db import RunsDB
 from analysis.workspace import Workspace
+from tunescope.cli import main
 
 DAY = 86400.0
 

@@ -1,4 +1,4 @@
-"""``python -m analysis claims`` end to end on a tiny model: layer claims from repeats, a heads
+"""``python -m tunescope claims`` end to end on a tiny model: layer claims from repeats, a heads
 claim and the disable experiment through real (very short) runs trained by the worker."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from analysis.cli import main
 from analysis.runs.db import RunsDB
 from analysis.workspace import Workspace
+from tunescope.cli import main
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
 
@@ -85,7 +85,7 @@ def test_drive_says_what_it_does_on_stderr_only(tmp_path, capsys, monkeypatch):
     from types import SimpleNamespace
 
     from analysis import claims
-    from analysis.commands import claims as command
+    from tunescope.commands import claims as command
 
     planned = [SimpleNamespace(key=("H1 pagerank", 0))]
     written, states = [], iter(["queued", "done"])

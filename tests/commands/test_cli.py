@@ -5,7 +5,7 @@ import sys
 import pandas as pd
 import pytest
 
-from analysis.cli import main
+from tunescope.cli import main
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
@@ -79,6 +79,6 @@ def test_a_text_column_of_numbers_gets_one_warning(tmp_path, tiny_bert_dir, csv_
 
 def test_module_entry_point_runs():
     done = subprocess.run(
-        [sys.executable, "-m", "analysis", "--help"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "tunescope", "--help"], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0 and "extract" in done.stdout and "info" in done.stdout

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.cli import main
 from analysis.runs.db import RunsDB
 from analysis.runs.results import group_key
+from tunescope.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def test_sweep_plans_from_computed_l_star_and_runs_in_the_foreground(tiny_bert_d
 
 def test_ctrl_c_records_the_run_as_cancelled(tiny_bert_dir):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "analysis", "finetune", *tiny_args(tiny_bert_dir)]
+    command = [sys.executable, "-m", "tunescope", "finetune", *tiny_args(tiny_bert_dir)]
     command += ["--method", "frozen", "--steps", "100000", "--eval-every", "100000"]
     child = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     db = RunsDB()

@@ -1,4 +1,4 @@
-"""``python -m analysis heads``: the JSON schema, the selection file and clear errors."""
+"""``python -m tunescope heads``: the JSON schema, the selection file and clear errors."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 
-from analysis.cli import main
 from analysis.heads.selection_file import load_selection
+from tunescope.cli import main
 
 
 def run_heads(tiny_bert_dir, tmp_path, *extra: str) -> tuple[int, dict | None]:

@@ -1,4 +1,4 @@
-"""``python -m analysis layers``: the JSON schema, the readable table, the metrics cache."""
+"""``python -m tunescope layers``: the JSON schema, the readable table, the metrics cache."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from analysis.cli import main
+from tunescope.cli import main
 
 
 def run_layers(tiny_bert_dir, tmp_path, *extra: str) -> tuple[int, dict | None]:

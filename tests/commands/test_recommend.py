@@ -1,4 +1,4 @@
-"""``python -m analysis recommend`` end to end on a tiny model: candidates with cost and evidence,
+"""``python -m tunescope recommend`` end to end on a tiny model: candidates with cost and evidence,
 ``--compare --wait`` training every arm through the worker, ``--json`` / ``--report`` /
 ``--recipe``; a LoRA allocation taken home loads in PEFT; bad input gets one line."""
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from analysis.cli import main
 from analysis.runs.db import RunsDB
+from tunescope.cli import main
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
 KEYS = {"model", "data", "budget", "candidates", "comparison", "recommendation"}

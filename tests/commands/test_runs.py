@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from analysis.cli import main
 from analysis.finetune.config import flat_config
 from analysis.predictions import decode_predictions, encode_predictions
 from analysis.runs.db import RunsDB
+from tunescope.cli import main
 
 LABELS = np.array([0, 1] * 100)
 

@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from analysis.cli import main
-from analysis.commands.options import add_model_data, add_training_options, finetune_config
 from analysis.runs.db import RunsDB
+from tunescope.cli import main
+from tunescope.commands.options import add_model_data, add_training_options, finetune_config
 
 
 def finished_run(db: RunsDB, seed: int = 0) -> str:

@@ -1,4 +1,4 @@
-"""``python -m analysis subspace``: the JSON schema, run ids, disable files, clear errors."""
+"""``python -m tunescope subspace``: the JSON schema, run ids, disable files, clear errors."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import torch
 from transformers import AutoModel
 
-from analysis.cli import main
 from analysis.models import encoder_layers
 from analysis.runs.db import RunsDB
 from analysis.subspace import trajectory
+from tunescope.cli import main
 
 
 def record_bert(folder, model_dir, t=4):

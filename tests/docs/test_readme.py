@@ -98,7 +98,7 @@ def test_the_quickstart_runs_as_written(tmp_path):
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     }
     for command, shown in commands:
-        argv = [sys.executable, "-m", "analysis", *command.split()[1:]]
+        argv = [sys.executable, "-m", "tunescope", *command.split()[1:]]
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=900)  # fmt: skip
         assert done.returncode == 0, (command, done.stderr[-2000:])
@@ -110,7 +110,7 @@ def test_the_quickstart_runs_as_written(tmp_path):
     # The JSON of the same table: every key it writes is on the JSON reference page.
     out = tmp_path / "layers.json"
     done = subprocess.run(
-        [sys.executable, "-m", "analysis", "layers", "--n", "500", "--json", str(out)],
+        [sys.executable, "-m", "tunescope", "layers", "--n", "500", "--json", str(out)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

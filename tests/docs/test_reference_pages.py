@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import main
+from tunescope.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"

@@ -14,11 +14,11 @@ from exported import import_recipe_module
 from tiny import make_tiny_model_dir
 
 import analysis.hf_names as hf_names
-from analysis.cli import main
 from analysis.config import ModelSpec
 from analysis.export.build import build_recipe, write_recipe
 from analysis.finetune.config import flat_config
 from analysis.models import load_model
+from tunescope.cli import main
 
 
 @pytest.fixture(scope="module")

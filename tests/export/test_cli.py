@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from analysis.cli import main
 from analysis.heads.selection_file import HeadSelection, save_selection
+from tunescope.cli import main
 
 
 def export(folder, out, *argv) -> int:

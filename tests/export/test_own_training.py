@@ -16,12 +16,12 @@ from pathlib import Path
 
 from apptest_utils import errors, make_app
 
-from analysis.cli import main
 from analysis.config import DataSpec
 from analysis.data import load_data
 from analysis.predictions import decode_predictions, fingerprint_of_part
 from analysis.runs.db import RunsDB
 from analysis.runs.results import results_table
+from tunescope.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorials" / "your-trainer.md"
@@ -108,7 +108,7 @@ def test_the_tutorials_script_trains_without_tunescope(tmp_path, tiny_bert_dir, 
     assert min(seen["rates"]) > 0.0 and set(seen["last_rate"]) == {0.0}
 
     imported = subprocess.run(
-        [sys.executable, "-m", "analysis", "runs", "import", "trainer-output"], cwd=tmp_path,
+        [sys.executable, "-m", "tunescope", "runs", "import", "trainer-output"], cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr[-2000:]

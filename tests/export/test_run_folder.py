@@ -15,13 +15,13 @@ from datasets import Dataset
 from exported import import_recipe_module
 from tiny import make_tiny_model_dir
 
-from analysis.cli import main
 from analysis.config import ModelSpec
 from analysis.export.build import build_recipe, write_recipe
 from analysis.finetune.config import flat_config
 from analysis.models import load_model
 from analysis.runs.db import RunsDB
 from analysis.runs.results import group_key
+from tunescope.cli import main
 
 WORDS = ["good", "great", "fun", "bad", "awful", "dull"]
 RECIPE_STEPS = 4

@@ -12,7 +12,6 @@ import torch
 import transformers as tf
 from exported import import_recipe_module
 
-from analysis.cli import main
 from analysis.config import DataSpec, ModelSpec
 from analysis.data import load_data
 from analysis.extract import texts_of
@@ -25,6 +24,7 @@ from analysis.runs.callback import TunescopeCallback
 from analysis.runs.db import RunsDB
 from analysis.runs.execute import execute_run
 from analysis.runs.results import group_key
+from tunescope.cli import main
 
 STEPS, BATCH, N_TRAIN, N_EVAL = 8, 8, 64, 64
 

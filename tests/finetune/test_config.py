@@ -167,7 +167,7 @@ def test_method_options_default_and_are_typed():
 
 
 def test_help_texts_are_declared_once_and_shared():
-    from analysis.cli import build_parser
+    from tunescope.cli import build_parser
 
     assert "LoRA rank" in help_of(LoraOptions, "r")
     finetune = build_parser()._subparsers._group_actions[0].choices["finetune"]
@@ -226,7 +226,7 @@ def test_a_heads_run_keeps_where_its_selection_came_from():
 
 
 def test_classifier_lr_is_stored_as_such_and_its_old_name_still_reads():
-    from analysis.cli import build_parser
+    from tunescope.cli import build_parser
 
     cfg = FinetuneConfig(classifier_lr=2e-3)
     assert cfg.to_dict()["classifier_lr"] == 2e-3 and "head_lr" not in cfg.to_dict()

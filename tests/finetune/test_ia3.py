@@ -13,7 +13,6 @@ import torch
 import transformers as tf
 from apptest_utils import errors, make_app, open_page
 
-from analysis.cli import main
 from analysis.config import ModelSpec
 from analysis.export.build import build_recipe, write_recipe
 from analysis.finetune.config import flat_config
@@ -21,6 +20,7 @@ from analysis.finetune.methods.ia3 import SPEC, IA3Options
 from analysis.models import load_model
 from analysis.runs.callback import TunescopeCallback, recognised
 from analysis.runs.db import RunsDB
+from tunescope.cli import main
 
 WORDS = ["good", "great", "fun", "bad", "awful", "dull"]
 

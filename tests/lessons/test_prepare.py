@@ -9,12 +9,12 @@ import shutil
 import pandas as pd
 import pytest
 
-from analysis.cli import main
 from analysis.lessons.lesson import Lesson, Lessons, Step, to_json
 from analysis.lessons.library import LibraryRunner
 from analysis.lessons.prepare import needs_of, prepare, statuses, step_settings, unique_needs
 from analysis.runs.db import RunsDB
 from analysis.workspace import Workspace
+from tunescope.cli import main
 
 
 @pytest.fixture

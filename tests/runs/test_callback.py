@@ -15,7 +15,6 @@ import torch
 import transformers as tf
 from tiny import make_tiny_model_dir
 
-from analysis.cli import main
 from analysis.runs.callback import (
     CallbackError,
     TunescopeCallback,
@@ -26,6 +25,7 @@ from analysis.runs.db import RunsDB
 from analysis.runs.results import results_table, summarise
 from analysis.subspace.trajectory import open_trajectory
 from analysis.workspace import Workspace
+from tunescope.cli import main
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 WORDS = ["good", "great", "fun", "bad", "awful", "dull"]

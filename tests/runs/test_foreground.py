@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import waiting
 
-from analysis.cli import main
 from analysis.runs.db import RunsDB
 from analysis.runs.execute import RunRecorder
+from tunescope.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 # Deadlines, not durations: Ray's processes start slowly on a busy machine.
@@ -60,7 +60,7 @@ def test_sigterm_cancels_a_foreground_ray_finetune(ray_cluster, tiny_bert_dir):
     """``finetune --executor ray`` in the foreground, then SIGTERM: the run is cancelled on the
     cluster (not left queued or running) and the command exits 130, as with Ctrl-C."""
     argv = [
-        sys.executable, "-m", "analysis", "finetune", "--model", str(tiny_bert_dir),
+        sys.executable, "-m", "tunescope", "finetune", "--model", str(tiny_bert_dir),
         "--method", "layers", "--layers", "1,1,2", "--steps", "100000", "--batch-size", "4",
         "--n-train", "16", "--n-eval", "8", "--device", "cpu",
         "--executor", "ray", "--ray-address", ray_cluster,

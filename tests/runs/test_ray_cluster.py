@@ -23,13 +23,13 @@ import pytest
 import ray_head
 import waiting
 
-from analysis.cli import main
 from analysis.config import DataSpec, ModelSpec
 from analysis.runs.db import RunsDB
 from analysis.runs.queue import pid_alive
 from analysis.runs.ray_cluster import node_label
 from analysis.runs.ray_executor import RayUnavailable, check_address
 from analysis.runs.worker import RAY, worker_pid
+from tunescope.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
@@ -323,7 +323,7 @@ def test_a_worker_that_sweep_started_says_its_last_word_after_losing_the_head(
     pid = None
     try:
         argv = [
-            sys.executable, "-m", "analysis", "sweep", "--model", str(tiny_bert_dir),
+            sys.executable, "-m", "tunescope", "sweep", "--model", str(tiny_bert_dir),
             "--strategies", "down", "--l-star", "1", "--seeds", "0", "--steps", "100000",
             "--batch-size", "4", "--n-train", "32", "--n-eval", "8", "--eval-every", "2",
             "--device", "cpu", "--executor", "ray", "--ray-address", cluster.address,

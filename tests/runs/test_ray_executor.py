@@ -22,7 +22,6 @@ import pytest
 import torch
 import waiting
 
-from analysis.cli import main
 from analysis.config import DataSpec, ModelSpec
 from analysis.runs import ray_executor
 from analysis.runs.db import RunsDB
@@ -40,6 +39,7 @@ from analysis.runs.ray_task import train_stream
 from analysis.runs.record import Run
 from analysis.runs.worker import RAY, last_choice, serve, start_workers, worker_pid
 from analysis.workspace import Workspace
+from tunescope.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()

@@ -272,7 +272,7 @@ def dataclasses_replace(cfg, **changes):
 def test_cpu_workers_flag_is_a_local_choice():
     import argparse
 
-    from analysis.commands.options import add_executor_options, executor_from_args
+    from tunescope.commands.options import add_executor_options, executor_from_args
 
     parser = argparse.ArgumentParser()
     add_executor_options(parser)

@@ -117,7 +117,7 @@ if tab_runs.open:
 st.subheader("Export")
 st.markdown(
     "The selection file lists the chosen heads of each layer with every setting that produced "
-    "them; the Fine-tune page (method **heads**) and `python -m analysis finetune` accept it. "
+    "them; the Fine-tune page (method **heads**) and `python -m tunescope finetune` accept it. "
     "This page's selection is also the Fine-tune page's default."
 )
 table = result.heads_frame()

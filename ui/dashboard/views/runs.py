@@ -11,7 +11,7 @@ from ui.runs.view import compare_view, filtered_runs, import_form, pick_run, run
 st.title("Runs")
 st.markdown(
     "Every fine-tuning run launched from the Fine-tune or Subspaces page or the CLI "
-    "(`python -m analysis finetune`, `sweep`), kept in the runs database under the cache folder. "
+    "(`python -m tunescope finetune`, `sweep`), kept in the runs database under the cache folder. "
     "Only a completed run (status **done**) has a result; a cancelled or failed run keeps its "
     "curves and its reason. Give runs a note and tags to find them again; they are exported with "
     "the runs."

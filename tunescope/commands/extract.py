@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands.options import TqdmProgress, add_common, extract_config_from_args, write_json
 from analysis.config import to_dict
+from tunescope.commands.options import (
+    TqdmProgress,
+    add_common,
+    extract_config_from_args,
+    write_json,
+)
 
 NAME = "extract"
 HELP = "compute (or reuse) the pooled hidden states of every layer and print where they are cached"

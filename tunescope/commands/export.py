@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands.options import (
+from analysis.config import POOLINGS, parse_ints
+from analysis.finetune.registry import method_names, method_spec
+from tunescope.commands.options import (
     absolute_path,
     add_learning_rates,
     add_method_options,
@@ -21,8 +23,6 @@ from analysis.commands.options import (
     finetune_config,
     refuse_foreign_flags,
 )
-from analysis.config import POOLINGS, parse_ints
-from analysis.finetune.registry import method_names, method_spec
 
 NAME = "export"
 HELP = "export a run or a recommendation (strategy, heads, LoRA…) as a recipe for your own training"

@@ -11,7 +11,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from analysis.commands.options import (
+from analysis.finetune.registry import method_names
+from tunescope.commands.options import (
     StepBar,
     add_model_data,
     add_training_options,
@@ -22,7 +23,6 @@ from analysis.commands.options import (
     refuse_foreign_flags,
     write_json,
 )
-from analysis.finetune.registry import method_names
 
 NAME = "finetune"
 HELP = "fine-tune one strategy (layers, heads, adapters, LoRA, BitFit…) and record the run"

@@ -1,7 +1,7 @@
-"""``python -m analysis <subcommand>`` (or ``tunescope <subcommand>`` once installed): the
+"""``python -m tunescope <subcommand>`` (or ``tunescope <subcommand>`` once installed): the
 headless face of tunescope.
 
-Subcommands are discovered from ``analysis/commands/``: every module there that defines ``NAME``
+Subcommands are discovered from ``tunescope/commands/``: every module there that defines ``NAME``
 also defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int`` (``options`` holds the
 code they share).
 A ValueError (bad input, unknown model, malformed file…) or a `CacheError` (not enough disk
@@ -24,21 +24,21 @@ import sys
 import warnings
 from collections.abc import Iterator
 
-import analysis.commands
+import tunescope.commands
 from analysis import compute
 from analysis.cache import CacheError
 from analysis.progress import Cancelled
 from analysis.workspace import Workspace
 
 
-def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m tunescope") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="tunescope: which layers and heads of an encoder should you tune for your task?",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for info in sorted(pkgutil.iter_modules(analysis.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"analysis.commands.{info.name}")
+    for info in sorted(pkgutil.iter_modules(tunescope.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"tunescope.commands.{info.name}")
         if not hasattr(module, "NAME"):  # shared code (options), not a subcommand
             continue
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
@@ -47,7 +47,7 @@ def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m tunescope") -> int:
     parser = build_parser(prog)
     args, extra = parser.parse_known_args(argv)
     if extra and not hasattr(args, "passed_on"):

@@ -8,7 +8,8 @@ import argparse
 import sys
 import time
 
-from analysis.commands.options import (
+from analysis.config import POOLINGS
+from tunescope.commands.options import (
     TqdmProgress,
     add_executor_options,
     add_model_data,
@@ -17,7 +18,6 @@ from analysis.commands.options import (
     model_spec_from_args,
     write_json,
 )
-from analysis.config import POOLINGS
 
 NAME = "recommend"
 HELP = "candidates to tune with their cost and evidence; --compare tests them at equal budget"
@@ -83,8 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from analysis.commands.claims import seeds_of
     from analysis.recommend.config import Budget, RecommendConfig
+    from tunescope.commands.claims import seeds_of
 
     return RecommendConfig(
         model=model_spec_from_args(args), data=data_spec_from_args(args),

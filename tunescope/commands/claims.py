@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from analysis.commands.options import (
+from tunescope.commands.options import (
     TqdmProgress,
     add_executor_options,
     add_model_data,

@@ -6,7 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from analysis.commands.options import TqdmProgress, add_common, extract_config_from_args, write_json
+from tunescope.commands.options import (
+    TqdmProgress,
+    add_common,
+    extract_config_from_args,
+    write_json,
+)
 
 NAME = "layers"
 HELP = "per-layer task-specialty ν, CCA, rank ϱ and linear probes; the best layer ℓ*"

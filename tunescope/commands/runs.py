@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from analysis.commands.options import data_name, model_name, write_json
 from analysis.io import atomic_write_text, json_ready
+from tunescope.commands.options import data_name, model_name, write_json
 
 NAME = "runs"
 HELP = (
@@ -206,7 +206,7 @@ def _nothing_recorded(args: argparse.Namespace) -> int:
 
 def _as_queued(name: str | None, queued_as) -> list[str] | None:
     """A ``--model`` / ``--data`` filter: the name as typed and as runs queued from here store it
-    (a relative path made absolute: `analysis.commands.options.data_name`)."""
+    (a relative path made absolute: `tunescope.commands.options.data_name`)."""
     if name is None:
         return None
     return list(dict.fromkeys([name, queued_as(name)]))

@@ -1,2 +1,2 @@
-"""CLI subcommands, one module each (discovered by analysis.cli); ``options`` is their shared
+"""CLI subcommands, one module each (discovered by tunescope.cli); ``options`` is their shared
 CLI-only code. Modules import the library lazily inside ``run`` so that ``--help`` stays light."""

@@ -9,7 +9,7 @@ import time
 from datetime import datetime
 
 from analysis.cache_admin import human_bytes
-from analysis.commands.options import write_json
+from tunescope.commands.options import write_json
 
 NAME = "cache"
 HELP = "list what the cache holds (kind, model, data, N, size, last used, runs) or prune it"

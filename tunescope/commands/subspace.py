@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands.options import TqdmProgress, write_json
+from tunescope.commands.options import TqdmProgress, write_json
 
 NAME = "subspace"
 HELP = "spectrum and outlier weights of a run's fine-tuning trajectory; disable-experiment files"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands.options import write_json
+from tunescope.commands.options import write_json
 
 NAME = "info"
 HELP = "list built-in models and datasets, and the cache's contents"

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands.options import TqdmProgress, add_common, extract_config_from_args, write_json
 from analysis.config import to_dict
 from analysis.heads.selection_file import PAGERANK_VARIANTS, SCOPES, SELECTORS
+from tunescope.commands.options import (
+    TqdmProgress,
+    add_common,
+    extract_config_from_args,
+    write_json,
+)
 
 NAME = "heads"
 HELP = "rank every layer's attention heads by PageRank over richness and correlation (HiFi)"

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.commands.options import TqdmProgress, add_cache, write_json
+from tunescope.commands.options import TqdmProgress, add_cache, write_json
 
 NAME = "lesson"
 HELP = "prepare a lesson ahead of class (every step into the cache), its status, the lessons"

@@ -7,7 +7,10 @@ import os
 import sys
 import time
 
-from analysis.commands.options import (
+from analysis.finetune.spec import LR_GRID
+from analysis.io import json_ready
+from analysis.strategies import strategy_names
+from tunescope.commands.options import (
     StepBar,
     add_model_data,
     add_training_options,
@@ -18,9 +21,6 @@ from analysis.commands.options import (
     refuse_foreign_flags,
     write_json,
 )
-from analysis.finetune.spec import LR_GRID
-from analysis.io import json_ready
-from analysis.strategies import strategy_names
 
 NAME = "sweep"
 HELP = (
@@ -66,10 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compute_l_star(args: argparse.Namespace, loaded) -> int:
     """argmin ν over ℓ = 1..L on a sample of the train part (docs/explanation/layer-metrics.md)."""
-    from analysis.commands.options import TqdmProgress, data_spec_from_args
     from analysis.config import ExtractConfig, SampleSpec
     from analysis.extract import extract_states
     from analysis.layers.table import layer_metrics, summary
+    from tunescope.commands.options import TqdmProgress, data_spec_from_args
 
     cfg = ExtractConfig(
         model=loaded.spec,
@@ -115,7 +115,7 @@ def sweep_methods(names: list[str]) -> set[str]:
 
 
 def loaded_spec(args: argparse.Namespace):
-    from analysis.commands.options import model_spec_from_args
+    from tunescope.commands.options import model_spec_from_args
 
     return model_spec_from_args(args)
 
@@ -192,8 +192,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_here(db, configs, sweep_id, loaded, payload, args) -> int:
-    from analysis.commands.finetune import summary_line
     from analysis.runs.execute import execute_run
+    from tunescope.commands.finetune import summary_line
 
     failures = 0
     for strategy, cfg in configs:

@@ -1,0 +1,5 @@
+import sys
+
+from tunescope.cli import main
+
+sys.exit(main())
