@@ -6,15 +6,24 @@ page (PageRank vs random heads, the ablation selectors), the Subspaces page (int
 random subspace, the disable experiment), the papers' claims and ``python -m tunescope runs
 compare``.
 
-An *arm* is one setting's finished runs, one per seed (`Arm`). The rule:
+An *arm* is one setting's finished runs, one per seed (`Arm`). Two tests, named in every
+`Comparison` (``test``):
 
-    diff = mean(s_A) − mean(s_B),   se_X = sd(s_X, ddof=1) / √n_X,   se = √(se_A² + se_B²)
+- ``"welch"`` (the default; independent arms):
 
-Verdict "A better" / "B better" when |diff| > t · se, t the 97.5 % quantile of Student's t at the
-Welch–Satterthwaite degrees of freedom df = se⁴ / (se_A⁴/(n_A − 1) + se_B⁴/(n_B − 1)) (with 3
-seeds a side t ≈ 2.8–4.3, not 2: "2 se" would be about an 86 % test there), else "no difference
-shown (n seeds = n_A, n_B)". With a single seed in an arm its s.e. is undefined, so no verdict is
-possible.
+      diff = mean(s_A) − mean(s_B),   se_X = sd(s_X, ddof=1) / √n_X,   se = √(se_A² + se_B²)
+
+  with t the 97.5 % quantile of Student's t at the Welch–Satterthwaite degrees of freedom
+  df = se⁴ / (se_A⁴/(n_A − 1) + se_B⁴/(n_B − 1)) (with 3 seeds a side t ≈ 2.8–4.3, not 2: "2 se"
+  would be about an 86 % test there).
+- ``"paired"`` (common random numbers: seed s trains both arms alike), over the n seeds both arms
+  have:
+
+      d_s = s_A(s) − s_B(s),   diff = mean(d),   se = sd(d, ddof=1) / √n,   df = n − 1
+
+Verdict "A better" / "B better" when |diff| > t · se, else "no difference shown (n seeds = n_A,
+n_B)"; a paired verdict starts with "paired t (n pairs): ". With a single seed (or pair) the s.e.
+is undefined, so no verdict is possible.
 
 Paired bootstrap over test examples: when every run of both arms was scored on the same test
 part (the engine scores one fixed test subset, `analysis.finetune.engine.EVAL_SUBSET_SEED`, and
@@ -45,7 +54,8 @@ from analysis.io import json_ready
 from analysis.predictions import decode_predictions
 from analysis.scores import METRICS, task_score
 
-T_LEVEL = 0.975  # a verdict needs |diff| > t_{0.975, Welch df} · se
+T_LEVEL = 0.975  # a verdict needs |diff| > t_{0.975, df} · se
+TESTS = ("welch", "paired")
 N_BOOTSTRAP = 10_000  # seeded: every page and ``runs compare`` give the same p
 
 
@@ -54,10 +64,12 @@ N_BOOTSTRAP = 10_000  # seeded: every page and ``runs compare`` give the same p
 
 @dataclass(frozen=True)
 class Arm:
-    """One setting's finished runs: a test score per seed and, when recorded, each run's test
-    predictions (N,) with the gold labels (N,) and the test part's fingerprint.
+    """One setting's finished runs: a test score per seed, the seed of each score and, when
+    recorded, each run's test predictions (N,) with the gold labels (N,) and the test part's
+    fingerprint.
 
-    ``predictions`` is empty when any run lacks them (then no paired bootstrap).
+    ``seeds`` is empty when any seed is unknown (then no paired t); ``predictions`` is empty when
+    any run lacks them (then no paired bootstrap).
     """
 
     name: str
@@ -66,22 +78,37 @@ class Arm:
     predictions: tuple[np.ndarray, ...] = field(default=(), compare=False)
     labels: np.ndarray | None = field(default=None, compare=False)
     fingerprint: str | None = None
+    seeds: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.seeds and len(self.seeds) != len(self.scores):
+            raise ValueError(
+                f"Arm {self.name!r}: {len(self.seeds)} seeds for {len(self.scores)} scores."
+            )
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"Arm {self.name!r}: a seed appears twice in {self.seeds}.")
 
     @property
     def n_seeds(self) -> int:
         return len(self.scores)
 
+    def by_seed(self) -> dict[int, float]:
+        """seed → score (empty when the seeds are unknown)."""
+        return dict(zip(self.seeds, self.scores, strict=True)) if self.seeds else {}
+
     @classmethod
     def from_results(cls, name: str, results: Iterable[dict[str, Any]]) -> Arm:
         """An arm from run results (``FinetuneResult.to_dict()`` as stored: ``score``,
-        ``metric``, optional ``test_predictions``). Runs without a score are skipped."""
-        scores, preds, labels, prints, metrics = [], [], [], set(), set()
+        ``metric``, ``seed``, optional ``test_predictions``). Runs without a score are skipped;
+        the seeds are kept when every run has one and no seed repeats."""
+        scores, seeds, preds, labels, prints, metrics = [], [], [], [], set(), set()
         complete = True
         for result in results:
             score = result.get("score")
             if score is None or not math.isfinite(float(score)):
                 continue
             scores.append(float(score))
+            seeds.append(None if result.get("seed") is None else int(result["seed"]))
             metrics.add(result.get("metric"))
             decoded = decode_predictions(result.get("test_predictions"))
             if decoded is None:
@@ -91,6 +118,7 @@ class Arm:
             labels.append(decoded[1])
             prints.add(decoded[2])
         same_part = complete and len(prints) == 1 and preds
+        known = None not in seeds and len(set(seeds)) == len(seeds)
         return cls(
             name=name,
             scores=tuple(scores),
@@ -98,13 +126,16 @@ class Arm:
             predictions=tuple(preds) if same_part else (),
             labels=labels[0] if same_part else None,
             fingerprint=prints.pop() if same_part else None,
+            seeds=tuple(seeds) if known else (),
         )
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """A − B: means, standard errors, the difference, its s.e., the verdict and the paired
-    bootstrap p-value (None when the two arms were not scored on one test part)."""
+    """A − B by ``test`` ("welch" or "paired"): means, standard errors, the difference, its
+    s.e., the verdict and the paired bootstrap p-value (None when the two arms were not scored on
+    one test part). A paired comparison's means and s.e.'s are over the ``n_pairs`` seeds both
+    arms have; ``n_seeds_a`` / ``n_seeds_b`` count every seed of each arm."""
 
     name_a: str
     name_b: str
@@ -118,7 +149,9 @@ class Comparison:
     se: float
     verdict: str
     paired_p: float | None
-    df: float = math.nan  # Welch degrees of freedom
+    df: float = math.nan  # Welch's, or n_pairs − 1
+    test: str = "welch"
+    n_pairs: int | None = None  # paired only
 
     @property
     def decided(self) -> bool:
@@ -134,7 +167,7 @@ class Comparison:
 
     @property
     def margin(self) -> float:
-        """t · se, t at 97.5 % with the Welch degrees of freedom (NaN when undefined)."""
+        """t · se, t at 97.5 % with ``df`` degrees of freedom (NaN when undefined)."""
         return welch_t(self.df) * self.se
 
     def interval(self) -> tuple[float, float]:
@@ -159,6 +192,8 @@ class Comparison:
             "se_b": clean(self.se_b),
             "df": clean(self.df),
             "margin": clean(self.margin),
+            "test": self.test,
+            "n_pairs": self.n_pairs,
         }
 
 
@@ -190,15 +225,17 @@ def welch_t(df: float) -> float:
 
 def verdict(
     diff: float, se: float, n_a: int, n_b: int, name_a: str = "A", name_b: str = "B",
-    df: float | None = None,
+    df: float | None = None, n_pairs: int | None = None,
 ) -> str:  # fmt: skip
     """ "<A> better" / "<B> better" when |diff| > t · se (t at 97.5 %, ``df`` degrees of freedom;
-    default n_a + n_b − 2), else "no difference shown (n seeds = …)"."""
+    default n_a + n_b − 2), else "no difference shown (n seeds = …)"; prefixed with
+    "paired t (n pairs): " when ``n_pairs`` is given (the verdict still ends in " better")."""
     df = float(n_a + n_b - 2) if df is None else df
     margin = welch_t(df) * se
+    prefix = "" if n_pairs is None else f"paired t ({n_pairs} pairs): "
     if math.isfinite(diff) and math.isfinite(margin) and abs(diff) > margin:
-        return f"{name_a if diff > 0 else name_b} better"
-    return f"no difference shown (n seeds = {n_a}, {n_b})"
+        return f"{prefix}{name_a if diff > 0 else name_b} better"
+    return f"{prefix}no difference shown (n seeds = {n_a}, {n_b})"
 
 
 def compare(
@@ -208,28 +245,63 @@ def compare(
     name_b: str | None = None,
     n_boot: int = N_BOOTSTRAP,
     seed: int = 0,
+    test: str = "welch",
 ) -> Comparison:
-    """Compare setting A with setting B (module docstring). ``a`` / ``b``: an `Arm` or plain test
-    scores, one per seed. Names default to the arms' names ("A" / "B" for plain scores) and
-    appear in the verdict ("A better")."""
-    arm_a = a if isinstance(a, Arm) else Arm("A", tuple(float(x) for x in a))
-    arm_b = b if isinstance(b, Arm) else Arm("B", tuple(float(x) for x in b))
+    """Compare setting A with setting B by ``test`` (module docstring). ``a`` / ``b``: an `Arm`
+    or plain test scores, one per seed (seeds 0, 1, …). Names default to the arms' names ("A" /
+    "B" for plain scores) and appear in the verdict ("A better"). The paired t needs both arms'
+    seeds and pairs the scores of the seeds both have."""
+    if test not in TESTS:
+        raise ValueError(f"Unknown test {test!r}: choose one of {', '.join(TESTS)}.")
+    arm_a = a if isinstance(a, Arm) else _plain_arm("A", a)
+    arm_b = b if isinstance(b, Arm) else _plain_arm("B", b)
     name_a = name_a or arm_a.name
     name_b = name_b or arm_b.name
-    mean_a, se_a, n_a = mean_se(arm_a.scores)
-    mean_b, se_b, n_b = mean_se(arm_b.scores)
-    diff = mean_a - mean_b
-    se = math.sqrt(se_a**2 + se_b**2)
     paired = None
     if _paired(arm_a, arm_b):
         paired = paired_bootstrap_p(
             arm_a.predictions, arm_b.predictions, arm_a.labels, arm_a.metric, n_boot, seed
         )
+    if test == "paired":
+        return _paired_t(arm_a, arm_b, name_a, name_b, paired)
+    mean_a, se_a, n_a = mean_se(arm_a.scores)
+    mean_b, se_b, n_b = mean_se(arm_b.scores)
+    diff = mean_a - mean_b
+    se = math.sqrt(se_a**2 + se_b**2)
     dof = welch_df(se_a, se_b, n_a, n_b)
     return Comparison(
         name_a, name_b, mean_a, mean_b, se_a, se_b, n_a, n_b, diff, se,
         verdict(diff, se, n_a, n_b, name_a, name_b, dof), paired, dof,
     )  # fmt: skip
+
+
+def paired_scores(a: Arm, b: Arm) -> tuple[np.ndarray, np.ndarray]:
+    """The finite scores of the seeds both arms have, in seed order: two (n,) arrays."""
+    if not (a.seeds and b.seeds):
+        missing = a.name if not a.seeds else b.name
+        raise ValueError(f"The paired t needs each score's seed; arm {missing!r} has none.")
+    by_a, by_b = a.by_seed(), b.by_seed()
+    both = [s for s in sorted(set(by_a) & set(by_b)) if math.isfinite(by_a[s] + by_b[s])]
+    return np.array([by_a[s] for s in both]), np.array([by_b[s] for s in both])
+
+
+def _paired_t(a: Arm, b: Arm, name_a: str, name_b: str, paired_p: float | None) -> Comparison:
+    score_a, score_b = paired_scores(a, b)
+    n = len(score_a)
+    mean_a, se_a, _ = mean_se(score_a.tolist())
+    mean_b, se_b, _ = mean_se(score_b.tolist())
+    diff, se, _ = mean_se((score_a - score_b).tolist())
+    dof = float(n - 1) if n >= 2 else math.nan
+    return Comparison(
+        name_a, name_b, mean_a, mean_b, se_a, se_b, a.n_seeds, b.n_seeds, diff, se,
+        verdict(diff, se, a.n_seeds, b.n_seeds, name_a, name_b, dof, n_pairs=n), paired_p, dof,
+        test="paired", n_pairs=n,
+    )  # fmt: skip
+
+
+def _plain_arm(name: str, scores: Sequence[float]) -> Arm:
+    values = tuple(float(x) for x in scores)
+    return Arm(name, values, seeds=tuple(range(len(values))))
 
 
 def _paired(a: Arm, b: Arm) -> bool:
@@ -332,15 +404,15 @@ def _resampled_scores(
 
 def comparisons_frame(comparisons: Sequence[Comparison]) -> pd.DataFrame:
     """One row per comparison: a, b, mean_a, mean_b, n_seeds_a, n_seeds_b, diff, se, lo, hi
-    (diff ± t · se, Welch), verdict, paired_p — for tables and downloads."""
+    (diff ± t · se), test ("welch" / "paired"), verdict, paired_p — for tables and downloads."""
     rows = []
     for c in comparisons:
         lo, hi = c.interval()
         rows.append(
             {"a": c.name_a, "b": c.name_b, "mean_a": c.mean_a, "mean_b": c.mean_b,
              "n_seeds_a": c.n_seeds_a, "n_seeds_b": c.n_seeds_b, "diff": c.diff, "se": c.se,
-             "lo": lo, "hi": hi, "verdict": c.verdict, "paired_p": c.paired_p}
+             "lo": lo, "hi": hi, "test": c.test, "verdict": c.verdict, "paired_p": c.paired_p}
         )  # fmt: skip
     columns = ["a", "b", "mean_a", "mean_b", "n_seeds_a", "n_seeds_b", "diff", "se", "lo", "hi",
-               "verdict", "paired_p"]  # fmt: skip
+               "test", "verdict", "paired_p"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)

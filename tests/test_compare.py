@@ -143,3 +143,60 @@ def test_welch_margin_known_answer():
     se_a, se_b = 0.02 / math.sqrt(3), 0.1 / math.sqrt(3)
     assert u.df == pytest.approx((se_a**2 + se_b**2) ** 2 / (se_a**4 / 2 + se_b**4 / 2))
     assert c.to_dict()["df"] == pytest.approx(4.0)
+
+
+def test_paired_t_over_seeds_known_answer():
+    """d = A − B per seed = (0.02, 0.03, 0.02): d̄ = 0.0233, se = sd(d)/√3 = 0.00333, df 2,
+    margin t_{0.975, 2} · se = 4.303 · 0.00333 = 0.0143 < d̄: A better. Welch on the same scores
+    (se 0.0167, margin ≈ 0.046) shows no difference: the seeds' common part cancels in d."""
+    a, b = [0.80, 0.82, 0.84], [0.78, 0.79, 0.82]
+    paired = compare(a, b, test="paired")
+    d = np.subtract(a, b)
+    assert paired.test == "paired" and paired.n_pairs == 3 and paired.df == 2
+    assert paired.diff == pytest.approx(d.mean())
+    assert paired.se == pytest.approx(d.std(ddof=1) / math.sqrt(3))
+    assert paired.margin == pytest.approx(4.3026527 * paired.se, rel=1e-6)
+    assert paired.verdict == "paired t (3 pairs): A better" and paired.winner == "A"
+    welch = compare(a, b)
+    assert welch.test == "welch" and welch.n_pairs is None
+    assert welch.verdict == "no difference shown (n seeds = 3, 3)"
+    payload = paired.to_dict()
+    assert payload["test"] == "paired" and payload["n_pairs"] == 3
+    assert welch.to_dict()["test"] == "welch" and welch.to_dict()["n_pairs"] is None
+    frame = comparisons_frame([paired, welch])
+    assert frame["test"].tolist() == ["paired", "welch"]
+    assert frame.loc[0, "lo"] == pytest.approx(paired.diff - paired.margin)
+    with pytest.raises(ValueError, match="Unknown test"):
+        compare(a, b, test="z")
+
+
+def test_paired_t_pairs_only_the_seeds_both_arms_have():
+    a = Arm("A", (0.80, 0.82, 0.84, 0.70), seeds=(0, 1, 2, 9))
+    b = Arm("B", (0.90, 0.81, 0.83, 0.82), seeds=(5, 1, 2, 0))
+    c = compare(a, b, test="paired")
+    assert c.n_pairs == 3 and (c.n_seeds_a, c.n_seeds_b) == (4, 4)
+    assert c.diff == pytest.approx(np.mean([0.80 - 0.82, 0.82 - 0.81, 0.84 - 0.83]))
+    assert c.mean_a == pytest.approx(0.82) and c.mean_b == pytest.approx(
+        np.mean([0.82, 0.81, 0.83])
+    )
+    assert c.verdict == "paired t (3 pairs): no difference shown (n seeds = 4, 4)"
+    one = compare(Arm("A", (0.8,), seeds=(0,)), Arm("B", (0.7,), seeds=(0,)), test="paired")
+    assert one.n_pairs == 1 and math.isnan(one.se) and not one.decided
+
+
+def test_arms_carry_their_seeds():
+    results = [{"score": 0.8, "metric": "accuracy", "seed": 2},
+               {"score": None, "seed": 5}, {"score": 0.9, "metric": "accuracy", "seed": 0}]  # fmt: skip
+    arm = Arm.from_results("A", results)
+    assert arm.seeds == (2, 0) and arm.by_seed() == {2: 0.8, 0: 0.9}
+    unknown = Arm.from_results("B", [{"score": 0.8}, {"score": 0.7, "seed": 1}])
+    assert unknown.seeds == () and unknown.n_seeds == 2
+    twice = Arm.from_results("C", [{"score": 0.8, "seed": 1}, {"score": 0.7, "seed": 1}])
+    assert twice.seeds == ()
+    with pytest.raises(ValueError, match="needs each score's seed"):
+        compare(arm, unknown, test="paired")
+    assert compare(arm, unknown).test == "welch"  # Welch needs no seeds
+    with pytest.raises(ValueError, match="2 seeds for 3 scores"):
+        Arm("D", (0.1, 0.2, 0.3), seeds=(0, 1))
+    with pytest.raises(ValueError, match="appears twice"):
+        Arm("D", (0.1, 0.2), seeds=(1, 1))

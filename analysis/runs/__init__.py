@@ -5,4 +5,6 @@
 - ``worker``: the background process that trains the queue, one per device.
 - ``results``: finished runs as tables: per-run results, means over seeds, Pareto frontier.
 - ``comparisons``: the runs of paper 003's comparisons and how finished runs sort into them.
+- ``sequential``: the sequential rounds against full fine-tuning: statuses, the next round, the
+  sentence's branch.
 """
