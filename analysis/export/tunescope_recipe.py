@@ -183,16 +183,38 @@ def _installed(place: dict[str, str]) -> Path | None:
     return folder if folder is not None and (folder / "config.json").is_file() else None
 
 
-class ClassifierHead(nn.Module):
-    """dropout → dense → tanh → dropout → linear (tunescope's fresh classifier)."""
+# tunescope's random streams of a training seed s: np.random.SeedSequence((s, purpose, *keys)),
+# one per purpose, so a run's batches, classifier and dropout never depend on what else it drew.
+STREAMS = {"batch_order": 2, "classifier": 3, "method": 4, "dropout": 5}
+GLOBALS_KEY = 2**32  # the sub-stream that seeds the global generators
 
-    def __init__(self, d_model: int, n_outputs: int, dropout: float, init_std: float = 0.02):
+
+def stream_seed(seed: int, purpose: str, *keys: int) -> int:
+    """The 64-bit torch seed of tunescope's stream ``purpose`` of training seed ``seed``."""
+    import numpy as np
+
+    sequence = np.random.SeedSequence((int(seed), STREAMS[purpose], *keys))
+    return int(sequence.generate_state(1, np.uint64)[0])
+
+
+class ClassifierHead(nn.Module):
+    """dropout → dense → tanh → dropout → linear (tunescope's fresh classifier); weights drawn
+    from ``generator`` (torch's global generator when None)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_outputs: int,
+        dropout: float,
+        init_std: float = 0.02,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
         self.dense = nn.Linear(d_model, d_model)
         self.out = nn.Linear(d_model, n_outputs)
         for linear in (self.dense, self.out):
-            nn.init.normal_(linear.weight, std=init_std)
+            nn.init.normal_(linear.weight, std=init_std, generator=generator)
             nn.init.zeros_(linear.bias)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C)
@@ -209,7 +231,9 @@ class TunescopeClassifier(nn.Module):
 
     is_tunescope_classifier = True  # what a run records as its classifier (any copy of this file)
 
-    def __init__(self, encoder: nn.Module, recipe: dict[str, Any]) -> None:
+    def __init__(
+        self, encoder: nn.Module, recipe: dict[str, Any], generator: torch.Generator | None = None
+    ) -> None:
         super().__init__()
         spec = recipe["classifier"]
         self.encoder = encoder
@@ -219,21 +243,27 @@ class TunescopeClassifier(nn.Module):
         self.n_outputs = int(spec["n_outputs"])
         self.special_ids = [int(i) for i in recipe["model"].get("special_token_ids", [])]
         self.classifier = ClassifierHead(
-            int(spec["d_model"]), self.n_outputs, float(spec["dropout"]), float(spec["init_std"])
-        )
+            int(spec["d_model"]), self.n_outputs, float(spec["dropout"]), float(spec["init_std"]),
+            generator,
+        )  # fmt: skip
 
     @classmethod
     def from_pretrained(
         cls, recipe: dict[str, Any], path: str | Path | None = None, seed: int | None = None
     ) -> TunescopeClassifier:
-        """Load the encoder (`model_source`: ``path``, else where the recipe's model is here),
-        seed torch with the recipe's seed and build the classifier: the same initial classifier
-        as tunescope's run."""
+        """Load the encoder (`model_source`: ``path``, else where the recipe's model is here) and
+        build the classifier from the classifier stream of the recipe's seed (or ``seed``): the
+        same initial classifier as tunescope's run. Then torch is seeded from the seed's method
+        stream, so the adapters `apply_recipe` inserts (or PEFT's LoRA, wrapped next) start as
+        in tunescope's run."""
         from transformers import AutoModel
 
         encoder = AutoModel.from_pretrained(model_source(recipe, path))
-        torch.manual_seed(recipe["training"]["seed"] if seed is None else seed)
-        return cls(encoder, recipe)
+        seed = recipe["training"]["seed"] if seed is None else seed
+        generator = torch.Generator().manual_seed(stream_seed(seed, "classifier"))
+        model = cls(encoder, recipe, generator)
+        torch.manual_seed(stream_seed(seed, "method", GLOBALS_KEY))
+        return model
 
     def forward(
         self,
@@ -659,11 +689,12 @@ def make_optimizer(model: nn.Module, recipe: dict[str, Any], steps: int | None =
 
 
 def tunescope_batches(n_examples: int, batch_size: int, seed: int, steps: int) -> list[list[int]]:
-    """The rows of tunescope's first ``steps`` batches (a fresh numpy permutation each epoch,
-    the last short batch kept): to feed a loop the very batches a tunescope run saw."""
+    """The rows of tunescope's first ``steps`` batches at training seed ``seed`` (a fresh numpy
+    permutation each epoch from the seed's batch-order stream, the last short batch kept): to
+    feed a loop the very batches a tunescope run saw."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(np.random.SeedSequence((int(seed), STREAMS["batch_order"])))
     out: list[list[int]] = []
     while len(out) < steps:
         perm = rng.permutation(n_examples)
@@ -674,17 +705,18 @@ def tunescope_batches(n_examples: int, batch_size: int, seed: int, steps: int) -
     return out
 
 
-def replay_randomness_callback():
-    """A ``TrainerCallback`` that restores torch's random state, as it is when this is called,
-    right before the first training step: ``Trainer`` re-seeds and its DataLoader draws a number
-    when it starts, so without it dropout draws differ from a tunescope run at the same seed.
-    Create it after building the model and applying the recipe, before the ``Trainer``."""
-    state = torch.get_rng_state()
+def replay_randomness_callback(recipe: dict[str, Any], seed: int | None = None):
+    """A ``TrainerCallback`` that seeds torch (every device) from the dropout stream of the
+    recipe's seed (or ``seed``) right before the first training step, as tunescope's loop does:
+    ``Trainer`` re-seeds and its DataLoader draws a number when it starts, so without it dropout
+    draws differ from a tunescope run at the same seed."""
+    seed = recipe["training"]["seed"] if seed is None else seed
+    value = stream_seed(seed, "dropout", GLOBALS_KEY)
 
     class ReplayRandomness(TrainerCallback):
         def on_step_begin(self, args, trainer_state, control, **kwargs):
             if trainer_state.global_step == 0:
-                torch.set_rng_state(state)
+                torch.manual_seed(value)
 
     return ReplayRandomness()
 

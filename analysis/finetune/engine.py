@@ -1,7 +1,10 @@
 """The training loop: one `FinetuneConfig` in, one `FinetuneResult` out (docs/explanation/strategies.md).
 
-1. Seed python, numpy and torch from ``cfg.seed`` (the data order too): same config, same numbers
-   on the CPU.
+1. Every random draw comes from a stream of ``cfg.seed``, one per purpose (`analysis.seeding`):
+   the train subset, the batch order, the classifier's initial weights, the method's draws and
+   dropout (the global generators, seeded right before the first step). Same config, same numbers
+   on the CPU; runs of two methods with one seed see the same examples in the same order and
+   start from the same classifier and dropout state.
 2. Copy the shared encoder (never trained), zero ``cfg.zero_weights``, cut it at ℓ_head, add the
    fresh classifier (`EncoderClassifier`), let the method choose what trains (`prepare_method`).
 3. AdamW (decay / no-decay groups), linear warm-up then linear decay, gradient clipping at 1.0,
@@ -33,7 +36,6 @@ import contextlib
 import ctypes
 import gc
 import math
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -58,6 +60,7 @@ from analysis.models import LoadedModel, load_model
 from analysis.predictions import encode_predictions, fingerprint_of_part
 from analysis.progress import Cancelled, Progress, no_progress, scaled
 from analysis.scores import task_score
+from analysis.seeding import Stream
 from analysis.subspace.outliers import apply_zero_weights
 from analysis.subspace.trajectory import Trajectory, TrajectoryRecorder, as_trajectory
 
@@ -130,10 +133,12 @@ def encode_part(
     return EncodedPart(tokens=tokens, labels=torch.tensor(rows["label"].to_numpy(dtype=dtype)))
 
 
-def _subset(rows: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
+def _subset(
+    rows: pd.DataFrame, n: int | None, random_state: int | np.random.Generator
+) -> pd.DataFrame:
     if n is None or len(rows) <= n:
         return rows
-    return rows.sample(n=n, random_state=seed).sort_index()
+    return rows.sample(n=n, random_state=random_state).sort_index()
 
 
 def _batch_order(n: int, batch_size: int, rng: np.random.Generator):
@@ -198,12 +203,6 @@ class PeakMemory:
 
 
 # -- the run ---------------------------------------------------------------------------------------
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _autocast(device: torch.device, enabled: bool):
@@ -274,10 +273,10 @@ def build_model(
     device: torch.device | str | None = None,
     inputs: MethodInputs | None = None,
 ) -> Built:
-    """Seed, copy the encoder up to ℓ_head, zero ``cfg.zero_weights``, add the classifier and let
-    the method choose what trains. The shared ``loaded.model`` is never touched."""
+    """Copy the encoder up to ℓ_head, zero ``cfg.zero_weights``, add the classifier (its weights
+    from the seed's classifier stream) and let the method choose what trains (from the method
+    stream, `prepare_method`). The shared ``loaded.model`` is never touched."""
     device = torch.device(device) if device is not None else loaded.device
-    seed_everything(cfg.seed)
     encoder = truncated_copy(loaded, cfg.classifier_layer).to(device)
     n_params_encoder = sum(
         p.numel() for name, p in loaded.model.named_parameters() if not name.startswith("pooler.")
@@ -288,8 +287,9 @@ def build_model(
         apply_zero_weights(encoder, cfg.zero_weights, skip=removed)
     use_fast_attention(encoder)
     model = EncoderClassifier(
-        encoder, loaded.model_family, n_outputs, cfg.classifier_layer, cfg.pooling, loaded.n_layers
-    )
+        encoder, loaded.model_family, n_outputs, cfg.classifier_layer, cfg.pooling, loaded.n_layers,
+        generator=Stream(cfg.seed, "classifier").torch(),
+    )  # fmt: skip
     prepared = prepare_method(model, cfg, inputs)
     prepared.classifier_params = tuple(p for p in model.classifier.parameters() if p.requires_grad)
     model.to(device)
@@ -388,7 +388,7 @@ def encode_task(
             raise ValueError(
                 f"The {name} part has labels outside the class ids 0..{n_outputs - 1}."
             )
-    train_rows = _subset(data.parts["train"], cfg.n_train, cfg.seed)
+    train_rows = _subset(data.parts["train"], cfg.n_train, Stream(cfg.seed, "train_subset").numpy())
     if len(train_rows) == 0:
         raise ValueError("The train part is empty: nothing to fine-tune on.")
     dev_rows = _subset(data.parts.get("dev", train_rows.iloc[:0]), cfg.n_eval, EVAL_SUBSET_SEED)
@@ -483,10 +483,11 @@ class TrainingLoop:
         progress: Progress,
     ) -> None:
         cfg, train = self.cfg, self.parts.train
-        batches = _batch_order(len(train), cfg.batch_size, np.random.default_rng(cfg.seed))
+        batches = _batch_order(len(train), cfg.batch_size, Stream(cfg.seed, "batch_order").numpy())
         if recorder is not None:
             recorder.maybe_record(0)
         self.model.train()
+        Stream(cfg.seed, "dropout").seed_globals()  # whatever the method's preparation drew
         start = time.perf_counter()
         for step in range(1, cfg.steps + 1):
             if should_stop is not None and should_stop():

@@ -73,15 +73,22 @@ def use_fast_attention(encoder: nn.Module) -> str:
 
 
 class ClassifierHead(nn.Module):
-    """dropout → dense → tanh → dropout → linear, as RoBERTa's sequence classifier is."""
+    """dropout → dense → tanh → dropout → linear, as RoBERTa's sequence classifier is; weights
+    N(0, 0.02²) drawn from ``generator`` (torch's global generator when None), biases zero."""
 
-    def __init__(self, d_model: int, n_outputs: int, dropout: float = 0.1) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_outputs: int,
+        dropout: float = 0.1,
+        generator: torch.Generator | None = None,
+    ) -> None:
         super().__init__()
         self.dropout = nn.Dropout(dropout)
         self.dense = nn.Linear(d_model, d_model)
         self.out = nn.Linear(d_model, n_outputs)
         for linear in (self.dense, self.out):
-            nn.init.normal_(linear.weight, std=0.02)
+            nn.init.normal_(linear.weight, std=0.02, generator=generator)
             nn.init.zeros_(linear.bias)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C)
@@ -93,7 +100,8 @@ class EncoderClassifier(nn.Module):
     """A truncated encoder and a fresh classifier (module docstring).
 
     n_layers_total: L of the uncut model, when ``encoder`` comes already cut (`truncated_copy`);
-    None = the encoder's own layer count.
+    None = the encoder's own layer count. generator: what the classifier's weights are drawn
+    from (`ClassifierHead`).
     """
 
     def __init__(
@@ -104,6 +112,7 @@ class EncoderClassifier(nn.Module):
         classifier_layer: int | None = None,
         pooling: str = "mean",
         n_layers_total: int | None = None,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
         if pooling not in POOLINGS:
@@ -125,7 +134,7 @@ class EncoderClassifier(nn.Module):
         self.n_layers_total = n_layers
         self.n_outputs = n_outputs
         self.d_model, self.n_heads = d_model, n_heads
-        self.classifier = ClassifierHead(d_model, n_outputs, float(dropout))
+        self.classifier = ClassifierHead(d_model, n_outputs, float(dropout), generator)
 
     @property
     def n_layers_kept(self) -> int:

@@ -6,6 +6,11 @@ returns a `Prepared` (`analysis.finetune.prepared`): the optimizer's parameter g
 partly trained tensors, gradient masks. ``inputs`` carries what a method needs besides the model
 and the config (the subspace methods' trajectory).
 
+Whatever a preparer draws comes from the method stream of the run's seed (`analysis.seeding`):
+its own choices from generators of ``Stream(cfg.seed, "method")``, the initialisers that use the
+global generators (PEFT's LoRA, ``nn.init``) from those generators, seeded from that stream
+first. So a method's draws never shift the classifier's weights, the batches or dropout.
+
 The classifier always trains. Embeddings and LayerNorms stay frozen unless the method says so.
 """
 
@@ -20,6 +25,7 @@ from analysis.finetune.model import EncoderClassifier
 from analysis.finetune.prepared import MethodInputs, Prepared
 from analysis.finetune.registry import method_spec
 from analysis.models import embeddings
+from analysis.seeding import Stream
 
 
 def train_only(model: EncoderClassifier, params: Iterable[nn.Parameter]) -> None:
@@ -38,7 +44,9 @@ def blocks(model: EncoderClassifier, layers: Iterable[int]) -> list[nn.Module]:
 def prepare_method(
     model: EncoderClassifier, cfg: FinetuneConfig, inputs: MethodInputs | None = None
 ) -> Prepared:
-    """Run the preparer of ``cfg.method`` on ``model`` (in place) and return what it trains."""
+    """Run the preparer of ``cfg.method`` on ``model`` (in place) and return what it trains,
+    its draws from the method stream of ``cfg.seed`` (module docstring)."""
+    Stream(cfg.seed, "method").seed_globals()
     prepared = method_spec(cfg.method).prepare(model, cfg, inputs or MethodInputs())
     if not isinstance(prepared, Prepared):
         raise TypeError(f"The preparer of {cfg.method!r} returned {type(prepared).__name__}.")

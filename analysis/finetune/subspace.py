@@ -28,8 +28,9 @@ as r copies of the layer and needs no copying).
 On the ensemble of h vectors: with a plain average every θ_j receives the same gradient
 (1/h) ∂L/∂θ̄, so they move in lockstep and the ensemble acts through the starting point θ̄(0),
 the mean of h independent draws, whose variance is 1/h of one draw. We follow the paper's formula
-as stated. Initialisation: θ_j ~ N(0, σ²) with σ = ``INIT_STD`` = 1e-3 per coordinate, seeded by
-the run's seed and the layer, so the model starts within ‖V θ̄(0)‖ ≈ σ √(r/h) of θ_0.
+as stated. Initialisation: θ_j ~ N(0, σ²) with σ = ``INIT_STD`` = 1e-3 per coordinate, drawn from
+the method stream of the run's seed (`analysis.seeding`, a sub-stream per layer), so the model
+starts within ‖V θ̄(0)‖ ≈ σ √(r/h) of θ_0.
 
 Memory: V holds r × D float32 numbers per layer (r = 32 snapshots on MiniLM: 230 MB a layer).
 """
@@ -44,12 +45,14 @@ from torch import nn
 from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.model import EncoderClassifier
 from analysis.finetune.prepared import MethodInputs, Prepared
+from analysis.seeding import Stream
 from analysis.subspace.spectrum import load_layer_svd
 from analysis.subspace.trajectory import Trajectory, flatten_layer, layer_slots
 
 H_VECTORS = 16
 INIT_STD = 1e-3
 DEFAULT_RANDOM_DIM = 32  # subspace-random without a reference run
+BASIS, COORDS = 1, 2  # the method stream's sub-streams (then the layer): random bases, the θ_j
 
 
 def random_orthonormal(dim: int, r: int, generator: torch.Generator) -> torch.Tensor:
@@ -157,7 +160,7 @@ def reparameterise(
                 f"Layer {number} has {theta0.numel()} parameters but its subspace has "
                 f"{V.shape[0]} rows: the subspace comes from a different model."
             )
-        generator = torch.Generator().manual_seed(seed * 1009 + number)
+        generator = Stream(seed, "method").child(COORDS, number).torch()
         sub = LayerSubspace(theta0, V.to(theta0.device, torch.float32), h, generator)
         params = dict(layer.named_parameters())
         for slot in layer_slots(layer):
@@ -225,7 +228,7 @@ def prepare_subspace_random(
     """Method ``subspace-random``: a random orthonormal V of the intrinsic one's shape.
 
     The shape comes from run ``cfg.option("run")`` when given, else r = ``DEFAULT_RANDOM_DIM``.
-    The basis is seeded by the run's seed and the layer.
+    The basis is drawn from the method stream of the run's seed, a sub-stream per layer.
     """
     if cfg.option("run"):
         dims = [int(V.shape[1]) for V in _intrinsic_bases(model, _source(cfg, inputs))]
@@ -234,7 +237,7 @@ def prepare_subspace_random(
     bases = []
     for number, (layer, r) in enumerate(zip(model.layers, dims, strict=True), start=1):
         dim = sum(p.numel() for p in layer.parameters())
-        generator = torch.Generator().manual_seed(cfg.seed * 7919 + number)
+        generator = Stream(cfg.seed, "method").child(BASIS, number).torch()
         bases.append(random_orthonormal(dim, min(r, dim), generator))
     return reparameterise(model, bases, cfg.seed, "random orthonormal subspace")
 

@@ -21,6 +21,7 @@ from analysis.heads.selection_file import (
     HeadSelection,
 )
 from analysis.heads.stats import HeadStats
+from analysis.seeding import Stream
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,8 @@ def select_heads(
     """Layer (1-based) → the k chosen heads (0-based, ascending) for every layer of the scope.
 
     richness, pagerank_scores: (L, H); correlation: (L, H, H). ``random`` draws each layer's
-    heads from a generator seeded with (seed, layer), so a layer's draw does not depend on scope.
+    heads from the method stream of training seed ``seed`` (`analysis.seeding`), a sub-stream
+    per layer, so a layer's draw does not depend on scope.
     """
     n_layers, n_heads = np.shape(richness)
     if not isinstance(k, int) or k < 1:
@@ -128,7 +130,10 @@ def select_heads(
         return {
             layer: sorted(
                 int(h)
-                for h in np.random.default_rng([seed, layer]).choice(n_heads, k, replace=False)
+                for h in Stream(seed, "method")
+                .child(layer)
+                .numpy()
+                .choice(n_heads, k, replace=False)
             )
             for layer in layers
         }

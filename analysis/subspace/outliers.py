@@ -13,6 +13,7 @@ from torch import nn
 
 from analysis.io import atomic_write_json, read_json
 from analysis.models import LAYER_PARTS
+from analysis.seeding import Stream
 from analysis.subspace.trajectory import Trajectory, as_trajectory
 
 N_SIGMA = 3.0
@@ -241,12 +242,13 @@ def random_positions_like(
     seed: int,
     path: Path | str | None = None,
 ) -> dict[str, list[list[int]]]:
-    """As many uniformly random coordinates per layer as that layer has outliers (seeded).
+    """As many uniformly random coordinates per layer as that layer has outliers, drawn from the
+    method stream of training seed ``seed`` (`analysis.seeding`).
 
     The control of the disable experiment; written as a ``zero_weights`` file when ``path`` given.
     """
     traj = as_trajectory(source)
-    rng = np.random.default_rng(seed)
+    rng = Stream(seed, "method").numpy()
     merged: dict[str, list[list[int]]] = {}
     for lo in outliers:
         chosen = rng.choice(traj.n_params(lo.layer), size=lo.n_outliers, replace=False)

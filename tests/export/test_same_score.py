@@ -87,7 +87,7 @@ def test_heads_recipe_in_a_plain_trainer_gives_the_same_score(tmp_path):
     # The user's side: transformers, the exported module and the callback.
     model = tr.TunescopeClassifier.from_pretrained(recipe)
     optimizers = tr.make_optimizer(model, recipe)
-    replay = tr.replay_randomness_callback()
+    replay = tr.replay_randomness_callback(recipe)
     tokenizer = tf.AutoTokenizer.from_pretrained(tr.model_source(recipe))
     data = load_data(cfg.data)
     parts = encode_task(cfg, tokenizer, data)

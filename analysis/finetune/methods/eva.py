@@ -9,8 +9,8 @@ may get none. Total rank and trainable count match uniform LoRA of rank r; only 
 goes differs. The recommendation's alternative to its own allocation
 (docs/explanation/recommendation.md, "The LoRA allocation, and EVA's").
 
-The batches: ``batches`` × ``batch_size`` train examples drawn with the run's seed, padded per
-batch, padding left out of the SVD (PEFT's attention-mask rule).
+The batches: ``batches`` × ``batch_size`` train examples drawn from the run's method stream
+(`analysis.seeding`), padded per batch, padding left out of the SVD (PEFT's attention-mask rule).
 """
 
 from __future__ import annotations
@@ -72,21 +72,23 @@ class EvaOptions:
 
 
 def eva_batches(cfg, device) -> list[dict]:
-    """``batches`` batches of ``batch_size`` train examples, drawn with the run's seed, tokenized
-    as the run tokenizes (truncated at ``max_length``, each batch padded to its longest)."""
+    """``batches`` batches of ``batch_size`` train examples, drawn from the method stream of the
+    run's seed, tokenized as the run tokenizes (truncated at ``max_length``, each batch padded to
+    its longest)."""
     import numpy as np
     from transformers import AutoTokenizer
 
     from analysis.data import load_data
     from analysis.extract import pad_id_of, texts_of, tokenize
     from analysis.models import resolve_source
+    from analysis.seeding import Stream
 
     options = cfg.options_for(EvaOptions)
     source, _ = resolve_source(cfg.model.name)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=cfg.model.trust_remote_code)
     train = load_data(cfg.data).parts["train"]
     n = min(len(train), options.batches * cfg.batch_size)
-    rows = np.random.default_rng([cfg.seed, 1]).choice(len(train), size=n, replace=False)
+    rows = Stream(cfg.seed, "method").numpy().choice(len(train), size=n, replace=False)
     tokens = tokenize(tokenizer, *texts_of(train.iloc[np.sort(rows)]), cfg.max_length)
     pad = pad_id_of(tokenizer)
     out = []

@@ -72,10 +72,11 @@ class LayerSetOptions:
 def chosen_layers(options: LayerSetOptions, n_layers: int, seed: int, snr=None) -> tuple[int, ...]:
     """The 1-based layers ``options`` train on a model of ``n_layers`` (kept) layers.
 
-    random: k of 1..L without replacement from a generator seeded with (seed, k), so each seed
-    draws anew and the same seed draws the same layers. snr: the k highest of ``snr`` (layer →
-    score, `layer_snr`), ties to the lower layer."""
-    import numpy as np
+    random: k of 1..L without replacement, drawn from the method stream of training seed ``seed``
+    (`analysis.seeding`; its sub-stream k), so each seed draws anew and the same seed draws the
+    same layers. snr: the k highest of ``snr`` (layer → score, `layer_snr`), ties to the lower
+    layer."""
+    from analysis.seeding import Stream
 
     if options.pick == "given":
         return options.layers
@@ -83,7 +84,7 @@ def chosen_layers(options: LayerSetOptions, n_layers: int, seed: int, snr=None) 
     if k > n_layers:
         raise ValueError(f"set_k = {k} layers asked for, but the model keeps {n_layers}.")
     if options.pick == "random":
-        drawn = np.random.default_rng([seed, k]).choice(n_layers, size=k, replace=False)
+        drawn = Stream(seed, "method").child(k).numpy().choice(n_layers, size=k, replace=False)
         return tuple(sorted(int(i) + 1 for i in drawn))
     order = sorted(snr, key=lambda layer: (-snr[layer], layer))
     return tuple(sorted(order[:k]))
