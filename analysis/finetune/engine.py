@@ -2,8 +2,9 @@
 
 1. Seed python, numpy and torch from ``cfg.seed`` (the data order too): same config, same numbers
    on the CPU.
-2. Copy the shared encoder (never trained), zero ``cfg.zero_weights``, cut it at ℓ_head, add the
-   fresh classifier (`EncoderClassifier`), let the method choose what trains (`prepare_method`).
+2. Copy the shared encoder (never trained), zero ``cfg.zero_weights``, cut it at the
+   classifier's layer, add the fresh classifier (`EncoderClassifier`), let the method choose what
+   trains (`prepare_method`).
 3. AdamW (decay / no-decay groups), linear warm-up then linear decay, gradient clipping at 1.0,
    random batches padded to their own longest example, bf16 / fp16 autocast on CUDA only.
 4. Score the dev part (at most ``n_eval`` examples) every ``eval_every`` steps and at the end; keep
@@ -23,8 +24,8 @@ Measurements:
 - ``n_params``: the full model's parameters (the whole encoder, without its unused pooler, plus the
   classifier); ``n_trainable``: entries that train (masked tensors count their trained entries);
   ``share = n_trainable / n_params``.
-- ``layers_forward``: layers run forward (ℓ_head); ``layers_backward``: layers the gradient passes
-  through (from the lowest trained layer up to ℓ_head; all of them when the embeddings train).
+- ``layers_forward``: layers run forward (ℓ_cls); ``layers_backward``: layers the gradient passes
+  through (from the lowest trained layer up to ℓ_cls; all of them when the embeddings train).
 """
 
 from __future__ import annotations
@@ -274,8 +275,9 @@ def build_model(
     device: torch.device | str | None = None,
     inputs: MethodInputs | None = None,
 ) -> Built:
-    """Seed, copy the encoder up to ℓ_head, zero ``cfg.zero_weights``, add the classifier and let
-    the method choose what trains. The shared ``loaded.model`` is never touched."""
+    """Seed, copy the encoder up to the classifier's layer, zero ``cfg.zero_weights``, add the
+    classifier and let the method choose what trains. The shared ``loaded.model`` is never
+    touched."""
     device = torch.device(device) if device is not None else loaded.device
     seed_everything(cfg.seed)
     encoder = truncated_copy(loaded, cfg.classifier_layer).to(device)
