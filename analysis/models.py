@@ -7,8 +7,8 @@ A model is named by
 - a local folder holding a transformers checkpoint (config.json, weights, tokenizer), or
 - a hub id (``bert-base-uncased``), used as is when the model hub is reachable.
 
-Only bidirectional encoders of the supported families are accepted; anything else is refused with
-a message that says why. The loaded model is the base encoder (no task head), in eval mode, with
+Only bidirectional encoders of the supported families are accepted; anything else is refused with a
+message that says why. The loaded model is the base encoder (no task classifier), in eval mode, with
 eager attention (SDPA returns no attention weights), on the GPU when there is one. It is shared by
 the whole process and never trained: fine-tuning works on `trainable_copy`.
 """

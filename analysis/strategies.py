@@ -1,14 +1,14 @@
-"""The layer strategies of paper 000 as pure generators of (ℓ_bottom, ℓ_top, ℓ_head) triples.
+"""The layer strategies of paper 000 as pure generators of (ℓ_bottom, ℓ_top, ℓ_cls) triples.
 
-docs/explanation/strategies.md: layers ℓ_bottom..ℓ_top train, the classifier reads layer ℓ_head, and the
-layers above ℓ_head are removed. With L layers and a chosen layer ℓ* (lowest ν):
+docs/explanation/strategies.md: layers ℓ_bottom..ℓ_top train, the classifier reads layer ℓ_cls,
+and the layers above ℓ_cls are removed. With L layers and a chosen layer ℓ* (lowest ν):
 
-- ℓ*-down:  (ℓ_b, ℓ*, ℓ_h) for ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L}
+- ℓ*-down:  (ℓ_b, ℓ*, ℓ_c) for ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_c ∈ {ℓ*, L}
 - ℓ*-up:    (ℓ*+1, L, L)  (and, on request, (ℓ*+1, t, t) for t = ℓ*+1..L−1)
 - baselines: (1, L, L) full fine-tuning and (ℓ_b, L, L) for ℓ_b ∈ {L−2, L−1, L}
 - middle:   the ℓ*-down and ℓ*-up sets of ℓ_mid = L/2 + 1 (integer division), a ν-free reference
 
-Invalid triples (ℓ_b < 1, ℓ_b > ℓ_t, ℓ_h < ℓ_t, anything > L) are dropped and duplicates removed,
+Invalid triples (ℓ_b < 1, ℓ_b > ℓ_t, ℓ_c < ℓ_t, anything > L) are dropped and duplicates removed,
 keeping the first family that produced a triple (order: ℓ*-down, ℓ*-up, baseline, middle).
 
 A **strategy** is one thing a sweep trains (`Strategy`): a layer triple (method ``layers``, or
@@ -52,7 +52,7 @@ class Strategy:
 
 
 def is_valid(triple: Triple, n_layers: int) -> bool:
-    """1 ≤ ℓ_b ≤ ℓ_t ≤ ℓ_h ≤ L."""
+    """1 ≤ ℓ_b ≤ ℓ_t ≤ ℓ_c ≤ L."""
     bottom, top, classifier = triple
     return 1 <= bottom <= top <= classifier <= n_layers
 
@@ -73,11 +73,12 @@ def middle_layer(n_layers: int) -> int:
 
 
 def l_star_down(l_star: int, n_layers: int) -> list[Triple]:
-    """(ℓ_b, ℓ*, ℓ_h), ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L}: the classifier at ℓ* first, then at L."""
+    """(ℓ_b, ℓ*, ℓ_c), ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_c ∈ {ℓ*, L}: the classifier at ℓ* first, then
+    at L."""
     _check(l_star, n_layers)
     bottoms = (1, l_star - 2, l_star - 1, l_star)
     return clean(
-        [(b, l_star, h) for h in (l_star, n_layers) for b in bottoms],
+        [(b, l_star, c) for c in (l_star, n_layers) for b in bottoms],
         n_layers,
     )
 

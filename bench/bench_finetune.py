@@ -23,9 +23,9 @@ The ideal ratio of a run cut at ℓ* is ℓ*/L (its layers run forward and backw
 
 **Against the Trainer** (what a user would otherwise pick), for full fine-tuning and for
 (1, ℓ*, ℓ*) on a truncated copy, the same work on both sides:
-- the same model object (`build_model`: the copy cut at ℓ_head, the same trainable parameters,
-  the same fresh classifier, the same seed), wrapped for the Trainer in a module that returns the
-  cross-entropy loss;
+- the same model object (`build_model`: the copy cut at the classifier's layer, the same
+  trainable parameters, the same fresh classifier, the same seed), wrapped for the Trainer in a
+  module that returns the cross-entropy loss;
 - the same batches in the same order (the Trainer's sampler is sequential over the examples laid
   out batch by batch), each padded to its own longest (``DataCollatorWithPadding``);
 - the same optimiser — torch's fused AdamW, which the engine uses and which is the Trainer's default

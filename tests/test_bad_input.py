@@ -167,7 +167,7 @@ def test_bad_head_settings(tmp_path, capsys, tiny_bert_dir, args, words):
     "args, words",
     [
         (["--method", "layers", "--layers", "2,1,2"], "ℓ_bottom"),
-        (["--method", "layers", "--layers", "1,2,1"], "ℓ_head"),
+        (["--method", "layers", "--layers", "1,2,1"], "ℓ_cls"),
         (["--method", "full", "--steps", "0"], "steps"),
         (["--method", "full", "--lr", "0"], "learning rate"),
         (["--method", "full", "--lr", "nan"], "learning rate"),
@@ -182,7 +182,7 @@ def test_bad_head_settings(tmp_path, capsys, tiny_bert_dir, args, words):
     ],
     ids=[
         "bottom-above-top",
-        "head-below-top",
+        "classifier-below-top",
         "zero-steps",
         "lr-zero",
         "lr-nan",

@@ -17,7 +17,7 @@ def test_l_star_down_on_twelve_layers():
 def test_l_star_down_drops_invalid_and_duplicates():
     # ℓ* = 2: ℓ*−2 = 0 is dropped, ℓ*−1 = 1 duplicates the "1" bottom.
     assert st.l_star_down(2, 6) == [(1, 2, 2), (2, 2, 2), (1, 2, 6), (2, 2, 6)]
-    # ℓ* = 1 and ℓ* = L: head ∈ {ℓ*, L} coincide.
+    # ℓ* = 1 and ℓ* = L: ℓ_c ∈ {ℓ*, L} coincide.
     assert st.l_star_down(1, 4) == [(1, 1, 1), (1, 1, 4)]
     assert st.l_star_down(4, 4) == [(1, 4, 4), (2, 4, 4), (3, 4, 4), (4, 4, 4)]
 

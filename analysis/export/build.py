@@ -20,8 +20,8 @@ was given), installed (where an environment holds a built-in: {package, folder} 
 weights_sha256 (a built-in's weights file), fingerprint {sha256, dtype} (of the embeddings and
 kept layers: `tunescope_recipe.weights_fingerprint`, checked on apply), family, model_type,
 n_layers, n_heads, d_model, special_token_ids}; ``method``, ``description``; ``keep_layers``
-(ℓ_head: the layers above are deleted) and ``layers_module`` (the blocks' ModuleList inside the
-base model); ``classifier`` {kind, pooling, layer, d_model, n_outputs, dropout, init_std,
+(the classifier's layer: the layers above are deleted) and ``layers_module`` (the blocks' ModuleList
+inside the base model); ``classifier`` {kind, pooling, layer, d_model, n_outputs, dropout, init_std,
 hf_dense, hf_out, hf_modules}; ``train`` {params: whole tensors, masks: [{param, rows: [[start,
 stop], …]}] (output rows of Q/K/V and their bias entries), adapters: {kind, size, init_std,
 layers, sites} or null, peft: {peft_type, layers, adapter_config, n_trainable} or null,

@@ -23,7 +23,7 @@ layers); a mismatch is one `RecipeError` naming both sides.
 
 `apply_recipe(model, recipe)` then does the work and returns AdamW parameter groups:
 
-1. truncate: the layers above the classifier's layer ℓ_head are deleted (``num_hidden_layers`` /
+1. truncate: the layers above the classifier's layer ℓ_cls are deleted (``num_hidden_layers`` /
    ``n_layers`` updated);
 2. insert the modules the recipe adds (``train.adapters``: Houlsby adapters);
 3. freeze everything (``requires_grad_(False)``), then unfreeze exactly the recipe's tensors and
@@ -53,14 +53,15 @@ and a label) or tokenized (``input_ids`` and a label); it is checked before trai
 
 Layers are 1-based in recipe.json (version 3; versions 1 and 2 are read too).
 
-The classifier. tunescope trains a fresh classifier on the pooled states of layer ℓ_head: dropout →
-dense (d → d) → tanh → dropout → linear (d → C), pooled as the mean of the real, non-special tokens
-(or the first token). `TunescopeClassifier` is exactly that model (same initialisation at the same
-seed), so a run reproduces tunescope's numbers. A transformers ``AutoModelForSequenceClassification``
-has its own classifier of the same size (a d × d dense layer and a d × C output in all six families), so
-the same parameters train and the same count, but it pools the first token and its activation and
-dropout differ per family (BERT's pooler has no dropout before it, DistilBERT uses ReLU, ELECTRA and
-DeBERTa GELU): expect similar, not identical, scores. A run records which of the two it trained.
+The classifier. tunescope trains a fresh classifier on the pooled states of the classifier's layer:
+dropout → dense (d → d) → tanh → dropout → linear (d → C), pooled as the mean of the real,
+non-special tokens (or the first token). `TunescopeClassifier` is exactly that model (same
+initialisation at the same seed), so a run reproduces tunescope's numbers. A transformers
+``AutoModelForSequenceClassification`` has its own classifier of the same size (a d × d dense layer
+and a d × C output in all six families), so the same parameters train and the same count, but it
+pools the first token and its activation and dropout differ per family (BERT's pooler has no dropout
+before it, DistilBERT uses ReLU, ELECTRA and DeBERTa GELU): expect similar, not identical, scores. A
+run records which of the two it trained.
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ def stream_seed(seed: int, purpose: str, *keys: int) -> int:
     return int(sequence.generate_state(1, np.uint64)[0])
 
 
-class ClassifierHead(nn.Module):
+class Classifier(nn.Module):
     """dropout → dense → tanh → dropout → linear (tunescope's fresh classifier); weights drawn
     from ``generator`` (torch's global generator when None)."""
 
@@ -242,7 +243,7 @@ class TunescopeClassifier(nn.Module):
         self.pooling = spec["pooling"]
         self.n_outputs = int(spec["n_outputs"])
         self.special_ids = [int(i) for i in recipe["model"].get("special_token_ids", [])]
-        self.classifier = ClassifierHead(
+        self.classifier = Classifier(
             int(spec["d_model"]), self.n_outputs, float(spec["dropout"]), float(spec["init_std"]),
             generator,
         )  # fmt: skip
@@ -473,7 +474,7 @@ def weights_fingerprint(
 
 
 def truncate(model: nn.Module, recipe: dict[str, Any]) -> None:
-    """Delete the layers above ℓ_head and update the config (idempotent)."""
+    """Delete the layers above the classifier's layer and update the config (idempotent)."""
     base = encoder_of(model)
     layers = _module(base, recipe["layers_module"])
     keep = int(recipe["keep_layers"])

@@ -13,7 +13,7 @@ One module a part:
   the older flat form read); free of torch.
 - ``methods/<name>.py``: one method a module: its options, preparer, export and recogniser
   (docs/reference/methods.md). ``prepare``: running a preparer, the freezing helpers.
-- ``model``: the encoder cut at the classifier's layer ℓ_head plus a fresh classifier
+- ``model``: the encoder cut at the classifier's layer ℓ_cls plus a fresh classifier
   (`EncoderClassifier`).
 - ``adapters``: Houlsby adapters. ``subspace``: training inside a (trajectory or random)
   subspace.

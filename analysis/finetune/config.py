@@ -77,9 +77,9 @@ class FinetuneConfig:
     options: the method's options (its module's options dataclass); None takes its defaults (an
       error where the method needs a choice: the heads of ``heads``, the source run of
       ``subspace``).
-    layers: (ℓ_bottom, ℓ_top, ℓ_head): layers ℓ_bottom..ℓ_top train and the classifier reads
-      layer ℓ_head (`classifier_layer`), the layers above it removed. Required for ``layers``;
-      every other method uses only ℓ_head, and methods that place modules (adapter, LoRA, IA3)
+    layers: (ℓ_bottom, ℓ_top, ℓ_cls): layers ℓ_bottom..ℓ_top train and the classifier reads
+      layer ℓ_cls (`classifier_layer`), the layers above it removed. Required for ``layers``;
+      every other method uses only ℓ_cls, and methods that place modules (adapter, LoRA, IA3)
       take ℓ_bottom..ℓ_top as their default placement. None = (1, L, L).
     lr: None picks the method's default body rate; after construction it is a float.
     """
@@ -88,8 +88,8 @@ class FinetuneConfig:
     data: DataSpec = dataclasses.field(default_factory=DataSpec)
     method: str = setting("full", help="what trains besides the classifier")
     layers: tuple[int, int, int] | None = setting(
-        None, help="ℓ_bottom,ℓ_top,ℓ_head, e.g. 1,3,3: layers ℓ_bottom..ℓ_top train, the "
-        "classifier reads ℓ_head and the layers above it are removed"
+        None, help="ℓ_bottom,ℓ_top,ℓ_cls, e.g. 1,3,3: layers ℓ_bottom..ℓ_top train, the "
+        "classifier reads ℓ_cls and the layers above it are removed"
     )  # fmt: skip
     options: Any = setting(None, help="the method's own options")
     steps: int = setting(200, help="optimizer steps")
@@ -137,13 +137,14 @@ class FinetuneConfig:
         if self.layers is None:
             if method_spec(self.method).needs_layers:
                 raise ValueError(
-                    f"Method {self.method!r} needs layers = (ℓ_bottom, ℓ_top, ℓ_head), e.g. (1, 3, 3)."
+                    f"Method {self.method!r} needs layers = (ℓ_bottom, ℓ_top, ℓ_cls), "
+                    "e.g. (1, 3, 3)."
                 )
             return
         layers = tuple(self.layers) if not isinstance(self.layers, str) else ()
         if len(layers) != 3 or not all(is_int(x) for x in layers):
             raise ValueError(
-                f"layers must be three whole numbers (ℓ_bottom, ℓ_top, ℓ_head), got {self.layers!r}."
+                f"layers must be three whole numbers (ℓ_bottom, ℓ_top, ℓ_cls), got {self.layers!r}."
             )
         bottom, top, classifier = layers
         if min(layers) < 1:
@@ -152,8 +153,8 @@ class FinetuneConfig:
             raise ValueError(f"ℓ_bottom ({bottom}) must not be above ℓ_top ({top}).")
         if classifier < top:
             raise ValueError(
-                f"The classifier's layer ℓ_head ({classifier}) must not be below ℓ_top ({top}): "
-                "the layers above ℓ_head are removed, so they cannot be trained."
+                f"The classifier's layer ℓ_cls ({classifier}) must not be below ℓ_top ({top}): "
+                "the layers above it are removed, so they cannot be trained."
             )
         object.__setattr__(self, "layers", layers)
 
@@ -182,8 +183,8 @@ class FinetuneConfig:
         top, used = self.classifier_layer, self.layers_used()
         if top is not None and used and max(used) > top:
             raise ValueError(
-                f"{self.method} uses layer {max(used)}, above the classifier's layer ℓ_head = "
-                f"{top}: the layers above ℓ_head are removed."
+                f"{self.method} uses layer {max(used)}, above the classifier's layer ℓ_cls = "
+                f"{top}: the layers above it are removed."
             )
 
     def _check_training(self) -> None:
@@ -228,7 +229,7 @@ class FinetuneConfig:
 
     @property
     def classifier_layer(self) -> int | None:
-        """ℓ_head, the layer the classifier reads, when given (the model is cut there); None =
+        """ℓ_cls, the layer the classifier reads, when given (the model is cut there); None =
         the model's top layer L."""
         return self.layers[2] if self.layers is not None else None
 
@@ -265,7 +266,7 @@ class FinetuneConfig:
         return self.options
 
     def resolved_layers(self, n_layers: int) -> tuple[int, int, int]:
-        """(ℓ_bottom, ℓ_top, ℓ_head) with the default (1, L, L) filled in."""
+        """(ℓ_bottom, ℓ_top, ℓ_cls) with the default (1, L, L) filled in."""
         return self.layers if self.layers is not None else (1, n_layers, n_layers)
 
     def placement(self, n_layers: int) -> tuple[int, ...]:

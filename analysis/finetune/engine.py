@@ -5,8 +5,9 @@
    dropout (the global generators, seeded right before the first step). Same config, same numbers
    on the CPU; runs of two methods with one seed see the same examples in the same order and
    start from the same classifier and dropout state.
-2. Copy the shared encoder (never trained), zero ``cfg.zero_weights``, cut it at ℓ_head, add the
-   fresh classifier (`EncoderClassifier`), let the method choose what trains (`prepare_method`).
+2. Copy the shared encoder (never trained), zero ``cfg.zero_weights``, cut it at the
+   classifier's layer, add the fresh classifier (`EncoderClassifier`), let the method choose what
+   trains (`prepare_method`).
 3. AdamW (decay / no-decay groups), linear warm-up then linear decay, gradient clipping at 1.0,
    random batches padded to their own longest example, bf16 / fp16 autocast on CUDA only.
 4. Score the dev part (at most ``n_eval`` examples) every ``eval_every`` steps and at the end; keep
@@ -26,8 +27,8 @@ Measurements:
 - ``n_params``: the full model's parameters (the whole encoder, without its unused pooler, plus the
   classifier); ``n_trainable``: entries that train (masked tensors count their trained entries);
   ``share = n_trainable / n_params``.
-- ``layers_forward``: layers run forward (ℓ_head); ``layers_backward``: layers the gradient passes
-  through (from the lowest trained layer up to ℓ_head; all of them when the embeddings train).
+- ``layers_forward``: layers run forward (ℓ_cls); ``layers_backward``: layers the gradient passes
+  through (from the lowest trained layer up to ℓ_cls; all of them when the embeddings train).
 """
 
 from __future__ import annotations
@@ -273,7 +274,7 @@ def build_model(
     device: torch.device | str | None = None,
     inputs: MethodInputs | None = None,
 ) -> Built:
-    """Copy the encoder up to ℓ_head, zero ``cfg.zero_weights``, add the classifier (its weights
+    """Copy the encoder up to the classifier's layer, zero ``cfg.zero_weights``, add the classifier (its weights
     from the seed's classifier stream) and let the method choose what trains (from the method
     stream, `prepare_method`). The shared ``loaded.model`` is never touched."""
     device = torch.device(device) if device is not None else loaded.device

@@ -1,11 +1,11 @@
-"""The model a run trains: the encoder cut at the classifier's layer ℓ_head, then a fresh classifier.
+"""The model a run trains: the encoder cut at the classifier's layer ℓ_cls, then a fresh classifier.
 
 ``EncoderClassifier(encoder, family, n_outputs, classifier_layer, pooling)``:
 
-- ``encoder``: the HF base encoder with the layers above ℓ_head deleted from its ModuleList (and
-  ``num_hidden_layers`` / ``n_layers`` of its config updated), so they cost neither time nor
-  memory. Its ``last_hidden_state`` is therefore hidden_states[ℓ_head]. The pooler, if any, is
-  dropped: the fresh classifier replaces it.
+- ``encoder``: the HF base encoder with the layers above the classifier's layer deleted from its
+  ModuleList (and ``num_hidden_layers`` / ``n_layers`` of its config updated), so they cost neither
+  time nor memory. Its ``last_hidden_state`` is therefore hidden_states[ℓ_cls]. The pooler, if any,
+  is dropped: the fresh classifier replaces it.
 - ``classifier``: dropout → dense (d_model → d_model) → tanh → dropout → linear (d_model → C), on
   the pooled representation (docs/explanation/layer-metrics.md, "Pooling": the mean over real,
   non-special tokens, or the first token). Regression tasks have C = 1.
@@ -33,7 +33,9 @@ def truncate_encoder(encoder: nn.Module, classifier_layer: int) -> None:
     """Delete the layers above ``classifier_layer`` (1-based) in place and update the config."""
     layers = encoder_layers(encoder)
     if not 1 <= classifier_layer <= len(layers):
-        raise ValueError(f"ℓ_head must be within 1..{len(layers)} (got {classifier_layer}).")
+        raise ValueError(
+            f"The classifier's layer must be within 1..{len(layers)} (got {classifier_layer})."
+        )
     del layers[classifier_layer:]
     config = encoder.config
     for key in ("num_hidden_layers", "n_layers"):
@@ -45,13 +47,15 @@ def truncated_copy(loaded: LoadedModel, classifier_layer: int | None = None) -> 
     """A trainable deep copy of the shared encoder holding only layers 1..``classifier_layer``.
 
     Like `analysis.models.trainable_copy` (requires_grad on, train mode), but the layers above
-    ℓ_head are never copied (not even for a moment), so a cut run's memory peak does not include
-    them. The shared ``loaded.model`` is not touched.
+    the classifier's layer are never copied (not even for a moment), so a cut run's memory peak
+    does not include them. The shared ``loaded.model`` is not touched.
     """
     layers = encoder_layers(loaded.model)
     classifier_layer = classifier_layer or len(layers)
     if not 1 <= classifier_layer <= len(layers):
-        raise ValueError(f"ℓ_head must be within 1..{len(layers)} (got {classifier_layer}).")
+        raise ValueError(
+            f"The classifier's layer must be within 1..{len(layers)} (got {classifier_layer})."
+        )
     memo = {id(block): None for block in layers[classifier_layer:]}  # deepcopy yields None for them
     clone = copy.deepcopy(loaded.model, memo)
     truncate_encoder(clone, classifier_layer)
@@ -72,7 +76,7 @@ def use_fast_attention(encoder: nn.Module) -> str:
     return getattr(encoder.config, "_attn_implementation", None) or "eager"
 
 
-class ClassifierHead(nn.Module):
+class Classifier(nn.Module):
     """dropout → dense → tanh → dropout → linear, as RoBERTa's sequence classifier is; weights
     N(0, 0.02²) drawn from ``generator`` (torch's global generator when None), biases zero."""
 
@@ -101,7 +105,7 @@ class EncoderClassifier(nn.Module):
 
     n_layers_total: L of the uncut model, when ``encoder`` comes already cut (`truncated_copy`);
     None = the encoder's own layer count. generator: what the classifier's weights are drawn
-    from (`ClassifierHead`).
+    from (`Classifier`).
     """
 
     def __init__(
@@ -134,7 +138,7 @@ class EncoderClassifier(nn.Module):
         self.n_layers_total = n_layers
         self.n_outputs = n_outputs
         self.d_model, self.n_heads = d_model, n_heads
-        self.classifier = ClassifierHead(d_model, n_outputs, float(dropout), generator)
+        self.classifier = Classifier(d_model, n_outputs, float(dropout), generator)
 
     @property
     def n_layers_kept(self) -> int:

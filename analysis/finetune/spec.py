@@ -272,7 +272,7 @@ class MethodSpec:
       None. prepare: ``(model, cfg, inputs) -> Prepared``, which imports torch only when called.
       order: its place in every list. sweep: its place among a sweep's whole-model baselines
       (None: not offered by sweeps). needs_layers: the config must give (ℓ_bottom, ℓ_top,
-      ℓ_head). has_body: something besides the classifier trains (a learning-rate grid varies
+      ℓ_cls). has_body: something besides the classifier trains (a learning-rate grid varies
       the body rate, so a method without one runs once). missing: what to ask for when the
       options cannot take their defaults. check: further checks of the options (a ValueError).
       run_label: the run's short name from its stored config (options under ``"options"``).

@@ -356,15 +356,15 @@ class Estimate:
         f = f"{{:{'+' if signed else ''}.{digits}f}}"
         if not math.isfinite(self.value):
             return "undefined"
-        head = f.format(self.value)
+        shown = f.format(self.value)
         if self.interval is not None:
             lo, hi = self.interval
-            return (f"{head} [{f.format(lo)}, {f.format(hi)}] ({self.level:.0%} {self.method}, "
+            return (f"{shown} [{f.format(lo)}, {f.format(hi)}] ({self.level:.0%} {self.method}, "
                     f"R = {self.repeats})")  # fmt: skip
         if math.isfinite(self.se):
             why = f"; no interval: {self.note}" if self.note else ""
-            return f"{head} ± {self.se:.{digits}f} s.e. (R = {self.repeats}{why})"
-        return head
+            return f"{shown} ± {self.se:.{digits}f} s.e. (R = {self.repeats}{why})"
+        return shown
 
     def to_dict(self) -> dict[str, Any]:
         """{"estimate", "se", "interval": [lo, hi] | null, "method", "level", "repeats", "note"}."""

@@ -132,7 +132,7 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
 
 
 def strategies(l_star: int, n_layers: int) -> dict[str, list[tuple[int, int, int]]]:
-    """The (ℓ_bottom, ℓ_top, ℓ_head) strategies ℓ* implies, from the one home of the paper's
+    """The (ℓ_bottom, ℓ_top, ℓ_cls) strategies ℓ* implies, from the one home of the paper's
     generators, `analysis.strategies` (docs/explanation/strategies.md, "ℓ*-down and ℓ*-up").
     ℓ*-up is empty when ℓ* = L."""
     if not 1 <= l_star <= n_layers:

@@ -210,7 +210,7 @@ def _alternatives(
     lora_name: str | None,
 ) -> None:  # fmt: skip
     big_l = evidence.n_layers
-    # the first candidate that names (ℓ_bottom, ℓ_top, ℓ_head): a layer set
+    # the first candidate that names (ℓ_bottom, ℓ_top, ℓ_cls): a layer set
     first = next((c for c in choices if c.role == "candidate" and c.layers is not None), None)
     if first is None:
         notes.append("No layer candidate (ν undefined, or it is full fine-tuning itself): the "

@@ -53,7 +53,7 @@ class Evidence:
 
     @property
     def classifier_params(self) -> int:
-        """dense d × d + bias, out d × C + bias (`analysis.finetune.model.ClassifierHead`)."""
+        """dense d × d + bias, out d × C + bias (`analysis.finetune.model.Classifier`)."""
         d = self.d_model
         return d * d + d + d * self.n_outputs + self.n_outputs
 

@@ -4,7 +4,7 @@
 checks, each within a short timeout, that
 
 1. the address takes a TCP connection (else: unreachable);
-2. what answers there speaks HTTP/2, as a Ray head's GCS (gRPC) port does: a port that accepts
+2. what answers there speaks HTTP/2, as a Ray head node's GCS (gRPC) port does: a port that accepts
    the connection but never answers, or answers in another protocol, is "not a Ray cluster";
 3. the Ray handshake itself succeeds, in a short-lived process (so the page and the CLI never
    load Ray's C++ client, whose own retries last minutes): the GCS hands out its cluster id and
@@ -19,9 +19,9 @@ node address to the machine's outward interface address (``ray._private.services
 servers listen on every interface. With the setting, the node address stays 127.0.0.1 and every
 server of the cluster (GCS, raylet, workers) listens there only. The Ray worker applies it to
 the cluster it starts itself (`analysis.runs.ray_executor.LOCAL_CLUSTER`) and when it connects to a
-cluster at a loopback address (whose head was started with it, or it would not be on loopback).
+cluster at a loopback address (whose head node was started with it, or it would not be on loopback).
 
-`head_alive` is the Ray worker's cheap look at the head while runs are in flight: a TCP
+`head_node_alive` is the Ray worker's cheap look at the head node while runs are in flight: a TCP
 connection to its GCS port, within a second. `one_line_ray_messages` keeps Ray's own processes
 to one line per note in the worker's log (their log files, such as a raylet's crash dump, stay
 in Ray's logs).
@@ -45,7 +45,7 @@ from typing import Any
 
 CONNECT_TIMEOUT_S = 3.0  # TCP connect, then the HTTP/2 answer
 HANDSHAKE_TIMEOUT_S = 20.0  # the Ray handshake process, start-up included
-HEAD_TIMEOUT_S = 1.0
+HEAD_NODE_TIMEOUT_S = 1.0
 RAY_PROCESSES = ("raylet", "gcs_server")  # the names a driver's output gives their messages
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a loopback node address
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -54,17 +54,19 @@ HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0
 HTTP2_SETTINGS = 4
 AUTH_HELP = (
     "the cluster's token goes in RAY_AUTH_TOKEN, a file named by RAY_AUTH_TOKEN_PATH or "
-    "~/.ray/auth_token (`ray get-auth-token` on the head prints it), with RAY_AUTH_MODE=token"
+    "~/.ray/auth_token (`ray get-auth-token` on the head node prints it), with RAY_AUTH_MODE=token"
 )
-GIVE_THE_HEAD = "give the address `ray start --head` printed (HOST:6379 by default)"
+GIVE_THE_HEAD_NODE = (
+    "give the address `ray start --head` printed on the head node (HOST:6379 by default)"
+)
 
 
 class RayUnavailable(ValueError):
     """Ray is not installed, or the cluster at an address cannot be reached or used."""
 
 
-class HeadLost(RayUnavailable):
-    """The Ray cluster's head went away while this process used the cluster."""
+class HeadNodeLost(RayUnavailable):
+    """The Ray cluster's head node went away while this process used the cluster."""
 
 
 # -- loopback ---------------------------------------------------------------------------------
@@ -144,8 +146,8 @@ def handshake(host: str, port: int, address: str) -> dict:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise RayUnavailable(
-            f"Cannot reach the Ray cluster at {address} ({reason}): start it with "
-            f"`ray start --head` on that machine, or check the address and port."
+            f"Cannot reach the Ray cluster at {address} ({reason}): start its head node there "
+            f"with `ray start --head`, or check the address and port."
         ) from None
     with sock:
         if os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
@@ -166,7 +168,7 @@ def _speaks_http2(sock: socket.socket, address: str) -> None:
     except TimeoutError:
         raise RayUnavailable(
             f"{address} accepts connections but does not answer within {CONNECT_TIMEOUT_S:g} s: "
-            f"it is not a Ray cluster's head port; {GIVE_THE_HEAD}."
+            f"it is not the port of a Ray cluster's head node; {GIVE_THE_HEAD_NODE}."
         ) from None
     except OSError as exc:
         answer = b""
@@ -183,7 +185,8 @@ def _speaks_http2(sock: socket.socket, address: str) -> None:
     else:
         what = "answers in a protocol other than HTTP/2"
     raise RayUnavailable(
-        f"{address} is not a Ray cluster: it {what}, where a Ray head speaks gRPC; {GIVE_THE_HEAD}."
+        f"{address} is not a Ray cluster: it {what}, where a Ray head node speaks gRPC; "
+        f"{GIVE_THE_HEAD_NODE}."
     )
 
 
@@ -202,7 +205,8 @@ def _ray_handshake(address: str) -> dict:
     except subprocess.TimeoutExpired:
         raise RayUnavailable(
             f"The Ray cluster at {address} did not finish Ray's handshake within "
-            f"{HANDSHAKE_TIMEOUT_S:g} s: is it a Ray head's port, and is the head healthy?"
+            f"{HANDSHAKE_TIMEOUT_S:g} s: is it a Ray head node's port, and is the head node "
+            "healthy?"
         ) from None
     lines = done.stdout.strip().splitlines()
     try:
@@ -232,8 +236,8 @@ def _ray_handshake(address: str) -> dict:
             f"ray=={answer['our_ray']})."
         )
     raise RayUnavailable(
-        f"{address} answers gRPC but not as a Ray cluster's head: {detail or problem}; "
-        f"{GIVE_THE_HEAD}."
+        f"{address} answers gRPC but not as a Ray cluster's head node: {detail or problem}; "
+        f"{GIVE_THE_HEAD_NODE}."
     )
 
 
@@ -276,8 +280,8 @@ def _handshake_here(address: str) -> dict:
     return answer
 
 
-def head_alive(address: str, timeout: float = HEAD_TIMEOUT_S) -> bool:
-    """Whether the head's GCS port at ``address`` (HOST:PORT) still takes a connection."""
+def head_node_alive(address: str, timeout: float = HEAD_NODE_TIMEOUT_S) -> bool:
+    """Whether the head node's GCS port at ``address`` (HOST:PORT) still takes a connection."""
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):

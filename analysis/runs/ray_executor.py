@@ -8,7 +8,7 @@ The split, in three parts:
 - the **runner** (`RayRunner` here, `LocalRunner` there): where a claimed run trains. This one
   is a Ray driver: it submits each run as a Ray task that declares its resources (one GPU when
   the cluster has GPUs, else ``cpus_per_run`` CPUs), as many as the cluster has room for now
-  (`ClusterWatch`, which also watches the head);
+  (`ClusterWatch`, which also watches the head node);
 - the **recorder** (`analysis.runs.execute.RunRecorder`): how what a run reports becomes rows.
   A task (`analysis.runs.ray_task.train_stream`) streams events back (Ray's streaming
   generator: one small object per step, dev score, progress note or ending, in order) and the
@@ -30,14 +30,14 @@ cancelled. A Ray worker process or node that dies surfaces as a Ray system error
 failed ("Ray worker died on NODE"), its steps stay, the other runs go on (tasks are never retried:
 a retry would train the run a second time over its recorded steps), and nothing more is claimed
 until the cluster has been re-read. If the driver itself dies, Ray ends the tasks it owns and the
-next worker reaps its runs as "worker died". Losing the cluster's head (its GCS port stops taking
-connections, looked at every ``HEAD_CHECK_S``) fails the runs in flight ("lost the Ray cluster
-head at ADDR") and is a `HeadLost`: the queue loop claims nothing more and the worker exits, the
-queued runs left queued, without ``ray.shutdown`` (`ClusterWatch.close`). Before anything is
-queued, and before this process connects, `check_address` shakes hands with the cluster
-(`analysis.runs.ray_cluster.handshake`): unreachable, not a Ray cluster, auth refused or another
-Ray version is one clear `RayUnavailable`, and a Ray worker that cannot connect exits without
-claiming anything. Nodes are named ``host/address/node-id-prefix`` (`ray_cluster.node_label`).
+next worker reaps its runs as "worker died". Losing the cluster's head node (its GCS port stops
+taking connections, looked at every ``HEAD_NODE_CHECK_S``) fails the runs in flight ("lost the Ray
+cluster's head node at ADDR") and is a `HeadNodeLost`: the queue loop claims nothing more and the
+worker exits, the queued runs left queued, without ``ray.shutdown`` (`ClusterWatch.close`). Before
+anything is queued, and before this process connects, `check_address` shakes hands with the cluster
+(`analysis.runs.ray_cluster.handshake`): unreachable, not a Ray cluster, auth refused or another Ray
+version is one clear `RayUnavailable`, and a Ray worker that cannot connect exits without claiming
+anything. Nodes are named ``host/address/node-id-prefix`` (`ray_cluster.node_label`).
 
 ``ray`` is imported inside the functions that need it, so the page and the CLI can check an
 address or queue runs without loading it.
@@ -68,10 +68,10 @@ from analysis.runs.execute import (
     source_trajectory,
 )
 from analysis.runs.ray_cluster import (
-    HeadLost,
+    HeadNodeLost,
     RayUnavailable,
     handshake,
-    head_alive,
+    head_node_alive,
     is_loopback,
     loopback_only,
     node_label,
@@ -91,8 +91,8 @@ RAY_INSTALL = "run ./tasks.sh setup, or pip install -e . (both pin ray)"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the `analysis` package, shipped to nodes
 # Ray's system errors that mean "the process (or machine) running the task is gone".
 SYSTEM_FAILURE = "Ray worker died on {node}"
-HEAD_LOST = "lost the Ray cluster head at {address}"
-HEAD_CHECK_S = 1.0  # how often the head is looked at (`ray_cluster.head_alive`)
+HEAD_NODE_LOST = "lost the Ray cluster's head node at {address}"
+HEAD_NODE_CHECK_S = 1.0  # how often the head node is looked at (`ray_cluster.head_node_alive`)
 
 
 # -- addresses and the cluster ----------------------------------------------------------------
@@ -107,8 +107,8 @@ def resolve_address(address: str | None) -> str:
 
 def check_address(address: str | None) -> str:
     """The resolved address, once Ray is importable and a Ray cluster answers Ray's handshake
-    there (`analysis.runs.ray_cluster.handshake`: reachable, a Ray head, the token accepted, the
-    same Ray and Python versions).
+    there (`analysis.runs.ray_cluster.handshake`: reachable, a Ray head node, the token accepted,
+    the same Ray and Python versions).
 
     Raises `RayUnavailable` with one clear sentence otherwise, within seconds: ``ray.init``
     itself would retry such an address for minutes.
@@ -121,8 +121,8 @@ def check_address(address: str | None) -> str:
     if address.startswith("ray://"):
         raise RayUnavailable(
             f"Ray Client addresses ({address}) are not supported: run tunescope on a machine of "
-            f"the cluster (`ray start --address HEAD:{DEFAULT_PORT}` there) and give HEAD:"
-            f"{DEFAULT_PORT}."
+            f"the cluster (`ray start --address HEAD_NODE:{DEFAULT_PORT}` there) and give "
+            f"HEAD_NODE:{DEFAULT_PORT}."
         )
     host, _, port_text = address.rpartition(":")
     if not host:
@@ -326,12 +326,12 @@ def write_status(root: Path | str, payload: dict[str, Any]) -> None:
 
 class ClusterWatch:
     """The cluster this process drives: connected to on construction, re-read every
-    ``refresh_s`` (nodes come and go; the status file tells the page), its head looked at, and
+    ``refresh_s`` (nodes come and go; the status file tells the page), its head node looked at, and
     how many runs can start on it now (`free_slots`).
 
-    The cluster is re-read in a thread of its own, never in the queue loop: once the head is
+    The cluster is re-read in a thread of its own, never in the queue loop: once the head node is
     gone, Ray's calls to its GCS (``ray.nodes``) block for a minute, and the loop must go on
-    meanwhile to notice the loss (`head_gone`, a plain connection to the GCS port) and end.
+    meanwhile to notice the loss (`head_node_gone`, a plain connection to the GCS port) and end.
 
     A run is claimed only while the cluster has room for it, or it would show ``running`` (its
     start time the claim's) while it waits in Ray's queue. The room is the last reading's free
@@ -357,9 +357,9 @@ class ClusterWatch:
         context = ray.get_runtime_context()
         self.address = resolve_address(address) if self.started_here else str(context.gcs_address)
         self.node_id = context.get_node_id()
-        self.gcs = str(context.gcs_address)  # the head's GCS: watched while runs are in flight
-        self.head_lost = False
-        self._last_head_check = float("-inf")
+        self.gcs = str(context.gcs_address)  # the head node's GCS: watched while runs are in flight
+        self.head_node_lost = False
+        self._last_head_node_check = float("-inf")
         self.this_node: dict[str, float] = {}  # this machine's node: its CPU and GPU
         self.in_flight = 0  # runs submitted and not ended
         self.holding = 0  # of those, runs that started (their resources are taken)
@@ -402,29 +402,31 @@ class ClusterWatch:
 
     def _keep_refreshing(self) -> None:
         """``refresh`` every ``refresh_s``, or at once when woken, until closing. A refresh that
-        fails is tried again at the next turn; one that blocks on a lost head blocks only this
+        fails is tried again at the next turn; one that blocks on a lost head node blocks only this
         daemon thread."""
         while True:
             self._wake.wait(self.refresh_s)
             self._wake.clear()
-            if self._closing.is_set() or not head_alive(self.gcs):
-                return  # (a lost head: the queue loop's `head_gone` says so and ends)
+            if self._closing.is_set() or not head_node_alive(self.gcs):
+                return  # (a lost head node: the queue loop's `head_node_gone` says so and ends)
             try:
                 self.refresh()
-            except Exception as exc:  # e.g. a GCS call timing out while the head restarts
+            except Exception as exc:  # e.g. a GCS call timing out while the head node restarts
                 if self._closing.is_set():
                     return
                 self.log(f"could not re-read the Ray cluster ({type(exc).__name__}: {exc})")
 
-    def head_gone(self, force: bool = False) -> bool:
-        """Whether the head's GCS port stopped taking connections (looked at every
-        ``HEAD_CHECK_S``, or now with ``force``); once gone, always gone."""
+    def head_node_gone(self, force: bool = False) -> bool:
+        """Whether the head node's GCS port stopped taking connections (looked at every
+        ``HEAD_NODE_CHECK_S``, or now with ``force``); once gone, always gone."""
         now = time.monotonic()
-        if self.head_lost or (not force and now - self._last_head_check < HEAD_CHECK_S):
-            return self.head_lost
-        self._last_head_check = now
-        self.head_lost = not head_alive(self.gcs)
-        return self.head_lost
+        if self.head_node_lost or (
+            not force and now - self._last_head_node_check < HEAD_NODE_CHECK_S
+        ):
+            return self.head_node_lost
+        self._last_head_node_check = now
+        self.head_node_lost = not head_node_alive(self.gcs)
+        return self.head_node_lost
 
     # ---- slots ----------------------------------------------------------------------------------
     def free_slots(self) -> int:
@@ -454,7 +456,7 @@ class ClusterWatch:
     # ---- the end ----------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop re-reading, remove the status file, and disconnect (`ray.shutdown`) when this
-        process connected, unless the head is lost: then Ray's shutdown would end the process
+        process connected, unless the head node is lost: then Ray's shutdown would end the process
         itself (its local raylet gone, its C++ client exits), before the worker's last word."""
         import ray
 
@@ -464,8 +466,8 @@ class ClusterWatch:
             if self.status_root is not None:
                 with contextlib.suppress(OSError):
                     status_path(self.status_root).unlink()
-        if self.started_here and not self.head_lost:
-            self._refresher.join(timeout=10)  # (a live head: its GCS answers)
+        if self.started_here and not self.head_node_lost:
+            self._refresher.join(timeout=10)  # (a live head node: its GCS answers)
             ray.shutdown()
 
 
@@ -535,7 +537,7 @@ class RayRunner:
 
     The queue loop calls ``free_slots`` → ``submit`` (for each claimed run) → ``pump`` (wait up to
     ``timeout`` for events, record them, pass on cancels) and ``close`` at the end. ``free_slots``
-    and ``pump`` raise `HeadLost` once the head is gone, after failing the runs in flight.
+    and ``pump`` raise `HeadNodeLost` once the head node is gone, after failing the runs in flight.
     """
 
     device_label = "ray"
@@ -569,18 +571,19 @@ class RayRunner:
         self._last_cancel_poll = 0.0
         log(f"Ray cluster: {self.cluster.info.describe()}")
 
-    def check_head(self, force: bool = False) -> None:
-        """A `HeadLost` once the head is gone (`ClusterWatch.head_gone`), every run in flight
-        failed "lost the Ray cluster head at ADDR" first; the queued runs stay queued."""
-        if not self.cluster.head_gone(force):
+    def check_head_node(self, force: bool = False) -> None:
+        """A `HeadNodeLost` once the head node is gone (`ClusterWatch.head_node_gone`), every run
+        in flight failed "lost the Ray cluster's head node at ADDR" first; the queued runs stay
+        queued."""
+        if not self.cluster.head_node_gone(force):
             return
-        message = HEAD_LOST.format(address=self.cluster.gcs)
+        message = HEAD_NODE_LOST.format(address=self.cluster.gcs)
         for flight in list(self.flights.values()):
             self._end(flight, flight.recorder.failed(message))
-        raise HeadLost(f"{message[0].upper()}{message[1:]}: its runs in flight failed.")
+        raise HeadNodeLost(f"{message[0].upper()}{message[1:]}: its runs in flight failed.")
 
     def free_slots(self) -> int:
-        self.check_head()
+        self.check_head_node()
         return self.cluster.free_slots()
 
     def busy(self) -> bool:
@@ -644,7 +647,7 @@ class RayRunner:
         """Record what arrived within ``timeout`` seconds, then pass on cancel requests."""
         import ray
 
-        self.check_head()
+        self.check_head_node()
         if self.flights:
             by_stream = {id(f.stream): f for f in self.flights.values()}
             streams = [f.stream for f in self.flights.values()]
@@ -675,7 +678,7 @@ class RayRunner:
         except rex.RayTaskError as exc:  # our code raised outside the training thread
             self._end(flight, flight.recorder.failed(describe_error(exc.cause or exc)))
         except rex.RayError as exc:  # the process or machine running the task is gone
-            self.check_head(force=True)  # (or the whole cluster with its head)
+            self.check_head_node(force=True)  # (or the whole cluster with its head node)
             node = flight.node or "a node it had not reported yet"
             message = f"{SYSTEM_FAILURE.format(node=node)} ({type(exc).__name__})"
             self._end(flight, flight.recorder.failed(message), died=True)
@@ -735,7 +738,7 @@ class RayRunner:
 
         for flight in list(self.flights.values()):
             with contextlib.suppress(Exception):
-                if not self.cluster.head_lost:
+                if not self.cluster.head_node_lost:
                     ray.cancel(flight.stream, force=True)
             flight.recorder.failed(reason or "stopped: the Ray worker ended")
         self.flights.clear()

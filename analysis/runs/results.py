@@ -305,7 +305,7 @@ def pareto_front(n_trainable: ArrayLike, score: ArrayLike) -> np.ndarray:
 
 def compute_saved(summary: pd.DataFrame, n_layers: int | None = None) -> pd.DataFrame:
     """Cut models against full fine-tuning: for every layer strategy whose classifier reads
-    ℓ_head < L, its score next to the share of forward layers, step time and peak memory saved.
+    ℓ_cls < L, its score next to the share of forward layers, step time and peak memory saved.
 
     saved = 1 − cost / cost(full fine-tuning), against the full fine-tuning group of the same task
     and budget (`budget_key`); a cut model without one is left out.

@@ -598,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                 ray_address=args.ray_address,
                 cpus_per_run=args.ray_cpus_per_run,
             )
-    except ValueError as exc:  # the Ray cluster is unreachable or its head was lost
+    except ValueError as exc:  # the Ray cluster is unreachable or its head node was lost
         _log(f"error: {exc} The queued runs stay queued.")
         return 2
     except SystemExit as exc:  # SIGTERM
@@ -610,8 +610,8 @@ def end_process(status: int) -> NoReturn:
     """Log ``status`` as the worker's last line and end the process with it, at once.
 
     Not through ``sys.exit``: at interpreter exit Ray's hook (``ray.shutdown``) writes to the
-    local raylet, and when that raylet is gone (a lost head takes it along) Ray's client ends
-    the process itself, with status 1 and no word in the log. By now the runs are settled, the
+    local raylet, and when that raylet is gone (a lost head node takes it along) Ray's client
+    ends the process itself, with status 1 and no word in the log. By now the runs are settled, the
     lock released and the status file removed; a Ray cluster this process started ends with it.
     """
     _log(f"exit status {status}")

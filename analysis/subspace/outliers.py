@@ -280,7 +280,7 @@ def apply_zero_weights(
 
     Names are full names inside ``model`` (e.g. 'encoder.layer.2.attention.self.query.weight'
     for a base encoder). Each position has one index per tensor dimension. Names in ``skip``
-    are ignored (a run cut at ℓ_head skips the removed layers' weights).
+    are ignored (a run cut at its classifier's layer skips the removed layers' weights).
     """
     if not isinstance(positions, dict):
         positions = read_zero_weights(positions)

@@ -121,7 +121,7 @@ def test_cli_prints_the_suggested_strategies_and_how_sure_it_is(tiny_bert_dir, t
     _, single = run_layers(tiny_bert_dir, tmp_path)
     out = capsys.readouterr().out
     l_star = single["l_star"]
-    assert f"Suggested strategies (ℓ_bottom, ℓ_top, ℓ_head) for ℓ* = {l_star}:" in out
+    assert f"Suggested strategies (ℓ_bottom, ℓ_top, ℓ_cls) for ℓ* = {l_star}:" in out
     for family, key in (("ℓ*-down", "l_star_down"), ("baselines", "baselines")):
         line = next(x for x in out.splitlines() if x.strip().startswith(family))
         assert all(f"({b}, {t}, {h})" in line for b, t, h in single["strategies"][key])

@@ -124,7 +124,7 @@ def test_the_tutorials_script_trains_without_tunescope(tmp_path, tiny_bert_dir, 
     assert predictions.tolist() == seen["predictions"] and labels.tolist() == list(test["label"])
     # Keyed by the test texts: paired with any run scored on the same examples.
     assert fingerprint == fingerprint_of_part(list(test["text"]), test["label"])
-    # The config is what ran: the transformers model's first-token head, its steps, no eval.
+    # The config is what ran: the transformers model's first-token classifier, its steps, no eval.
     assert config["steps"] == 3 * RECIPE_STEPS and config["pooling"] == "first"
     assert config["mixed_precision"] is False
     assert config["origin"]["model_class"] == "BertForSequenceClassification"

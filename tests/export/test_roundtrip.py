@@ -26,7 +26,7 @@ from analysis.models import load_model
 FAMILIES = ("bert", "roberta", "distilbert", "mpnet", "electra", "deberta-v2")
 CASES = {
     "heads": dict(method="heads", heads={"1": [0, 2], "3": [1]}),
-    "layers": dict(method="layers", layers=(2, 2, 3)),  # cut at ℓ_head = 3 of 4
+    "layers": dict(method="layers", layers=(2, 2, 3)),  # cut at ℓ_cls = 3 of 4
     "lora": dict(method="lora", lora_layers=[2, 3], layers=(2, 3, 3)),
     "lora-ranks": dict(method="lora", lora_ranks={2: 2, 4: 6}, lora_alphas={4: 3.0}),
     "ia3": dict(method="ia3", ia3_layers=[2, 4]),
@@ -46,14 +46,14 @@ def tunescope_trainable(cfg, loaded, family: str, prefix: str) -> dict[str, int]
     """{transformers name: entries that train} of the model a tunescope run of ``cfg`` trains."""
     built = build_model(cfg, loaded, n_outputs=2, device="cpu")
     masks = {id(p): m for p, m in built.prepared.grad_masks.items()}
-    head = HF_CLASSIFIERS[family]
+    hf_classifier = HF_CLASSIFIERS[family]
     out = {}
     for name, param in built.model.named_parameters():
         if not param.requires_grad:
             continue
         if name.startswith("classifier."):
             part, leaf = name.split(".")[1:]
-            hf = f"{head['dense' if part == 'dense' else 'out']}.{leaf}"
+            hf = f"{hf_classifier['dense' if part == 'dense' else 'out']}.{leaf}"
         else:
             hf = f"{prefix}.{name.removeprefix('encoder.')}"
         out[hf] = int(masks[id(param)].sum()) if id(param) in masks else param.numel()
@@ -165,7 +165,7 @@ def test_recipe_module_imports_torch_and_transformers_only(tmp_path, family_mode
 
 
 def test_counts_of_every_method(family_model):
-    """full, frozen and (1, L, L) on the HF model: everything / only the head / everything."""
+    """full, frozen and (1, L, L) on the HF model: everything / only the classifier / everything."""
     _family, folder, loaded = family_model
     n_all = None
     for method, kw in (("full", {}), ("frozen", {}), ("layers", {"layers": (1, 4, 4)})):

@@ -308,15 +308,15 @@ def test_the_classifier_trains_at_its_own_learning_rate(tiny):
     cfg = config(tiny, method="layers", layers=(2, 2, 2), lr=5e-5, head_lr=2e-3)
     built = build_model(cfg, tiny, 2, "cpu")
     optimizer, _ = make_optimizer(built.prepared, cfg)
-    head = {id(p) for p in built.model.classifier.parameters()}
+    classifier = {id(p) for p in built.model.classifier.parameters()}
     for group in optimizer.param_groups:
         ids = {id(p) for p in group["params"]}
-        assert ids <= head or not ids & head  # no group mixes body and classifier
-        assert group["initial_lr"] == (2e-3 if ids <= head else 5e-5)
+        assert ids <= classifier or not ids & classifier  # no group mixes body and classifier
+        assert group["initial_lr"] == (2e-3 if ids <= classifier else 5e-5)
     ratios = {g["lr"] / g["initial_lr"] for g in optimizer.param_groups}
     assert len(ratios) == 1  # one schedule scales both rates
     grouped = {id(p) for g in optimizer.param_groups for p in g["params"]}
-    assert head <= grouped
+    assert classifier <= grouped
 
 
 def test_result_carries_its_test_predictions(tiny):

@@ -80,7 +80,7 @@ def test_the_exported_lora_config_round_trips_through_peft(tmp_path):
     assert found == {(1, "query"): 3, (1, "value"): 3, (3, "query"): 7, (3, "value"): 7,
                      (4, "query"): 2, (4, "value"): 2}  # fmt: skip
     trainable = {n for n, p in peft_model.named_parameters() if p.requires_grad}
-    assert any("classifier" in n for n in trainable)  # the head trains (modules_to_save)
+    assert any("classifier" in n for n in trainable)  # the classifier trains (modules_to_save)
     d = 32
     lora_count = sum(p.numel() for n, p in peft_model.named_parameters() if ".lora_" in n)
     assert lora_count == 2 * alloc.total_rank * (d + d) == exported.n_trainable

@@ -1,7 +1,7 @@
 """Ray clusters that fail loudly, on a real cluster of separate processes (``ray start --head`` on
-127.0.0.1 in a temporary folder, with a token of its own; `ray_head`): the handshake before
+127.0.0.1 in a temporary folder, with a token of its own; `ray_head_node`): the handshake before
 anything is queued (not Ray, auth refused, no token, version mismatch), a Ray worker that gives up
-at once and honours SIGTERM, losing the head with runs in flight, and the local cluster that
+at once and honours SIGTERM, losing the head node with runs in flight, and the local cluster that
 tunescope starts listening on 127.0.0.1 only (``ss -ltn``)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-import ray_head
+import ray_head_node
 import waiting
 
 from analysis.config import DataSpec, ModelSpec
@@ -38,9 +38,10 @@ wait_for = functools.partial(waiting.wait_for, timeout=300.0)
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory):
-    """A head that the module's handshake tests share (the head-loss test starts its own)."""
-    cluster = ray_head.start_head(tmp_path_factory.mktemp("rh", numbered=True))
+def head_node(tmp_path_factory):
+    """A head node that the module's handshake tests share (the head-node-loss test starts its
+    own)."""
+    cluster = ray_head_node.start_head_node(tmp_path_factory.mktemp("rh", numbered=True))
     try:
         yield cluster
     finally:
@@ -151,28 +152,29 @@ def http_server():
 # -- the handshake ----------------------------------------------------------------------------------
 
 
-def test_the_handshake_accepts_a_ray_head_with_its_token(head, monkeypatch):
-    with_env(monkeypatch, head.env())
+def test_the_handshake_accepts_a_ray_head_node_with_its_token(head_node, monkeypatch):
+    with_env(monkeypatch, head_node.env())
     started = time.monotonic()
-    assert check_address(head.address) == head.address
+    assert check_address(head_node.address) == head_node.address
     assert time.monotonic() - started < 15
 
 
-def test_a_wrong_token_is_auth_refused(head, monkeypatch):
-    with_env(monkeypatch, head.env(RAY_AUTH_TOKEN="0" * 32))
+def test_a_wrong_token_is_auth_refused(head_node, monkeypatch):
+    with_env(monkeypatch, head_node.env(RAY_AUTH_TOKEN="0" * 32))
     with pytest.raises(RayUnavailable, match="refused this machine's authentication token"):
-        check_address(head.address)
+        check_address(head_node.address)
 
 
-def test_no_token_for_a_cluster_that_wants_one(head, monkeypatch):
+def test_no_token_for_a_cluster_that_wants_one(head_node, monkeypatch):
     with_env(monkeypatch, {})  # no RAY_AUTH_MODE: Ray sends no token to an explicit address
     with pytest.raises(RayUnavailable, match="requires token authentication and this machine"):
-        check_address(head.address)
+        check_address(head_node.address)
 
 
-def test_a_cluster_of_another_ray_version_is_refused(head, monkeypatch):
-    """The head's metadata (what ray.init compares) says Ray 2.59.0: refused, before ray.init."""
-    with_env(monkeypatch, head.env())
+def test_a_cluster_of_another_ray_version_is_refused(head_node, monkeypatch):
+    """The head node's metadata (what ray.init compares) says Ray 2.59.0: refused, before
+    ray.init."""
+    with_env(monkeypatch, head_node.env())
     script = (
         "import json, sys\n"
         "from ray._raylet import GcsClient\n"
@@ -185,19 +187,19 @@ def test_a_cluster_of_another_ray_version_is_refused(head, monkeypatch):
         "print(old.decode())\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, head.address], env=head.env(), capture_output=True,
+        [sys.executable, "-c", script, head_node.address], env=head_node.env(), capture_output=True,
         text=True, check=True, timeout=60,
     )  # fmt: skip
     original = done.stdout.strip().splitlines()[-1]
     try:
         with pytest.raises(RayUnavailable, match=r"runs Ray 2\.59\.0 on Python .*Ray 2\.60\.0"):
-            check_address(head.address)
+            check_address(head_node.address)
     finally:
         subprocess.run(
-            [sys.executable, "-c", script, head.address, original], env=head.env(),
+            [sys.executable, "-c", script, head_node.address, original], env=head_node.env(),
             capture_output=True, check=True, timeout=60,
         )  # fmt: skip
-    assert check_address(head.address) == head.address
+    assert check_address(head_node.address) == head_node.address
 
 
 @pytest.mark.parametrize(
@@ -254,17 +256,17 @@ def test_a_ray_worker_on_a_port_that_is_not_ray_exits_at_once_and_on_sigterm(roo
     assert db.get_run(queued)["status"] == "queued"
 
 
-# -- losing the head ------------------------------------------------------------------------------------
+# -- losing the head node --------------------------------------------------------------------------
 
 
-def test_losing_the_head_fails_the_runs_in_flight_and_claims_nothing_more(
+def test_losing_the_head_node_fails_the_runs_in_flight_and_claims_nothing_more(
     root, tiny_bert_dir, tmp_path_factory
 ):
-    """Kill the head's GCS and raylet while a run trains there: that run fails "lost the Ray
-    cluster head at ADDR" with its steps kept, the run queued behind it stays queued, and the
+    """Kill the head node's GCS and raylet while a run trains there: that run fails "lost the Ray
+    cluster's head node at ADDR" with its steps kept, the run queued behind it stays queued, and the
     Ray worker exits on its own with one clear line and status 2 (long before Ray's own 60 s).
     The worker's parent lives on here, as under the dashboard's server."""
-    cluster = ray_head.start_head(tmp_path_factory.mktemp("rh", numbered=True))
+    cluster = ray_head_node.start_head_node(tmp_path_factory.mktemp("rh", numbered=True))
     worker = None
     try:
         db = RunsDB()
@@ -296,11 +298,11 @@ def test_losing_the_head_fails_the_runs_in_flight_and_claims_nothing_more(
         assert time.monotonic() - lost_at < 30
         run = db.get_run(doomed)
         assert run["status"] == "failed", run
-        assert run["error"] == f"lost the Ray cluster head at {cluster.address}"
+        assert run["error"] == f"lost the Ray cluster's head node at {cluster.address}"
         assert len(db.steps(doomed)) >= kept
         assert db.get_run(behind)["status"] == "queued"  # not claimed, not used up
         text = log.read_text()
-        assert f"error: Lost the Ray cluster head at {cluster.address}" in text
+        assert f"error: Lost the Ray cluster's head node at {cluster.address}" in text
         assert "The queued runs stay queued" in text
         assert text.rstrip().endswith("exit status 2"), text[-3000:]
     finally:
@@ -310,15 +312,15 @@ def test_losing_the_head_fails_the_runs_in_flight_and_claims_nothing_more(
         cluster.stop()
 
 
-def test_a_worker_that_sweep_started_says_its_last_word_after_losing_the_head(
+def test_a_worker_that_sweep_started_says_its_last_word_after_losing_the_head_node(
     root, tiny_bert_dir, tmp_path_factory, tmp_path
 ):
     """``sweep`` starts the Ray worker detached and exits, so the worker runs on orphaned (its
     parent is init): there Ray's client ends the process itself as soon as it writes to a local
-    raylet that is gone. Kill the head: the run in flight fails with its steps kept, the run
+    raylet that is gone. Kill the head node: the run in flight fails with its steps kept, the run
     behind it stays queued, and worker.log ends with the error, the count of runs and the exit
     status, 2."""
-    cluster = ray_head.start_head(tmp_path_factory.mktemp("rh", numbered=True))
+    cluster = ray_head_node.start_head_node(tmp_path_factory.mktemp("rh", numbered=True))
     log, out = root / "worker.log", tmp_path / "sweep.json"
     pid = None
     try:
@@ -356,14 +358,14 @@ def test_a_worker_that_sweep_started_says_its_last_word_after_losing_the_head(
         ]
         assert said[-3:] == [
             "exiting after 1 run(s)",
-            f"error: Lost the Ray cluster head at {cluster.address}: its runs in flight failed. "
-            "The queued runs stay queued.",
+            f"error: Lost the Ray cluster's head node at {cluster.address}: its runs in flight "
+            "failed. The queued runs stay queued.",
             "exit status 2",
         ], f"(parent {parent}, {took:.1f} s after the kill)\n" + "\n".join(said[-8:])
         assert took < 30, took
         run = db.get_run(doomed)
         assert run["status"] == "failed"
-        assert run["error"] == f"lost the Ray cluster head at {cluster.address}"
+        assert run["error"] == f"lost the Ray cluster's head node at {cluster.address}"
         assert len(db.steps(doomed)) >= kept
         assert db.get_run(behind)["status"] == "queued"
         assert db.pragma("integrity_check") == "ok"
@@ -400,7 +402,7 @@ def test_the_local_cluster_tunescope_starts_listens_on_loopback_only(ray_cluster
     """The session's cluster is `connect(LOCAL_CLUSTER)`'s, as a Ray worker without an address starts
     it: its GCS, raylet, workers and this driver listen on 127.0.0.1 alone."""
     assert ray_cluster.startswith("127.0.0.1:")
-    pids = {os.getpid(), *ray_head.descendants(os.getpid())}
+    pids = {os.getpid(), *ray_head_node.descendants(os.getpid())}
     listening = _listening(pids)
     assert len(listening) >= 3, listening  # at least the GCS, the raylet and this driver
     outward = [(a, p) for a, p in listening if not re.match(r"^(\[::ffff:)?127\.", a)]

@@ -358,8 +358,8 @@ def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
 def test_a_refresh_blocked_on_the_gcs_holds_up_neither_the_queue_loop_nor_close(
     ray_cluster, root, monkeypatch
 ):
-    """Once the head is gone, Ray's calls to its GCS block for a minute. The cluster is re-read in
-    a thread of its own, so the queue loop's calls return meanwhile (on the last reading), close
+    """Once the head node is gone, Ray's calls to its GCS block for a minute. The cluster is re-read
+    in a thread of its own, so the queue loop's calls return meanwhile (on the last reading), close
     returns at once, and the late refresh writes no status file after close removed it."""
     db = RunsDB(Workspace(root))
     runner = RayRunner(db, log=lambda message: None, refresh_s=0.05, status_root=root)

@@ -1,7 +1,7 @@
-"""A Ray cluster of two nodes on loopback (`ray_head.start_two_nodes`) that loses its worker node
-while runs train on both: the run on the lost node fails with its steps kept, the run on the head
-goes on, nothing is claimed while the cluster has no room, the database stays whole, and the
-lost raylet's crash dump stays out of the worker's log."""
+"""A Ray cluster of two nodes on loopback (`ray_head_node.start_two_nodes`) that loses its worker
+node while runs train on both: the run on the lost node fails with its steps kept, the run on the
+head node goes on, nothing is claimed while the cluster has no room, the database stays whole, and
+the lost raylet's crash dump stays out of the worker's log."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import ray_head
+import ray_head_node
 import waiting
 
 from analysis.config import DataSpec, ModelSpec
@@ -30,7 +30,7 @@ DUMP_LINE = re.compile(r"PC: @|@ +0x[0-9a-f]+ |\[state-dump\]")  # lines of a ra
 
 def minilm_config(steps: int, seed: int):
     """A run on the built-in MiniLM: loaded from the installed package on whichever node trains
-    it (a local model folder would pin the run to this machine's node, the head)."""
+    it (a local model folder would pin the run to this machine's node, the head node)."""
     from analysis.finetune.config import FinetuneConfig
 
     return FinetuneConfig(
@@ -62,11 +62,11 @@ def finished(run: dict) -> float:
     return datetime.fromisoformat(run["finished"]).timestamp()
 
 
-def test_losing_the_worker_node_fails_its_run_and_the_head_trains_on(
+def test_losing_the_worker_node_fails_its_run_and_the_head_node_trains_on(
     root, tmp_path_factory, monkeypatch
 ):
     monkeypatch.setenv("TUNESCOPE_WORKER_IDLE_S", "120")
-    two = ray_head.start_two_nodes(tmp_path_factory.mktemp("two", numbered=True), num_cpus=1)
+    two = ray_head_node.start_two_nodes(tmp_path_factory.mktemp("two", numbered=True), num_cpus=1)
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the Ray worker presents the cluster's token
     monkeypatch.setenv("RAY_AUTH_TOKEN", two.token)
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
@@ -95,17 +95,19 @@ def test_losing_the_worker_node_fails_its_run_and_the_head_trains_on(
         assert run["result"] is None and len(db.steps(doomed)) >= kept
         going = len(db.steps(survivor, kind="train"))
         wait_for(
-            lambda: len(db.steps(survivor, kind="train")) > going, what="the head's run", log=log
+            lambda: len(db.steps(survivor, kind="train")) > going,
+            what="the head node's run",
+            log=log,
         )
         assert db.get_run(survivor)["status"] == "running"
-        assert db.get_run(after)["status"] == "queued"  # the head's one CPU is still taken
+        assert db.get_run(after)["status"] == "queued"  # the head node's one CPU is still taken
 
         assert db.request_cancel(survivor) == "running"
         wait_for(lambda: db.get_run(after)["status"] == "done", what="the queued run", log=log)
-        head_run, last = db.get_run(survivor), db.get_run(after)
-        assert head_run["status"] == "cancelled"
-        assert last["device"] == head_run["device"]  # on the head, the one node left
-        assert started(last) >= finished(head_run)  # claimed once the head had room
+        head_node_run, last = db.get_run(survivor), db.get_run(after)
+        assert head_node_run["status"] == "cancelled"
+        assert last["device"] == head_node_run["device"]  # on the head node, the one node left
+        assert started(last) >= finished(head_node_run)  # claimed once the head node had room
         assert db.pragma("integrity_check") == "ok"
 
         # Ray's note on the lost node is one line in the worker's log; the lost raylet's crash

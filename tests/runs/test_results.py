@@ -73,7 +73,7 @@ def test_pareto_front_known_answer():
 def test_compute_saved_against_full(runs):
     summary = results.summarise(results.results_table(runs, l_star=3))
     saved = results.compute_saved(summary, n_layers=6)
-    assert saved["label"].tolist() == ["(1, 3, 3)"]  # the only cut model (ℓ_head < L)
+    assert saved["label"].tolist() == ["(1, 3, 3)"]  # the only cut model (ℓ_cls < L)
     row = saved.iloc[0]
     assert row["layers_saved"] == pytest.approx(0.5)
     assert row["step_time_saved"] == pytest.approx(0.5)

@@ -21,7 +21,7 @@ def fill_form(at, steps: int, seeds: str = "0") -> None:
     """One small layers run per seed (the form's other fields keep their defaults)."""
     widget(at.radio, "What to launch").set_value("One run per seed")
     widget(at.selectbox, "Method (one run)").set_value("layers")
-    for label, value in (("ℓ_bottom", 1), ("ℓ_top", 1), ("ℓ_head", 2), ("Steps", steps)):
+    for label, value in (("ℓ_bottom", 1), ("ℓ_top", 1), ("ℓ_cls", 2), ("Steps", steps)):
         widget(at.number_input, label).set_value(value)
     widget(at.text_input, "Seeds").set_value(seeds)
 

@@ -35,7 +35,7 @@ def fill_form(at, steps: int, seeds: str = "0") -> None:
     widget(at.selectbox, "Method (one run)").set_value("layers")
     widget(at.number_input, "ℓ_bottom").set_value(1)
     widget(at.number_input, "ℓ_top").set_value(1)
-    widget(at.number_input, "ℓ_head").set_value(2)
+    widget(at.number_input, "ℓ_cls").set_value(2)
     widget(at.number_input, "Steps").set_value(steps)
     widget(at.number_input, "Batch size").set_value(4)
     widget(at.number_input, "Train examples (0 = all)").set_value(32)
@@ -166,7 +166,7 @@ def test_l_star_comes_from_the_cached_layers_analysis_in_a_new_session(tiny_bert
     assert not errors(at), errors(at)
     assert any(f"ℓ* = {found}, from the Layers analysis" in i.value for i in at.info)
     assert "suggested_l_star" not in at.session_state  # not from the browser session
-    for label in ("ℓ* (best-specialised layer)", "ℓ_top", "ℓ_head"):
+    for label in ("ℓ* (best-specialised layer)", "ℓ_top", "ℓ_cls"):
         assert widget(at.number_input, label).value == found
 
 
@@ -178,7 +178,7 @@ def test_layer_fields_follow_l_star_until_edited_and_then_say_so(tiny_bert_dir, 
     cache_layers_analysis(cfg)
     cached_l_star_is(monkeypatch, 1)  # the Layers analysis now says 1 (the middle of L = 2 is 2)
     at.run()
-    for label in ("ℓ* (best-specialised layer)", "ℓ_top", "ℓ_head"):
+    for label in ("ℓ* (best-specialised layer)", "ℓ_top", "ℓ_cls"):
         assert widget(at.number_input, label).value == 1  # followed: none was edited
     widget(at.number_input, "ℓ* (best-specialised layer)").set_value(2)
     widget(at.button, "Estimate time").click().run()
@@ -225,7 +225,7 @@ def test_the_form_keeps_its_values_across_page_switches(tiny_bert_dir, monkeypat
     assert widget(at.number_input, "Steps").value == 77
     assert widget(at.text_input, "Seeds").value == "3,4"
     assert widget(at.selectbox, "Method (one run)").value == "layers"
-    assert widget(at.number_input, "ℓ_head").value == 2
+    assert widget(at.number_input, "ℓ_cls").value == 2
     assert widget(at.number_input, "ℓ* (best-specialised layer)").value == 2
 
 

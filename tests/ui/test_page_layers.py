@@ -47,7 +47,7 @@ def test_layers_page_renders_metrics_picture_and_teaching(tiny_bert_dir, monkeyp
     assert "of 50 repeats" in box and "ρ(ν, s) = " in box
     # Issue 31: the triple the box recommends is defined where it is used, and the tiles say why
     # the Paper check's X1 gives another ρ for the same settings.
-    assert "A strategy is written (ℓ_bottom, ℓ_top, ℓ_head): layers ℓ_bottom..ℓ_top train" in box
+    assert "A strategy is written (ℓ_bottom, ℓ_top, ℓ_cls): layers ℓ_bottom..ℓ_top train" in box
     assert any("X1 and the Layers page give different ρ(ν, s)" in c.value for c in at.caption)
     assert len(at.latex) >= 7  # ν, ℓ*, CCA, ϱ, ρ, ζ, repeats
     charts = at.get("plotly_chart")

@@ -2,7 +2,7 @@
 (`analysis.export.build`): recipe.json, tunescope_recipe.py, README.md and, for a method whose
 export is a PEFT config (LoRA, IA³…), PEFT's adapter_config.json.
 
-What to export: ``--run ID``, ``--strategy ℓ_bottom,ℓ_top,ℓ_head`` (method layers), ``--heads
+What to export: ``--run ID``, ``--strategy ℓ_bottom,ℓ_top,ℓ_cls`` (method layers), ``--heads
 FILE`` (method heads) or ``--method NAME`` (any method of the registry). The method options
 (``--lora-r``, ``--lora-alpha``, ``--adapter-size``, ``--adapter-layers``…) are the flags
 ``finetune`` and ``sweep`` have, made by the same code (`add_method_options`).
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--run", default=None, help="a stored run id (or a unique part of it)")
     what.add_argument(
-        "--strategy", default=None, help="ℓ_bottom,ℓ_top,ℓ_head, e.g. 1,4,4 (method layers)"
+        "--strategy", default=None, help="ℓ_bottom,ℓ_top,ℓ_cls, e.g. 1,4,4 (method layers)"
     )
     what.add_argument(
         "--method", default=None, choices=method_names(),
@@ -43,11 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with a method that places its modules (lora, adapter…): the layers that get them, "
         "e.g. 4,5,6 (as --lora-layers / --adapter-layers); with --method layers: "
-        "ℓ_bottom,ℓ_top,ℓ_head",
+        "ℓ_bottom,ℓ_top,ℓ_cls",
     )
     parser.add_argument(
         "--classifier-layer", "--head-layer", dest="classifier_layer", type=int, default=None,
-        help="ℓ_head: the layer the classifier reads, the layers above removed (default: L)",
+        help="ℓ_cls: the layer the classifier reads, the layers above removed (default: L)",
     )  # fmt: skip
     parser.add_argument("--l-star", type=int, default=None, help="ℓ* the recommendation came from")
     parser.add_argument("--out", required=True, help="the recipe folder to write")

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_data(parser)
     parser.add_argument("--method", default="full", choices=method_names())
     parser.add_argument(
-        "--layers", default=None, help="ℓ_bottom,ℓ_top,ℓ_head, e.g. 1,3,3 (method layers)"
+        "--layers", default=None, help="ℓ_bottom,ℓ_top,ℓ_cls, e.g. 1,3,3 (method layers)"
     )
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     add_training_options(parser)

@@ -73,14 +73,14 @@ def how_sure(summ: Any | None, repeats: int) -> str:
 
 
 def suggestions(result: dict[str, Any]) -> str:
-    """The layer strategies ℓ* suggests (the JSON's ``strategies``: (ℓ_bottom, ℓ_top, ℓ_head)
+    """The layer strategies ℓ* suggests (the JSON's ``strategies``: (ℓ_bottom, ℓ_top, ℓ_cls)
     triples, docs/explanation/strategies.md), one family a line, and the command that trains
     them."""
     if not result.get("strategies"):
         return "No strategy to suggest: ℓ* is undefined (ν is not finite on any layer 1..L)."
     l_star = result["l_star"]
     l_star = l_star["estimate"] if isinstance(l_star, dict) else l_star
-    lines = [f"Suggested strategies (ℓ_bottom, ℓ_top, ℓ_head) for ℓ* = {l_star}:"]
+    lines = [f"Suggested strategies (ℓ_bottom, ℓ_top, ℓ_cls) for ℓ* = {l_star}:"]
     for key, family in STRATEGY_FAMILIES.items():
         triples = result["strategies"].get(key) or []
         shown = "  ".join(f"({b}, {t}, {h})" for b, t, h in triples) or "none (ℓ* is the top layer)"

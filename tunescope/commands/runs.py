@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "show":
         record = db.get_run(args.id)
         steps = db.steps(record["id"])
-        head = {k: v for k, v in record.items() if k not in ("config", "result")}
-        for key, value in head.items():
+        summary = {k: v for k, v in record.items() if k not in ("config", "result")}
+        for key, value in summary.items():
             print(f"{key:>16}: {value}")
         for key in ("config", "result"):
             shown = _readable(record[key]) if key == "result" else record[key]

@@ -101,7 +101,7 @@ def score_vs_layers(
     baseline: Baseline | None = None,
 ) -> go.Figure:
     """The first paper's Figure 4: test score vs number of tuned layers, one colour per family,
-    mean ± standard error over seeds (error bars). Circles: cut models (ℓ_head < L); diamonds:
+    mean ± standard error over seeds (error bars). Circles: cut models (ℓ_cls < L); diamonds:
     the classifier reads the top layer L (the largest layers_forward when L is not given). The
     score axis spans the metric's range, with the majority-class and chance lines."""
     fig = go.Figure()
@@ -211,7 +211,7 @@ def costs(summary: pd.DataFrame) -> go.Figure:
 def compute_saved(
     saved: pd.DataFrame, metric: str = "score", baseline: Baseline | None = None
 ) -> go.Figure:
-    """For every cut model (ℓ_head < L): the share of step time saved against full fine-tuning
+    """For every cut model (ℓ_cls < L): the share of step time saved against full fine-tuning
     (bars, left axis) and its test score (markers, right axis: the metric's range, with the
     majority-class line)."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])

@@ -3,7 +3,7 @@
 A form, so moving a slider never starts anything: only "Estimate" and "Queue" act. Its values
 stay across page switches (``persist_state``). ℓ* and the head selection default to what the
 Layers and Heads pages found for exactly this model, data and sample (`ui.suggestions`: ℓ* from
-the Layers analysis cached on disk); ℓ*, ℓ_top and ℓ_head follow that ℓ* until the user edits
+the Layers analysis cached on disk); ℓ*, ℓ_top and ℓ_cls follow that ℓ* until the user edits
 them (then the form says which ℓ* it uses). The layer fields are kept per extraction, so another
 data set or model starts on its own ℓ*.
 """
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from analysis.runs.executor import ExecutorChoice
 
 STRATEGY_HELP = (
-    "down: (ℓ_b, ℓ*, ℓ_h) for ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_h ∈ {ℓ*, L} · up: (ℓ*+1, L, L) · "
+    "down: (ℓ_b, ℓ*, ℓ_c) for ℓ_b ∈ {1, ℓ*−2, ℓ*−1, ℓ*}, ℓ_c ∈ {ℓ*, L} · up: (ℓ*+1, L, L) · "
     "baselines: (1, L, L), (L−2, L, L), (L−1, L, L), (L, L, L) · middle: down and up of "
     "ℓ_mid = L/2 + 1 · the methods: whole-model baselines (a heads run takes the Heads page's "
     "selection, or the file uploaded for method heads)"
@@ -94,7 +94,7 @@ class Submitted:
     one: bool  # one run per seed (else a sweep)
     strategies: list[str]  # the sweep's
     l_star: int
-    triple: tuple[int, int, int]  # (ℓ_bottom, ℓ_top, ℓ_head) of one run
+    triple: tuple[int, int, int]  # (ℓ_bottom, ℓ_top, ℓ_cls) of one run
     options: Callable[[], dict[str, Any]]  # the method's option fields, once read
     training: dict[str, Any]  # the fields every run has (`training_fields`)
     estimate_only: bool
@@ -149,7 +149,7 @@ def form_fields(extract_cfg: ExtractConfig, n_layers: int, method: str) -> Submi
 def layer_fields(
     extract_cfg: ExtractConfig, n_layers: int, left: Any, right: Any
 ) -> tuple[int, tuple[int, int, int]]:
-    """ℓ* (with where it comes from) and (ℓ_bottom, ℓ_top, ℓ_head); ℓ*, ℓ_top and ℓ_head follow
+    """ℓ* (with where it comes from) and (ℓ_bottom, ℓ_top, ℓ_cls); ℓ*, ℓ_top and ℓ_cls follow
     the Layers page's ℓ* until the user edits them."""
     key = functools.partial(layer_key, extract_cfg)
     l_star_found = l_star_for(extract_cfg, n_layers)
@@ -175,15 +175,15 @@ def layer_fields(
         )
     l_star = left.number_input(
         "ℓ* (best-specialised layer)", 1, n_layers, key=key("l_star"), persist_state=KEEP,
-        help="Taken from the Layers analysis cached for these settings; ℓ_top and ℓ_head "
+        help="Taken from the Layers analysis cached for these settings; ℓ_top and ℓ_cls "
         "follow it until you edit them.",
     )  # fmt: skip
     c1, c2, c3 = right.columns(3)
     bottom = c1.number_input("ℓ_bottom", 1, n_layers, key=key("bottom"), persist_state=KEEP)
     top = c2.number_input("ℓ_top", 1, n_layers, key=key("top"), persist_state=KEEP)
     classifier = c3.number_input(
-        "ℓ_head", 1, n_layers, key=key("classifier"), persist_state=KEEP,
-        help="ℓ_head: the layer the classifier reads; the layers above it are removed.",
+        "ℓ_cls", 1, n_layers, key=key("classifier"), persist_state=KEEP,
+        help="ℓ_cls: the layer the classifier reads; the layers above it are removed.",
     )  # fmt: skip
     return int(l_star), (int(bottom), int(top), int(classifier))
 

@@ -46,9 +46,9 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
 
     st.subheader("Score vs number of tuned layers")
     st.markdown(
-        "Each dot is one strategy (ℓ_bottom, ℓ_top, ℓ_head): blue ℓ*-down (tune up to ℓ*), green "
+        "Each dot is one strategy (ℓ_bottom, ℓ_top, ℓ_cls): blue ℓ*-down (tune up to ℓ*), green "
         "ℓ*-up (tune above ℓ*), red the usual baselines. The paper's claim: with a budget of ≤ 3 "
-        "tuned layers, ℓ*-down beats tuning the top layers. Circles: the model is cut at ℓ_head < L; "
+        "tuned layers, ℓ*-down beats tuning the top layers. Circles: the model is cut at ℓ_cls < L; "
         "diamonds: the classifier reads the top layer L. Bars: the standard error over seeds:"
     )
     st.latex(r"\bar s \pm \frac{\mathrm{sd}(s_1,\dots,s_n)}{\sqrt{n}}\quad (n = \text{seeds})")
@@ -78,12 +78,12 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
         lr_grid_view(choices)
 
     saved = results.compute_saved(summary, n_layers)
-    st.subheader("Compute saved by cutting the model at ℓ_head")
+    st.subheader("Compute saved by cutting the model at the classifier's layer")
     if saved.empty:
-        st.info("Needs a full fine-tuning run and a run with ℓ_head < L, such as (1, ℓ*, ℓ*).")
+        st.info("Needs a full fine-tuning run and a run with ℓ_cls < L, such as (1, ℓ*, ℓ*).")
     else:
         st.markdown(
-            "A run whose classifier reads layer ℓ_head < L never computes the layers above it. "
+            "A run whose classifier reads layer ℓ_cls < L never computes the layers above it. "
             "Bars: what it saves against full fine-tuning; dots: its score."
         )
         st.latex(r"\text{saved} = 1 - t_\text{step} / t_\text{step}^{(1, L, L)}")

@@ -58,8 +58,8 @@ X1_AND_THE_LAYERS_PAGE = (
     "sample (docs/explanation/statistics.md, 'Samples')."
 )
 STRATEGY_TRIPLE = (
-    "A strategy is written (ℓ_bottom, ℓ_top, ℓ_head): layers ℓ_bottom..ℓ_top train, every other "
-    "layer stays frozen, the classifier reads layer ℓ_head, and the layers above ℓ_head are "
+    "A strategy is written (ℓ_bottom, ℓ_top, ℓ_cls): layers ℓ_bottom..ℓ_top train, every other "
+    "layer stays frozen, the classifier reads layer ℓ_cls, and the layers above ℓ_cls are "
     "removed (they cost no time or memory)."
 )
 

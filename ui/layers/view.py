@@ -78,7 +78,8 @@ def suggestion(
             if l_star < n_layers
             else f"(ℓ\\* is the top layer, so the classifier stays at {n_layers}): {down}"
         ),
-        f"- **ℓ\\*-up** — keep layers 1..{l_star} frozen and tune those above as a deep head: {up}",
+        f"- **ℓ\\*-up** — keep layers 1..{l_star} frozen and tune those above as a deep "
+        f"classifier: {up}",
         f"- compare with full fine-tuning {fmt_strategy((1, n_layers, n_layers))} and the top "
         "layers only; launch any of them on the **Fine-tune** page (ℓ\\* is passed on).",
     ]

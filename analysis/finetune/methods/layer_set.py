@@ -5,7 +5,7 @@ The recommendation's alternatives at the same budget (docs/explanation/recommend
 alternatives"): ``random`` is "k random layers" (the draw is part of the seed, so the runs of one
 setting are seeds of one another and their spread includes the draw); ``snr`` is the weights-only
 choice axolotl's Spectrum makes (no data: `weight_snr`). Unlike method ``layers`` the set need
-not be contiguous, and nothing is cut: the classifier reads ℓ_head (default L).
+not be contiguous, and nothing is cut: the classifier reads ℓ_cls (default L).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Method ``layers``: layers ℓ_bottom..ℓ_top train; the classifier reads ℓ_head, and the layers
+"""Method ``layers``: layers ℓ_bottom..ℓ_top train; the classifier reads ℓ_cls, and the layers
 above it are removed (docs/explanation/strategies.md). (1, L, L) is full fine-tuning."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def run_label(config: Mapping[str, Any]) -> str:
 
 SPEC = MethodSpec(
     name="layers",
-    label="train layers ℓ_bottom..ℓ_top only; the classifier reads ℓ_head, layers above are "
+    label="train layers ℓ_bottom..ℓ_top only; the classifier reads ℓ_cls, layers above are "
     "removed ((1, L, L) is method full)",
     colour=None,  # coloured by its strategy family (ℓ*-down, ℓ*-up, baseline, middle)
     default_lr=5e-5,

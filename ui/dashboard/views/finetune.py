@@ -22,9 +22,9 @@ st.markdown(
 )
 with st.expander("What the strategies mean"):
     st.markdown(
-        "A layer strategy is written (ℓ_bottom, ℓ_top, ℓ_head): layers ℓ_bottom..ℓ_top train, all "
+        "A layer strategy is written (ℓ_bottom, ℓ_top, ℓ_cls): layers ℓ_bottom..ℓ_top train, all "
         "others stay frozen; the classifier (dense → tanh → linear on the pooled states) reads "
-        "layer ℓ_head and the layers above it are removed, so they cost no time or memory. "
+        "layer ℓ_cls and the layers above it are removed, so they cost no time or memory. "
         "ℓ* is the layer with the lowest task-specialty ν (Layers page). **ℓ*-down** tunes up to "
         "ℓ*; **ℓ*-up** tunes the layers above it, a deep classifier on top of ℓ*; the "
         "**baselines** are full fine-tuning (1, L, L) and tuning the top 1–3 layers. Other "

@@ -1,8 +1,8 @@
 """Ray clusters of separate processes for the tests, on 127.0.0.1 in a temporary folder:
 
-- `start_head`: ``ray start --head`` with a token of its own, stopped by the PIDs of its
+- `start_head_node`: ``ray start --head`` with a token of its own, stopped by the PIDs of its
   processes (never ``ray stop``, which would stop every Ray cluster of this machine);
-- `start_two_nodes`: a head and a worker node (``ray.cluster_utils.Cluster``, held by a helper
+- `start_two_nodes`: a head node and a worker node (``ray.cluster_utils.Cluster``, held by a helper
   process: ``ray start --address`` refuses a second node on loopback), whose worker node the
   test can lose (`TwoNodes.lose_worker_node`).
 """
@@ -60,7 +60,7 @@ def free_port() -> int:
 
 
 @dataclass
-class Head:
+class HeadNode:
     address: str
     temp_dir: Path
     token: str
@@ -98,11 +98,11 @@ class Head:
             time.sleep(0.3)
 
 
-def start_head(temp_dir: Path, num_cpus: int = 2) -> Head:
+def start_head_node(temp_dir: Path, num_cpus: int = 2) -> HeadNode:
     """``ray start --head`` on 127.0.0.1 (tunescope's loopback setting) with a token of its own."""
     port, token = free_port(), secrets.token_hex(16)
-    head = Head(f"127.0.0.1:{port}", temp_dir, token)
-    env = head.env(**{LOOPBACK_ENV: "0", "RAY_USAGE_STATS_ENABLED": "0"})
+    head_node = HeadNode(f"127.0.0.1:{port}", temp_dir, token)
+    env = head_node.env(**{LOOPBACK_ENV: "0", "RAY_USAGE_STATS_ENABLED": "0"})
     command = [
         str(RAY), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
         "--temp-dir", str(temp_dir), "--num-cpus", str(num_cpus), "--num-gpus", "0",
@@ -110,9 +110,9 @@ def start_head(temp_dir: Path, num_cpus: int = 2) -> Head:
     ]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
-        head.stop()
+        head_node.stop()
         raise RuntimeError(f"ray start --head failed:\n{done.stdout}\n{done.stderr}")
-    return head
+    return head_node
 
 
 # -- two nodes on loopback ---------------------------------------------------------------------
@@ -120,7 +120,7 @@ def start_head(temp_dir: Path, num_cpus: int = 2) -> Head:
 
 @dataclass
 class TwoNodes:
-    """A head and a worker node on 127.0.0.1 (``ray.cluster_utils.Cluster``), each with
+    """A head node and a worker node on 127.0.0.1 (``ray.cluster_utils.Cluster``), each with
     ``num_cpus`` CPUs and a token of their own, built and held by a helper process (`main`):
     ending that process ends both nodes (Ray starts them fate-shared with it)."""
 
@@ -174,7 +174,7 @@ def start_two_nodes(temp_dir: Path, num_cpus: int = 1) -> TwoNodes:
 
 
 def main(argv: list[str]) -> None:
-    """``python tests/ray_head.py TEMP_DIR NUM_CPUS``: build `TwoNodes`' cluster, print its
+    """``python tests/ray_head_node.py TEMP_DIR NUM_CPUS``: build `TwoNodes`' cluster, print its
     address, worker node id and worker raylet pid as one JSON line, and hold it until stdin
     closes."""
     from ray._private import ray_constants
@@ -182,8 +182,8 @@ def main(argv: list[str]) -> None:
 
     temp_dir, num_cpus = argv[0], int(argv[1])
     common = {"node_ip_address": "127.0.0.1", "num_cpus": num_cpus, "num_gpus": 0}
-    head_args = {**common, "temp_dir": temp_dir, "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args=head_args)
+    head_node_args = {**common, "temp_dir": temp_dir, "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head_node_args)
     node = cluster.add_node(**common)
     cluster.wait_for_nodes()
     raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
