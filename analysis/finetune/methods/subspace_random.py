@@ -21,6 +21,7 @@ SPEC = MethodSpec(
     prepare=prepare,
     options=SubspaceOptions,
     order=90,
+    random=True,  # the basis is drawn with the run's seed
     export=refuse_export(
         "random-subspace training re-parameterises each layer (a fixed random basis and its own "
         "forward pass): no transformers or PEFT setting expresses it"
