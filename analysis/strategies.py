@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from analysis.finetune.registry import sweep_methods
+from analysis.finetune.registry import find_spec, sweep_methods
 
 Triple = tuple[int, int, int]
 LAYER_FAMILIES = ("ℓ*-down", "ℓ*-up", "baseline", "middle")
@@ -147,10 +147,13 @@ def sweep_strategies(
 
 
 def family_of(layers: Sequence[int] | None, method: str, l_star: int | None, n_layers: int) -> str:
-    """Which family a finished run belongs to, given the ℓ* it is compared against."""
-    if method == "full":
+    """Which family a finished run belongs to, given the ℓ* it is compared against: full
+    fine-tuning (`MethodSpec.reference`) and a sweep's whole-model methods are baselines; a run
+    of a layer triple (a method that ``needs_layers``) is placed by its triple."""
+    spec = find_spec(method)
+    if spec is not None and spec.reference:
         return "baseline"
-    if layers is None or method != "layers":
+    if layers is None or spec is None or not spec.needs_layers:
         return "baseline" if method in sweep_methods() else "other"
     triple = tuple(int(x) for x in layers)
     if l_star == n_layers and triple in baselines(n_layers):  # ℓ*-down = the baselines
@@ -168,11 +171,13 @@ def family_of(layers: Sequence[int] | None, method: str, l_star: int | None, n_l
 
 
 def n_tuned_layers(layers: Sequence[int] | None, method: str, n_layers: int) -> int | None:
-    """ℓ_top − ℓ_bottom + 1 for a layer strategy, L for full fine-tuning, else None."""
-    if method == "full":
+    """ℓ_top − ℓ_bottom + 1 for a layer strategy, L for full fine-tuning, 0 for a method whose
+    body does not train (frozen), else None."""
+    spec = find_spec(method)
+    if spec is not None and spec.reference:
         return n_layers
     if layers is None:
-        return 0 if method == "frozen" else None
+        return 0 if spec is not None and not spec.has_body else None
     return int(layers[1]) - int(layers[0]) + 1
 
 

@@ -4,10 +4,13 @@ and its colour."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import dummy_method
 import pytest
 from apptest_utils import errors, make_app, open_page
 
+from analysis.config import setting
 from analysis.finetune.config import FinetuneConfig, flat_config
 from analysis.finetune.registry import method_names, register, sweep_methods, unregister
 from analysis.runs.db import RunsDB
@@ -15,6 +18,13 @@ from analysis.runs.records import run_label
 from analysis.strategies import strategy_names
 from tunescope.cli import build_parser
 from tunescope.commands.options import finetune_config, refuse_foreign_flags
+
+
+@dataclass(frozen=True)
+class SubspaceLike:
+    """Options with a source run (kind ``run``), as the subspace methods have."""
+
+    source: str | None = setting(None, help="a run id", flat="dummy_from", kind="run")
 
 
 @pytest.fixture
@@ -130,3 +140,35 @@ def test_a_method_without_an_export_hook_is_refused(tiny_bert_dir):
             build_recipe(cfg, loaded, 2)
     finally:
         unregister("dummy-plain")
+
+
+def test_what_other_code_asks_of_a_method_is_its_spec(dummy):
+    import dataclasses
+
+    from analysis.finetune.config import canonical
+    from analysis.runs.comparisons import comparison_group
+    from analysis.strategies import family_of, n_tuned_layers
+
+    # Declared nothing more: not the reference, not random, no source run or heads, its own name.
+    assert not dummy.reference and not dummy.random and dummy.canonical is dummy.migrate is None
+    assert dummy.option_field("layers").flat == "dummy_layers"
+    assert dummy.option_field("run") is dummy.option_field("heads") is None
+    cfg = flat_config(method="dummy")
+    assert canonical(cfg, 4) is cfg
+    assert comparison_group({"method": "dummy"}, ("src",), None) is None
+    assert family_of(None, "dummy", None, 4) == "baseline"  # a sweep's whole-model method
+    assert n_tuned_layers(None, "dummy", 4) is None
+    # The same method declared the reference, then a random arm that reads a source run.
+    register(dataclasses.replace(dummy, name="dummy-ref", sweep=None, reference=True))
+    register(dataclasses.replace(dummy_method.SPEC, name="dummy-arm", sweep=None, random=True,
+                                 options=SubspaceLike))  # fmt: skip
+    try:
+        assert comparison_group({"method": "dummy-ref"}, (), None) == "full"
+        assert family_of(None, "dummy-ref", None, 4) == "baseline"
+        assert n_tuned_layers(None, "dummy-ref", 4) == 4
+        arm = {"method": "dummy-arm", "dummy_from": "src"}
+        assert comparison_group(arm, ("src",), None) == "random subspace"
+        assert comparison_group(arm, ("other",), None) is None
+    finally:
+        unregister("dummy-ref")
+        unregister("dummy-arm")

@@ -18,8 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("analysis", "tunescope", "ui", "docs")
 # path → the ℓ_head it may hold. strategies.md: where the docs say the paper writes it so.
-# analysis/finetune/subspace.py: left for the pass over the subspace methods' files.
-ALLOWED = {"docs/explanation/strategies.md": 1, "analysis/finetune/subspace.py": 1}
+ALLOWED = {"docs/explanation/strategies.md": 1}
 RAY_MODULES = ("ray_cluster.py", "ray_executor.py", "ray_task.py")
 BARE_HEAD = re.compile(r"\bhead\b(?![ _-]node)", re.IGNORECASE)
 

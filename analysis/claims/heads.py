@@ -19,6 +19,7 @@ from analysis.claims.result import ClaimResult
 from analysis.claims.runs import comparison_result
 from analysis.compare import Arm, Comparison, compare
 from analysis.finetune.methods.heads import HeadsOptions
+from analysis.finetune.registry import method_names
 from analysis.heads.collect import HeadStatsConfig, head_stats
 from analysis.heads.select import HeadSelectionConfig, analyse_heads
 from analysis.runs.record import runs_of
@@ -126,8 +127,9 @@ def heads_comparisons(runs: pd.DataFrame) -> list[Comparison]:
     (the newest). Runs whose stored config does not name its selector (older runs) are left
     out."""
     groups: dict[str, dict[str, Any]] = {}
+    selecting = method_names(lambda spec: spec.option_field("heads") is not None)
     for run in runs_of(runs):
-        if run.status != "done" or run.method != "heads" or not run.stored:
+        if run.status != "done" or run.method not in selecting or not run.stored:
             continue
         config = run.stored
         setting = run.setting

@@ -11,12 +11,11 @@ One module a part:
   ``registry``: the methods found under ``methods/``; free of torch.
 - ``config``: what a run is (`FinetuneConfig`); ``stored``: its stored form (options nested;
   the older flat form read); free of torch.
-- ``methods/<name>.py``: one method a module: its options, preparer, export and recogniser
-  (docs/reference/methods.md). ``prepare``: running a preparer, the freezing helpers.
+- ``methods/<name>.py``: one method a module: its options, preparer, export and recogniser, and
+  what it adds to a model (``adapter``: Houlsby adapters; ``subspace``: training inside a
+  subspace) (docs/reference/methods.md). ``prepare``: running a preparer, the freezing helpers.
 - ``model``: the encoder cut at the classifier's layer ℓ_cls plus a fresh classifier
   (`EncoderClassifier`).
-- ``adapters``: Houlsby adapters. ``subspace``: training inside a (trajectory or random)
-  subspace.
 - ``engine``: the training loop (`run_finetune`) and what a run measures.
 
 Import from the module that defines a name; this package file stays empty so that the CLI can

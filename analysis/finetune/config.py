@@ -328,11 +328,11 @@ def check_device(device: str | None) -> None:
 
 
 def canonical(cfg: FinetuneConfig, n_layers: int) -> FinetuneConfig:
-    """``cfg`` under its one name: layers (1, L, L) trains everything, embeddings included, which
-    is full fine-tuning, so it is queued, labelled and grouped as method ``full``."""
-    if cfg.method == "layers" and cfg.layers == (1, n_layers, n_layers):
-        return dataclasses.replace(cfg, method="full", layers=None)
-    return cfg
+    """``cfg`` under its one name on a model of ``n_layers`` layers (its method's
+    ``MethodSpec.canonical``: layers (1, L, L) trains everything, embeddings included, which is
+    full fine-tuning), so it is queued, labelled and grouped once."""
+    same_as = method_spec(cfg.method).canonical
+    return cfg if same_as is None else same_as(cfg, n_layers)
 
 
 def grid_factors(method: str, factors: tuple[float, ...] = LR_GRID) -> tuple[float, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from typing import Any
 
 from analysis.finetune.spec import MethodSpec, OptionField
@@ -55,8 +56,10 @@ def method_specs() -> tuple[MethodSpec, ...]:
     return tuple(_discover().values())
 
 
-def method_names() -> tuple[str, ...]:
-    return tuple(_discover())
+def method_names(where: Callable[[MethodSpec], bool] | None = None) -> tuple[str, ...]:
+    """Every method's name, or those whose spec satisfies ``where``
+    (``method_names(lambda s: s.reference)``)."""
+    return tuple(name for name, spec in _discover().items() if where is None or where(spec))
 
 
 def method_spec(name: str) -> MethodSpec:
@@ -65,6 +68,11 @@ def method_spec(name: str) -> MethodSpec:
     if name not in specs:
         raise ValueError(f"Unknown fine-tuning method {name!r}: choose one of {', '.join(specs)}.")
     return specs[name]
+
+
+def find_spec(name: Any) -> MethodSpec | None:
+    """The spec of ``name``, or None for a name no method has (an imported run's ``custom``)."""
+    return _discover().get(name) if isinstance(name, str) else None
 
 
 def default_lr(method: str) -> float:

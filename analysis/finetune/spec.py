@@ -286,6 +286,17 @@ class MethodSpec:
       ``transformers.Trainer`` run) is set up as this method trains, and what that implies for
       its config (``{"layers": […]}``); None where a model cannot tell (head rows).
     title: the method's name as prose writes it (``LoRA``), for its fields' labels.
+    reference: full fine-tuning, what the others are measured against (the comparisons' "full",
+      the compute a cut model saves, a baseline in the figures); every layer trains.
+    random: what it trains is drawn anew for every seed (a control arm: a random subspace).
+    canonical: ``canonical(cfg, n_layers) -> cfg``: the same run under its one name on a model
+      of ``n_layers`` layers (``layers`` (1, L, L) is ``full``), so it is queued, labelled and
+      grouped once; None: the config's own name.
+    migrate: ``migrate(stored, result) -> stored``: a config stored earlier, read with its run's
+      result (None before it finishes), as the run it was under today's names; None: as stored.
+
+    Derived, not declared: whether the method trains a head selection, reads a source run or
+    places its modules (an option of kind ``heads``, ``run`` or ``layers``: `option_field`).
     """
 
     name: str
@@ -304,10 +315,20 @@ class MethodSpec:
     export: ExportHook | None = None
     recognise: Callable[[TrainedModel], dict[str, Any] | None] | None = None
     title: str | None = None
+    reference: bool = False
+    random: bool = False
+    canonical: Callable[[Any, int], Any] | None = None
+    migrate: Callable[[dict[str, Any], Mapping[str, Any] | None], dict[str, Any]] | None = None
 
     @property
     def fields(self) -> tuple[OptionField, ...]:
         return option_fields(self.options)
+
+    def option_field(self, kind: str) -> OptionField | None:
+        """The method's first option of ``kind`` (`OPTION_KINDS`), or None: ``heads`` for a
+        method that trains a head selection, ``run`` for one that reads another run, ``layers``
+        for one that places its modules."""
+        return next((f for f in self.fields if f.kind == kind), None)
 
     def field_label(self, field: OptionField) -> str:
         """A field's label on the page: its flat name in words, the method's name as its title

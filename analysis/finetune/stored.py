@@ -22,7 +22,7 @@ from typing import Any
 
 from analysis.config import DataSpec, ModelSpec
 from analysis.finetune.registry import flat_defaults, method_spec, option_owners
-from analysis.finetune.spec import MethodSpec
+from analysis.finetune.spec import MethodSpec, option_json
 
 # Keys of older stored configs → the setting's name now.
 OLD_NAMES = {"head_lr": "classifier_lr"}
@@ -115,11 +115,14 @@ def flat_options(spec: MethodSpec, flat: Mapping[str, Any], strict: bool) -> dic
 
 def nested(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` (a stored config of either form, or a run group's setting) with its method's
-    options under ``"options"``, without any checks: what run labels read."""
-    if isinstance(config.get("options"), Mapping):
-        return dict(config)
+    options under ``"options"``, every option there (an option a run group's setting leaves out
+    holds its default), without any checks: what run labels read."""
     try:
         spec = method_spec(str(config.get("method")))
     except ValueError:
         return dict(config)
-    return {**config, "options": flat_options(spec, config, strict=False)}
+    given = config.get("options")
+    if not isinstance(given, Mapping):
+        given = flat_options(spec, config, strict=False)
+    defaults = {f.name: option_json(f.kind, f.default) for f in spec.fields}
+    return {**config, "options": {**defaults, **given}}

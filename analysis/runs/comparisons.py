@@ -26,6 +26,7 @@ import pandas as pd
 from analysis.compare import Arm, Comparison, compare
 from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.methods.subspace import SubspaceOptions
+from analysis.finetune.registry import find_spec
 from analysis.runs.chance import BOTH_AT_CHANCE, chance_flag, groups_at_chance
 from analysis.runs.record import runs_of
 from analysis.runs.results import (
@@ -52,21 +53,28 @@ def comparison_group(
     outlier_file: str | None,
     random_files: Sequence[str] = (),
 ) -> str | None:
-    """Which bar of the comparison a run's config belongs to (None: not part of it).
+    """Which bar of the comparison a run's config (flat, as `run_setting` gives it) belongs to
+    (None: not part of it), asked of its method's spec: a method that reads a source run is the
+    intrinsic subspace, or the random one where its spec is ``random``; one whose body does not
+    train is frozen; the reference is full fine-tuning.
 
     ``source``: the names of the subspace's run (its id and/or trajectory folder), matched
-    against ``subspace_from``; ``outlier_file`` / ``random_files``: the zero-weights files of the
-    disable experiment, matched against ``zero_weights``.
+    against the method's option of kind ``run`` (``subspace_from``); ``outlier_file`` /
+    ``random_files``: the zero-weights files of the disable experiment, matched against
+    ``zero_weights``.
     """
-    method = config.get("method")
+    spec = find_spec(config.get("method"))
+    if spec is None:
+        return None
     zero = config.get("zero_weights")
-    if method in ("subspace", "subspace-random"):
-        if config.get("subspace_from") not in source:
+    reads = spec.option_field("run")
+    if reads is not None:
+        if config.get(reads.flat) not in source:
             return None
-        return "intrinsic subspace" if method == "subspace" else "random subspace"
-    if method == "frozen" and not zero:
+        return "random subspace" if spec.random else "intrinsic subspace"
+    if not spec.has_body and not zero:
         return "frozen"
-    if method == "full":
+    if spec.reference:
         if not zero:
             return "full"
         if outlier_file and zero == outlier_file:

@@ -3,13 +3,14 @@ migration of stored configs.
 
 `Run.from_row` takes a row as the database gives it — a `RunsDB.claim_next` row, a row of
 `RunsDB.list_runs` (a ``pandas`` row or an ``itertuples`` tuple) — and is the only code that reads
-the stored ``config_json`` / ``result_json`` columns. Stored configs are migrated here: a
-``layers`` run that trained everything is the ``full`` run it was (`as_full`); `migrate_config`
-reads a config of either stored form (`analysis.finetune.stored`: options nested, or flat as
-before) into today's, a key missing from an older config counting as its default, except that a
-config stored before the classifier had its own learning rate trained its classifier at ``lr``,
-which is what its record says; and `group_setting` renders any config the way run groups have
-always hashed it, so stored runs keep their run groups.
+the stored ``config_json`` / ``result_json`` columns. Stored configs are migrated here: a run is
+read under today's name for what it ran (`migrated`, its method's hook: a ``layers`` run that
+trained everything is the ``full`` run it was); `migrate_config` reads a config of either stored
+form (`analysis.finetune.stored`: options nested, or flat as before) into today's, a key missing
+from an older config counting as its default, except that a config stored before the classifier
+had its own learning rate trained its classifier at ``lr``, which is what its record says; and
+`group_setting` renders any config the way run groups have always hashed it, so stored runs keep
+their run groups.
 
 `runs_frame` turns records into a table (one row a run, the result's headline fields as
 columns).
@@ -26,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.finetune.config import FinetuneConfig
-from analysis.finetune.registry import method_spec
+from analysis.finetune.registry import find_spec, method_spec
 from analysis.finetune.spec import option_json
 
 NOT_A_SETTING = ("seed", "device")  # which seed, and where it ran: not what was run
@@ -95,16 +96,14 @@ def source_run(stored: Mapping[str, Any]) -> str | None:
         return None
 
 
-def as_full(stored: dict[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A ``layers`` run that trained everything — (1, L, L), stored before such runs were queued
-    as ``full`` — as the ``full`` run it was (one setting, one name, one run group). Its result
-    tells: every parameter trained (``n_trainable == n_params``), which only (1, L, L) does."""
-    if stored.get("method") != "layers" or not result:
+def migrated(stored: dict[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A stored config as the run it was under today's names (one setting, one name, one run
+    group): its method's ``MethodSpec.migrate`` (a ``layers`` run that trained everything is
+    the ``full`` run it was), else as stored."""
+    spec = find_spec(stored.get("method"))
+    if spec is None or spec.migrate is None:
         return stored
-    trained, total = result.get("n_trainable"), result.get("n_params")
-    if not trained or trained != total:
-        return stored
-    return {**stored, "method": "full", "layers": None}
+    return spec.migrate(stored, result)
 
 
 def run_setting(stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,7 +150,7 @@ class Run:
         if stored is None:
             stored = _json(_get(row, "config")) or {}
         result = _json(_get(row, "result_json")) or _json(_get(row, "result"))
-        stored = as_full(stored, result)
+        stored = migrated(stored, result)
         seed = _get(row, "seed")
         return cls(
             id=str(_get(row, "id")),

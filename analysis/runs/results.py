@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike
 
 from analysis.cache import canonical_json
 from analysis.compare import Arm
+from analysis.finetune.registry import method_names
 from analysis.runs.db import RunsDB
 from analysis.runs.record import Run, run_setting, runs_of
 from analysis.runs.records import RESULT_COLUMNS, run_label
@@ -125,6 +126,7 @@ def results_table(
         forward = pd.to_numeric(done["layers_forward"], errors="coerce")
         n_layers = int(forward.max()) if forward.notna().any() else None
     families, tuned, groups, settings, siblings, methods = [], [], [], {}, [], []
+    references = method_names(lambda spec: spec.reference)
     for _, row in done.iterrows():
         config = _config(row)
         setting = run_setting(config)
@@ -143,7 +145,7 @@ def results_table(
             else family_of(layers, method, l_star, big_l)
         )
         count = n_tuned_layers(layers, method, big_l)
-        if method == "full" and pd.notna(row.get("layers_backward")):
+        if method in references and pd.notna(row.get("layers_backward")):
             count = int(row["layers_backward"])
         tuned.append(count)
     done["method"] = methods
@@ -324,7 +326,8 @@ def compute_saved(summary: pd.DataFrame, n_layers: int | None = None) -> pd.Data
     if refs.empty or summary.empty:
         return pd.DataFrame(columns=columns)
     big_l = n_layers or refs["layers_forward"].max()
-    cut = summary[(summary["method"] == "layers") & (summary["layers_forward"] < big_l)]
+    strategies = summary["method"].isin(method_names(lambda spec: spec.needs_layers))
+    cut = summary[strategies & (summary["layers_forward"] < big_l)]
     cut = cut.merge(
         refs[["budget", "step_time_s", "peak_mem_mb"]], on="budget", suffixes=("", "_full")
     )
@@ -337,11 +340,13 @@ def compute_saved(summary: pd.DataFrame, n_layers: int | None = None) -> pd.Data
 
 
 def full_references(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per budget, the full fine-tuning group to compare against: method ``full`` without zeroed
-    weights; of several such groups (other learning rates, say), the one with the most seeds."""
+    """Per budget, the full fine-tuning group to compare against: the reference method (``full``,
+    `MethodSpec.reference`) without zeroed weights; of several such groups (other learning rates,
+    say), the one with the most seeds."""
     if summary.empty:
         return summary
-    full = summary[(summary["method"] == "full") & summary["zero_weights"].isna()]
+    reference = summary["method"].isin(method_names(lambda spec: spec.reference))
+    full = summary[reference & summary["zero_weights"].isna()]
     full = full.sort_values("n_seeds", ascending=False, kind="stable")
     return full.drop_duplicates("budget").reset_index(drop=True)
 

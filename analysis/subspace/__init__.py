@@ -17,7 +17,7 @@ Four stages, each usable on its own, one module each:
    for as many random weights.
 
 ``report`` puts them together for the CLI and the page (`analyse_trajectory`). Training inside a
-subspace is a fine-tuning method (`analysis.finetune.subspace`); the runs of the paper's
+subspace is a fine-tuning method (`analysis.finetune.methods.subspace`); the runs of the paper's
 comparisons are planned and grouped in `analysis.runs.comparisons`. Nothing here imports the
 fine-tuning engine or the runs database: this package only reads and writes trajectories.
 

@@ -16,9 +16,9 @@ from tiny import make_tiny_model_dir
 
 from analysis.config import ModelSpec
 from analysis.extract import model_inputs
-from analysis.finetune.adapters import HoulsbyAdapter
 from analysis.finetune.config import FinetuneConfig, flat_config
 from analysis.finetune.engine import build_model, make_optimizer, train_step
+from analysis.finetune.methods.adapter import ADAPTER_SITES, houlsby_adapter
 from analysis.finetune.model import EncoderClassifier, truncated_copy
 from analysis.finetune.registry import method_names, method_specs
 from analysis.models import encoder_layers, layer_modules, load_model, trainable_copy
@@ -282,13 +282,16 @@ def test_truncation_removes_layers_and_matches_the_full_model(bert4, tiny_family
 def test_adapters_start_as_exact_identity(bert4):
     plain = build_model(cfg_for(bert4, "frozen"), bert4, 2, "cpu").model.eval()
     adapted = build_model(cfg_for(bert4, "adapter"), bert4, 2, "cpu").model.eval()
-    assert sum(isinstance(m, HoulsbyAdapter) for m in adapted.modules()) == 2 * 4
+    sites = {name for _, name in ADAPTER_SITES}  # adapter_attn, adapter_ffn
+    assert sum(name.rsplit(".", 1)[-1] in sites for name, _ in adapted.named_modules()) == 2 * 4
     batch, _ = make_batch(bert4.tokenizer)
     with torch.no_grad():
         assert torch.equal(plain(**batch), adapted(**batch))
-    adapter = HoulsbyAdapter(16, 4)
+    adapter = houlsby_adapter(16, 4)  # its hook adds the residual: x + adapter(x) = x at the start
     x = torch.randn(2, 3, 16)
-    assert torch.equal(adapter(x), x)
+    assert torch.equal(adapter(x), torch.zeros_like(x))
+    assert [n for n, _ in adapter.named_parameters()] == ["down.weight", "down.bias", "up.weight",
+                                                          "up.bias"]  # fmt: skip
 
 
 def test_frozen_bottom_layers_build_no_graph(bert4):

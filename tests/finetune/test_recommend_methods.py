@@ -239,7 +239,7 @@ def test_weight_snr_on_noise_and_on_a_planted_low_rank_signal():
       "lora-eva r=8")],
 )  # fmt: skip
 def test_the_arms_store_their_options_nested_and_label_their_runs(method, options, stored, label):
-    from analysis.runs.record import migrate_config
+    from analysis.runs.record import migrate_config, run_setting
     from analysis.runs.records import run_label
 
     cfg = FinetuneConfig(method=method, options=options)
@@ -252,6 +252,7 @@ def test_the_arms_store_their_options_nested_and_label_their_runs(method, option
         == FinetuneConfig.from_dict(migrate_config(payload))
     )
     assert run_label(payload) == label
+    assert run_label(run_setting(payload)) == label  # a run group's setting leaves defaults out
 
 
 def test_eva_refuses_to_export_and_says_why_while_a_layer_set_exports_its_drawn_layers(bert4):

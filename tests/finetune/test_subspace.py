@@ -9,14 +9,12 @@ from transformers import AutoModel
 
 from analysis.config import ModelSpec
 from analysis.finetune.config import FinetuneConfig, flat_config
+from analysis.finetune.methods.subspace import H_VECTORS
+from analysis.finetune.methods.subspace import prepare as prepare_subspace
+from analysis.finetune.methods.subspace_random import prepare as prepare_subspace_random
+from analysis.finetune.methods.subspace_random import random_orthonormal
 from analysis.finetune.model import EncoderClassifier
 from analysis.finetune.prepared import MethodInputs
-from analysis.finetune.subspace import (
-    H_VECTORS,
-    prepare_subspace,
-    prepare_subspace_random,
-    random_orthonormal,
-)
 from analysis.subspace.outliers import find_outliers, outlier_positions_file
 from analysis.subspace.spectrum import load_layer_svd
 from analysis.subspace.trajectory import (

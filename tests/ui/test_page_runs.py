@@ -183,3 +183,17 @@ def test_the_table_leads_with_what_a_reader_looks_for(tiny_bert_dir, monkeypatch
     assert flags == {"full · steps 100": "predicts one class only", "full · steps 300": ""}
     cells = table.astype(str).to_numpy().ravel()
     assert "None" not in cells and "nan" not in cells  # the queued run's blanks read "–"
+
+
+def test_the_table_labels_each_method_by_its_own_options(tiny_bert_dir, monkeypatch):
+    from analysis.finetune.config import flat_config
+
+    db = RunsDB()
+    for options in ({}, {"eva_r": 4}):  # the default rank is left out of the run's group setting
+        config = flat_config(model={"name": "tiny"}, method="lora-eva", **options).to_dict()
+        run_id = db.enqueue(config)
+        db.claim_next(worker_pid=1)
+        db.finish(run_id, {"score": 0.7, "metric": "accuracy"})
+    at = runs_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at), errors(at)
+    assert sorted(at.dataframe[0].value["label"]) == ["lora-eva r=4", "lora-eva r=8"]

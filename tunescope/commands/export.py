@@ -100,10 +100,11 @@ def _recommended(args: argparse.Namespace):
     from analysis.export.build import selection_settings
 
     method = _method_of(args)
+    spec = method_spec(method)
     refuse_foreign_flags(args, {method})
     layers = parse_ints(args.layers, "--layers")
     triple = parse_ints(args.strategy, "--strategy") if args.strategy else None
-    if layers and method == "layers" and triple is None:
+    if layers and spec.needs_layers and triple is None:
         triple, layers = layers, None
     if layers:
         _place(args, method, args.layers)
@@ -111,7 +112,8 @@ def _recommended(args: argparse.Namespace):
         used = layers or (1,)
         triple = (min(used), max(used), args.classifier_layer)
     cfg = finetune_config(args, method=method, layers=triple, seed=args.seed)
-    source = "strategy" if args.strategy else "heads" if method == "heads" else "method"
+    selects_heads = spec.option_field("heads") is not None
+    source = "strategy" if args.strategy else "heads" if selects_heads else "method"
     provenance = {
         "source": source,
         "run_id": None,
@@ -125,13 +127,12 @@ def _recommended(args: argparse.Namespace):
 
 def _place(args: argparse.Namespace, method: str, text: str) -> None:
     """``--layers`` as the placement option of ``method`` (its options' field of kind layers)."""
-    placed = [f for f in method_spec(method).fields if f.kind == "layers"]
-    if not placed:
+    field = method_spec(method).option_field("layers")
+    if field is None:
         raise ValueError(
             f"--layers goes with --method layers or a method that places its modules (lora, "
             f"adapter…), not {method}."
         )
-    field = placed[0]
     if getattr(args, field.flat, None) is not None:
         raise ValueError(f"Give --layers or {field.flag}, not both.")
     setattr(args, field.flat, text)

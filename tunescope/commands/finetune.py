@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from analysis.finetune.registry import method_names
+from analysis.finetune.registry import method_names, method_spec
 from tunescope.commands.options import (
     StepBar,
     add_model_data,
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_foreign_flags(args, {args.method})
     layers = parse_ints(args.layers, "--layers")
     cfg = finetune_config(args, method=args.method, layers=layers, seed=args.seed)
-    if cfg.method == "layers":  # (1, L, L) is full fine-tuning: one name, one run group
+    if method_spec(cfg.method).canonical is not None:  # (1, L, L) is full: one name, one group
         from analysis.finetune.config import canonical
         from analysis.models import n_layers_of
 

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from analysis.finetune.registry import method_names, method_spec
 from analysis.finetune.spec import LR_GRID
 from analysis.io import json_ready
 from analysis.strategies import strategy_names
@@ -107,11 +108,14 @@ def lr_factors(text: str | None) -> tuple[float, ...]:
 
 def sweep_methods(names: list[str]) -> set[str]:
     """The methods the runs of these strategies use (known before ℓ* and L are): a layer family
-    gives ``layers`` and ``full`` runs, any other strategy is its own method."""
+    gives runs of layer triples (``layers``) and full fine-tuning (``full``, the reference), any
+    other strategy is its own method."""
     from analysis.finetune.registry import sweep_methods as whole_model
 
     methods = {name for name in names if name in whole_model()}
-    return methods | ({"layers", "full"} if set(names) - set(whole_model()) else set())
+    if set(names) - set(whole_model()):
+        methods |= set(method_names(lambda spec: spec.needs_layers or spec.reference))
+    return methods
 
 
 def loaded_spec(args: argparse.Namespace):
@@ -142,8 +146,11 @@ def run(args: argparse.Namespace) -> int:
     if l_star is None and ({"down", "up"} & set(names)):
         l_star = compute_l_star(args, loaded)
         print(f"ℓ* = {l_star} (argmin ν over layers 1..{n_layers})")
-    if "heads" in names and not args.heads:
-        raise ValueError("The heads strategy needs --heads FILE (from the heads page or CLI).")
+    for name in sweep_methods(names):  # a method that needs a choice (heads: --heads FILE)
+        spec = method_spec(name)
+        needed = [f.flag for f in spec.fields if f.required and getattr(args, f.flat, None) is None]
+        if needed:
+            raise ValueError(f"The {name} strategy needs {needed[0]}: {spec.missing}.")
     plan = sweep_strategies(names, n_layers, l_star=l_star, all_tops=args.all_tops)
     factors = lr_factors(args.lr_grid)
     configs = [

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.finetune.registry import colours, method_names
+from analysis.finetune.registry import colours, find_spec, method_names
 from analysis.runs.results import pareto_front
 from ui.figures import log_ticks
 from ui.figures.baselines import bound_score_axis, score_frame
@@ -45,7 +45,8 @@ def display_family(family: str, method: str) -> str:
     middle, baseline for full and top-layer runs), else the method itself (heads, lora…). Full
     fine-tuning is a baseline whatever family its sweep recorded (sweeps before the fix queued it
     as ℓ*-down when ℓ* = L)."""
-    if method == "full":
+    spec = find_spec(method)
+    if spec is not None and spec.reference:
         return "baseline"
     own = colours()  # methods with a colour of their own; full and layers have none
     if family in LAYER_FAMILIES or (method in method_names() and method not in own):

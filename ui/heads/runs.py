@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from analysis import claims
+from analysis.finetune.registry import method_names
 from analysis.heads.selection_file import SELECTOR_LABELS
 from analysis.runs.chance import BOTH_AT_CHANCE, chance_flag
 from analysis.runs.record import runs_of
@@ -30,8 +31,9 @@ def labels_at_chance(runs) -> set[str]:
     `distinct_labels` over the finished heads runs that record their selector) all of whose runs
     are at chance level (`analysis.runs.chance.chance_flag`)."""
     settings, flagged = {}, {}
+    selecting = method_names(lambda spec: spec.option_field("heads") is not None)
     for run in runs_of(runs):
-        if run.status != "done" or run.method != "heads" or not run.stored:
+        if run.status != "done" or run.method not in selecting or not run.stored:
             continue
         if (run.setting.get("heads_settings") or {}).get("selector") is None:
             continue

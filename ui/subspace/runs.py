@@ -10,6 +10,7 @@ import streamlit as st
 
 from analysis.config import default_of
 from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.registry import method_names
 from analysis.runs.chance import page_baseline
 from analysis.runs.comparisons import (
     comparison_configs,
@@ -113,9 +114,11 @@ def _label(run) -> str:
 
 
 def default_run(runs: pd.DataFrame) -> str:
-    """The newest plain fine-tuning run with at least two snapshots (a subspace run's own
-    start-and-end trajectory has one move), else the newest."""
-    plain = runs[~runs["method"].str.startswith("subspace") & (runs["t"] >= 2)]
+    """The newest plain fine-tuning run with at least two snapshots, else the newest. Plain: not
+    of a method that reads a source run (a subspace run's own start-and-end trajectory has one
+    move)."""
+    subspace = method_names(lambda spec: spec.option_field("run") is not None)
+    plain = runs[~runs["method"].isin(subspace) & (runs["t"] >= 2)]
     return str((plain if not plain.empty else runs)["id"].iloc[0])
 
 

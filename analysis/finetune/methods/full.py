@@ -24,6 +24,7 @@ SPEC = MethodSpec(
     default_lr=5e-5,  # BERT-style, a little above 2e-5 because runs are short
     prepare=prepare,
     order=20,
+    reference=True,
     export=export_as_prepared,
     recognise=recognise,
 )

@@ -3,6 +3,7 @@ above it are removed (docs/explanation/strategies.md). (1, L, L) is full fine-tu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,24 @@ def recognise(model: TrainedModel) -> dict[str, Any] | None:
     return {"layers": [min(layers), max(layers), model.n_layers]}
 
 
+def canonical(cfg, n_layers: int):
+    """(1, L, L) trains everything, embeddings included: it is method ``full``, queued,
+    labelled and grouped under that name."""
+    if cfg.layers == (1, n_layers, n_layers):
+        return dataclasses.replace(cfg, method="full", layers=None)
+    return cfg
+
+
+def migrate(stored: dict[str, Any], result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A run of (1, L, L), stored before such runs were queued as ``full``, is the ``full`` run
+    it was. Its result tells: every parameter trained (``n_trainable == n_params``), which only
+    (1, L, L) does."""
+    trained, total = (result or {}).get("n_trainable"), (result or {}).get("n_params")
+    if not trained or trained != total:
+        return stored
+    return {**stored, "method": "full", "layers": None}
+
+
 def run_label(config: Mapping[str, Any]) -> str:
     layers = config.get("layers")
     if not layers:
@@ -53,6 +72,8 @@ SPEC = MethodSpec(
     prepare=prepare,
     order=10,
     needs_layers=True,
+    canonical=canonical,
+    migrate=migrate,
     run_label=run_label,
     export=export_as_prepared,
     recognise=recognise,
