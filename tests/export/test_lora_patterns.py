@@ -42,8 +42,10 @@ def test_per_layer_options_say_what_is_wrong(kwargs, message):
 
 def test_a_rank_allocation_places_lora_and_is_stored_one_based():
     options = LoraOptions(ranks={"4": 2, 2: 8}, alphas={4: 1.5})
-    assert options.layers == (2, 4) and options.ranks == ((2, 8), (4, 2))
-    assert options.rank(2) == 8 and LoraOptions(layers=(1, 2), ranks={2: 4}).rank(1) == 8
+    assert options.layers_to_transform == (2, 4) and options.ranks == ((2, 8), (4, 2))
+    assert (
+        options.rank(2) == 8 and LoraOptions(layers_to_transform=(1, 2), ranks={2: 4}).rank(1) == 8
+    )
     cfg = flat_config(method="lora", lora_ranks={2: 8, 4: 2}, lora_alphas={4: 1.5})
     assert cfg.options == options
     stored = cfg.to_dict()["options"]
