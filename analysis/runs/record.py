@@ -152,7 +152,7 @@ class Run:
             method=str(stored.get("method") or _get(row, "method") or "?"),
             label=str(_get(row, "label") or ""),
             family=_get(row, "family") or None,
-            group_key=_get(row, "group_key"),
+            group_key=_get(row, "group_key") or _get(row, "group"),  # a listing's (with_groups)
             setting_key=_get(row, "setting_key"),
             seed=int(seed if seed is not None else stored.get("seed", 0)),
             sweep_id=_get(row, "sweep_id"),

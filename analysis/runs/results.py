@@ -112,7 +112,7 @@ def results_table(
     runs: pd.DataFrame, l_star: int | None = None, n_layers: int | None = None
 ) -> pd.DataFrame:
     """One row per completed run (``RunsDB.list_runs`` output in), with its family, the number
-    of tuned layers, its run ``group`` (`group_key`), a ``label`` that tells groups apart
+    of tuned layers, its run ``group`` (its ``group_key``), a ``label`` that tells groups apart
     (`distinct_labels`), its learning rates, and ``lr_sibling``: the group it would be without its
     body learning rate (runs of one learning-rate grid share it). A seed run twice in one group
     counts once, its newest run (`newest_per_seed`).
@@ -373,11 +373,11 @@ def estimate_step_time(
 
 
 def with_groups(runs: pd.DataFrame) -> pd.DataFrame:
-    """``RunsDB.list_runs`` rows with each run's ``group`` (its stored ``group_key``), a
-    ``label`` recomputed from its config (older runs stored shorter labels) and how it was
-    ``imported`` (`imported_as`), for listings and exports."""
-    out = runs.copy()
-    records = runs_of(out) if "id" in out else []
+    """``RunsDB.list_runs`` rows with each run's ``group`` (its stored ``group_key``, in place of
+    the key columns), a ``label`` recomputed from its config (older runs stored shorter labels)
+    and how it was ``imported`` (`imported_as`), for listings and exports."""
+    records = runs_of(runs) if "id" in runs else []
+    out = runs.drop(columns=["group_key", "setting_key"], errors="ignore")
     tags = out["tags"] if "tags" in out else [""] * len(records)
     out["group"] = [run.group for run in records]
     out["label"] = [run_label(run.stored) for run in records]

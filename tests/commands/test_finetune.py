@@ -34,7 +34,8 @@ def test_finetune_writes_the_json_schema_and_records_the_run(tiny_bert_dir, tmp_
         assert key in result, key
     assert result["metric"] == "accuracy" and 0.0 <= result["score"] <= 1.0
     assert 0 < result["n_trainable"] < result["n_params"]
-    assert result["config"]["layers"] == [1, 1, 2] and result["config"]["seed"] == 1
+    assert (result["config"]["layers"], result["config"]["classifier_layer"]) == ([1, 1], 2)
+    assert result["config"]["seed"] == 1
     assert [step for step, _ in result["curves"]["train_loss"]] == [1, 2, 3]
     assert [step for step, _ in result["curves"]["dev"]] == [2, 3]
     run = RunsDB().get_run(result["run_id"])

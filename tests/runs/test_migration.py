@@ -55,10 +55,10 @@ def db(tmp_path) -> RunsDB:
 
 def test_every_run_keeps_its_group_and_label(db):
     assert db.pragma("user_version") == SCHEMA_VERSION == 3
+    stored = db.list_runs().set_index("id")["group_key"]
     listed = with_groups(db.list_runs()).set_index("id")
     for run_id, want in EXPECTED.items():
-        assert listed.loc[run_id, "group_key"] == want["group"], run_id
-        assert listed.loc[run_id, "group"] == want["group"], run_id
+        assert stored[run_id] == listed.loc[run_id, "group"] == want["group"], run_id
         assert listed.loc[run_id, "label"] == want["label"], run_id
     table = results_table(db.list_runs(), l_star=3, n_layers=4).set_index("id")
     for run_id in table.index:
