@@ -9,7 +9,7 @@ queued the run (``recommend <arm>``, ``claims <arm>``, a subspace comparison's g
 group was a hash of the config in the flat form of those days, every method's option defaults
 included, recomputed on every read.
 
-`upgrade` rewrites every run once:
+`UPGRADE`, the steps of version 3, rewrites every run once (`rewrite_runs`):
 
 - ``config_json`` in today's stored form (`today`): ``classifier_lr`` (a config stored before
   the classifier had its own rate gets ``lr``: its classifier trained at ``lr``),
