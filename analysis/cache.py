@@ -4,8 +4,9 @@ An entry is a folder ``<root>/<kind>/<key>/`` holding ``data.safetensors`` (tens
 ``meta.json`` (the inputs that produced it — model, data, sample, settings: the key's payload —,
 the code version, and the SHA-256 of the tensor file's content). The key is the SHA-256 of the
 canonical JSON of the inputs, so two requests with the same inputs share one entry. (meta.json
-names them ``recipe`` and ``recipe_key``, as entries always have, and the hashed payload keeps
-that name, so existing entries keep their keys.)
+records them as ``inputs`` and the entry's ``key``; `read_meta` reads an entry written when they
+were named ``recipe`` / ``recipe_key``. The hashed payload keeps that first name, so that every
+entry keeps its key.)
 
 **Writes are atomic.** Everything goes into a temporary sibling folder that is renamed into place
 only when complete (`analysis.io.atomic_folder`), so a crash, a kill or a cancel mid-write never
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
 CODE_VERSION = "1"
 DATA_FILE = "data.safetensors"
 META_FILE = "meta.json"
+OLD_META_NAMES = {"recipe": "inputs", "recipe_key": "key"}  # meta.json's names before
 DATA_ALIGN = 64  # the data region starts on this boundary, so every tensor is aligned
 MAX_ENV = "TUNESCOPE_CACHE_MAX_GB"  # the size cap of the entries (`enforce_cap`); unset: none
 STATES_KIND = "states"  # evicted first
@@ -133,8 +135,14 @@ def canonical_json(obj: Any) -> str:
 
 def entry_key(inputs: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of an entry's ``inputs`` plus the code version."""
-    payload = canonical_json({"recipe": inputs, "code_version": CODE_VERSION})
+    payload = canonical_json({"recipe": inputs, "code_version": CODE_VERSION})  # never renamed
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    """An entry's meta.json under today's names (`OLD_META_NAMES`)."""
+    record = json.loads((Path(folder) / META_FILE).read_text())
+    return {OLD_META_NAMES.get(name, name): value for name, value in record.items()}
 
 
 def file_sha256(path: Path, chunk: int = HASH_BLOCK) -> str:
@@ -688,23 +696,22 @@ class CacheFolder:
         return removed
 
     def entries(self) -> Iterator[dict[str, Any]]:
-        """Every valid-looking entry's summary (kind, key, bytes, its inputs under ``recipe``, path, last_used: UNIX
-        seconds), for `info`, ``tunescope cache`` and the UI."""
+        """Every valid-looking entry's summary (kind, key, bytes, its ``inputs``, path,
+        last_used: UNIX seconds), for `info`, ``tunescope cache`` and the UI."""
         if not self.root.is_dir():
             return
         for kind_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
             for entry in sorted(p for p in kind_dir.iterdir() if p.is_dir()):
                 if entry.name.startswith(TMP_PREFIX):
                     continue
-                meta_path = entry / META_FILE
                 with contextlib.suppress(OSError, json.JSONDecodeError):
-                    meta = json.loads(meta_path.read_text())
+                    meta = read_meta(entry)
                     size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
                     yield {
                         "kind": kind_dir.name,
                         "key": entry.name[:12],
                         "bytes": size,
-                        "recipe": meta.get("recipe", {}),
+                        "inputs": meta.get("inputs", {}),
                         "path": str(entry),
                         "last_used": entry.stat().st_mtime,
                     }
@@ -764,8 +771,8 @@ class DiskCache(CacheFolder):
         if not folder.is_dir():
             return None
         try:
-            record = json.loads((folder / META_FILE).read_text())
-            if record.get("recipe_key") != entry_key(inputs):
+            record = read_meta(folder)
+            if record.get("key") != entry_key(inputs):
                 raise CacheMiss("key mismatch")
             data_path = folder / DATA_FILE
             header = read_header(data_path)
@@ -830,8 +837,8 @@ class DiskCache(CacheFolder):
     ) -> None:
         record = {
             "kind": kind,
-            "recipe": inputs,
-            "recipe_key": entry_key(inputs),
+            "inputs": inputs,
+            "key": entry_key(inputs),
             "code_version": CODE_VERSION,
             **content,
             "meta": meta or {},

@@ -211,13 +211,13 @@ def _entries(cache: CacheFolder, workspace: Workspace, by_id: dict[str, _RunRef]
     """The disk cache's entries, each with the model, data and N it was computed from (a table
     derived from states: those of its states; an SVD: its run's)."""
     entries = list(cache.entries())
-    states = {Path(e["path"]).name: e["recipe"] for e in entries if e["kind"] == STATES_KIND}
+    states = {Path(e["path"]).name: e["inputs"] for e in entries if e["kind"] == STATES_KIND}
     trajectories = _trajectory_runs(workspace)
     out = []
     for entry in entries:
-        recipe = entry["recipe"] if isinstance(entry["recipe"], dict) else {}
-        source = states.get(str(recipe.get("states")), recipe)
-        run = by_id.get(trajectories.get(str(recipe.get("trajectory")), ""))
+        inputs = entry["inputs"] if isinstance(entry["inputs"], dict) else {}
+        source = states.get(str(inputs.get("states")), inputs)
+        run = by_id.get(trajectories.get(str(inputs.get("trajectory")), ""))
         model = _name(source.get("model")) or (run.model if run else None)
         data = _name(source.get("data")) or (run.data if run else None)
         n = (

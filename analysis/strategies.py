@@ -14,8 +14,8 @@ keeping the first family that produced a triple (order: ℓ*-down, ℓ*-up, base
 A **strategy** is one thing a sweep trains (`Strategy`): a layer triple (method ``layers``, or
 ``full`` for (1, L, L)) or a whole-model method (LoRA, BitFit…), with the family it belongs to.
 A sweep is asked for strategies by name (`strategy_names`: a layer family's name, which stands
-for all its triples, or a method's). The runs database keeps each run's family in its column
-``strategy``, named before the word had one meaning.
+for all its triples, or a method's). The runs database keeps the family of the strategy that
+queued a run in its column ``family``.
 """
 
 from __future__ import annotations

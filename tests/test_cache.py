@@ -56,11 +56,29 @@ def test_corrupt_entry_is_detected_removed_and_recomputed(cache, damage):
     assert cache.get_or_compute("states", recipe, compute)[2] is True
 
 
-def test_entry_of_another_recipe_is_not_used(cache):
+def test_entry_of_other_inputs_is_not_used(cache):
     folder = cache.save("states", {"r": 1}, {"x": torch.ones(2)})
     meta = json.loads((folder / "meta.json").read_text())
-    meta["recipe_key"] = "0" * 64
+    meta["key"] = "0" * 64
     (folder / "meta.json").write_text(json.dumps(meta))
+    assert cache.load("states", {"r": 1}) is None
+
+
+def test_an_entry_written_under_the_old_names_is_read_and_listed(cache):
+    """meta.json said ``recipe`` / ``recipe_key`` before it said ``inputs`` / ``key``: such an
+    entry keeps its folder (its key) and is read and listed as any other."""
+    folder = cache.save("states", {"r": 1}, {"x": torch.ones(2)}, {"n": 2})
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["inputs"] == {"r": 1} and meta["key"] == folder.name
+    assert "recipe" not in meta and "recipe_key" not in meta
+    old = {("recipe" if k == "inputs" else "recipe_key" if k == "key" else k): v
+           for k, v in meta.items()}  # fmt: skip
+    (folder / "meta.json").write_text(json.dumps(old))
+    tensors, extra = cache.load("states", {"r": 1})
+    assert torch.equal(tensors["x"], torch.ones(2)) and extra == {"n": 2}
+    assert [e["inputs"] for e in cache.entries()] == [{"r": 1}]
+    old["recipe_key"] = "0" * 64  # the old name is the key that is checked
+    (folder / "meta.json").write_text(json.dumps(old))
     assert cache.load("states", {"r": 1}) is None
 
 
@@ -98,7 +116,7 @@ def test_entries_lists_valid_ones(cache):
     cache.save("states", {"r": 1}, {"x": torch.ones(2)})
     (cache.root / "states" / ".tmp-dead").mkdir()
     listed = list(cache.entries())
-    assert len(listed) == 1 and listed[0]["kind"] == "states" and listed[0]["recipe"] == {"r": 1}
+    assert len(listed) == 1 and listed[0]["kind"] == "states" and listed[0]["inputs"] == {"r": 1}
 
 
 def test_stale_temp_folders_are_cleared_only_when_old(cache):
@@ -423,7 +441,7 @@ def test_the_size_cap_evicts_the_oldest_unused_states_first(cache, monkeypatch):
     monkeypatch.setenv("TUNESCOPE_CACHE_MAX_GB", "0.0025")  # room for two states
     tensors, _, hit = cache.get_or_compute("states", {"s": 3}, lambda: ({"x": mb}, {}))
     assert not hit
-    kept = {(e["kind"], e["recipe"].get("s", e["recipe"].get("t"))) for e in cache.entries()}
+    kept = {(e["kind"], e["inputs"].get("s", e["inputs"].get("t"))) for e in cache.entries()}
     # states 1 in use, states 3 just written; of 0 and 2, the older (2) went first, then 0;
     # the small table, older than all, stays while states can go
     assert kept == {("states", 1), ("states", 3), ("layer_metrics", 0)}

@@ -1,7 +1,7 @@
 """The claims together: what they rest on (`prepare`), the runs they need (`plan_runs`), and
 every asked claim's verdict from those and the finished runs (`evaluate`).
 
-Runs are reused whenever a finished run has the same run group (`analysis.runs.results.group_key`:
+Runs are reused whenever a finished run has the same run group (`analysis.runs.results.group_of`:
 every setting but the seed) and seed; a run claim gives a verdict only from ≥ `MIN_SEEDS` seeds
 per arm, and then by its family's rule (`JUDGES`).
 """

@@ -22,8 +22,8 @@ from analysis.finetune.methods.heads import HeadsOptions
 from analysis.finetune.registry import method_names
 from analysis.heads.collect import HeadStatsConfig, head_stats
 from analysis.heads.select import HeadSelectionConfig, analyse_heads
-from analysis.runs.record import runs_of
-from analysis.runs.results import distinct_labels, group_key, setting_digest
+from analysis.runs.record import runs_of, setting_digest
+from analysis.runs.results import distinct_labels
 
 if TYPE_CHECKING:
     from analysis.heads.selection_file import HeadSelection
@@ -140,7 +140,7 @@ def heads_comparisons(runs: pd.DataFrame) -> list[Comparison]:
         provenance.pop("seed", None)  # the random selector's draw
         # everything but the heads the selector chose: what must agree for a fair comparison
         rest = {k: v for k, v in setting.items() if k not in ("heads", "heads_settings")}
-        key = group_key(setting)
+        key = run.group
         entry = groups.setdefault(key, {"selector": selector, "setting": setting, "results": [],
                                         "seeds": set(),
                                         "match": setting_digest({**rest, "selection": provenance})})  # fmt: skip

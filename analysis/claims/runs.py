@@ -17,9 +17,9 @@ from analysis.compare import Arm, Comparison
 from analysis.finetune.config import FinetuneConfig
 from analysis.runs.executor import ExecutorChoice
 from analysis.runs.launch import launch
-from analysis.runs.record import runs_of
+from analysis.runs.record import runs_of, setting_key
 from analysis.runs.records import run_label
-from analysis.runs.results import estimate_step_time, group_key
+from analysis.runs.results import estimate_step_time, group_of
 
 if TYPE_CHECKING:
     from analysis.runs.db import RunsDB
@@ -37,7 +37,12 @@ class PlannedRun:
 
     @property
     def key(self) -> tuple[str, int]:
-        return group_key(self.config.to_dict()), self.config.seed
+        """(setting key, seed): which run this is (`analysis.runs.record.setting_key`)."""
+        return setting_key(self.config.to_dict()), self.config.seed
+
+    def group_in(self, runs: pd.DataFrame) -> tuple[str, int]:
+        """(run group, seed) of this run among ``runs`` (`analysis.runs.results.group_of`)."""
+        return group_of(self.config.to_dict(), runs), self.config.seed
 
 
 def full_run(base: FinetuneConfig) -> FinetuneConfig:
@@ -57,25 +62,23 @@ def queue_runs(
     ``db.enqueue``, then the workers ``executor`` needs — this machine's by default — started
     unless alive, also with nothing new, so that a caller waiting on queued runs keeps them
     served). Returns the new run ids."""
-    planned = [(r.config, f"claims {r.arm}") for r in runs]
-    return launch(db, planned, executor, sweep_id).ids
+    return launch(db, [(r.config, None) for r in runs], executor, sweep_id).ids
 
 
 def run_status(planned: Sequence[PlannedRun], runs: pd.DataFrame) -> dict[tuple[str, int], dict]:
-    """For each planned run's (group key, seed): the best matching run of the database — a done
-    one (newest), else a queued / running one — as {id, status, result}; absent when none (a
-    failed or cancelled run is not a match: it is queued again), as {id, status, result,
-    device}."""
+    """For each planned run's `PlannedRun.key`: the best run of the database in its run group with
+    its seed — a done one (newest), else a queued / running one — as {id, status, result,
+    device}; absent when none (a failed or cancelled run is not a match: it is queued again)."""
     if runs.empty:
         return {}
-    wanted = {p.key for p in planned}
+    wanted = {p.group_in(runs): p.key for p in planned}
     order = {"done": 0, "running": 1, "queued": 2}
     found: dict[tuple[str, int], dict] = {}
     for run in runs_of(runs):
         if run.status not in order or not run.stored:
             continue
-        key = (group_key(run.stored), int(run.stored.get("seed", 0)))
-        if key not in wanted:
+        key = wanted.get((run.group, int(run.stored.get("seed", 0))))
+        if key is None:
             continue
         best = found.get(key)
         if best is None or order[run.status] < order[best["status"]]:

@@ -440,16 +440,16 @@ def make_recipe(
 
 def run_source(run_id: str, db=None) -> tuple[FinetuneConfig, dict[str, Any]]:
     """(config, provenance) of a stored run (the one place the export reads the runs database:
-    its `Run` record, the config migrated as every stored config is); an unknown id, or a config
-    that no longer loads, is a ValueError naming the run."""
+    its `Run` record); an unknown id, or a config that no longer loads, is a ValueError naming
+    the run."""
     from analysis.runs.db import RunsDB
-    from analysis.runs.record import Run, migrate_config
+    from analysis.runs.record import Run
 
     db = db if db is not None else RunsDB()
     run = Run.from_row(db.get_run(run_id))
     stored = {k: v for k, v in run.stored.items() if k != "origin"}  # an imported run's
     try:
-        cfg = FinetuneConfig.from_dict(migrate_config(stored))
+        cfg = FinetuneConfig.from_dict(stored)
     except (ValueError, TypeError) as exc:
         raise ValueError(
             f"Run {run.id}'s config no longer loads, so it cannot be exported: {exc}"

@@ -10,14 +10,13 @@ Each setting's help text is declared once, in its field's metadata, and read by 
 page (`analysis.config.help_of`). Checks that need the model's shape (layers within 1..L, heads
 within 0..H-1) run in `FinetuneConfig.check_model` once the model is loaded.
 
-The stored form (``to_dict``) keeps the method's options under ``"options"``; ``from_dict`` also
-reads the older flat form (`analysis.finetune.stored`).
+The stored form (``to_dict``) keeps the method's options under ``"options"`` and the
+classifier's layer under ``"classifier_layer"`` (`analysis.finetune.stored`); `flat_config`
+takes the options flat, by their flat names.
 
 The fresh classifier trains with its own learning rate, ``classifier_lr`` (1e-3 for every
 method), in its own AdamW parameter group: so "frozen" and "top layer only" differ only in what
-the body trains. Configs stored before it existed load with the default; their classifier
-actually trained at ``lr`` (`analysis.runs.record.migrate_config` says so). Runs that do not
-learn are flagged by `analysis.runs.chance`.
+the body trains. Runs that do not learn are flagged by `analysis.runs.chance`.
 """
 
 from __future__ import annotations
@@ -294,11 +293,16 @@ class FinetuneConfig:
     # -- the stored form ---------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form: JSON-ready, the method's options under "options"
+        """The stored form: JSON-ready, the method's options under "options", the layers as
+        ``"layers": [ℓ_bottom, ℓ_top]`` and ``"classifier_layer": ℓ_cls``
         (`analysis.finetune.stored`)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "layers":
+                out["layers"] = list(value[:2]) if value else None
+                out["classifier_layer"] = value[2] if value else None
+                continue
             if f.name == "options":
                 value = options_json(method_spec(self.method), value)
             elif f.name in ("model", "data"):
@@ -310,9 +314,9 @@ class FinetuneConfig:
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> FinetuneConfig:
-        """Inverse of `to_dict`; configs stored flat read too (unknown keys are an error,
-        missing keys take their defaults)."""
-        return cls(**config_kwargs(payload, {f.name for f in fields(cls)}))
+        """Inverse of `to_dict` (unknown keys are an error, missing keys take their defaults;
+        a method's options may also be given flat, as `flat_config` takes them)."""
+        return cls(**config_kwargs(payload, {f.name for f in fields(cls)}, stored=True))
 
 
 def check_device(device: str | None) -> None:
@@ -349,4 +353,4 @@ def lr_scaled(cfg: FinetuneConfig, factor: float) -> FinetuneConfig:
 def flat_config(**kwargs: Any) -> FinetuneConfig:
     """A config from flat keyword arguments, each option under its flat name
     (``flat_config(method="lora", lora_r=4, layers=(1, 3, 3))``)."""
-    return FinetuneConfig.from_dict(kwargs)
+    return FinetuneConfig(**config_kwargs(kwargs, {f.name for f in fields(FinetuneConfig)}))

@@ -238,17 +238,17 @@ def default_run_label(config: Mapping[str, Any]) -> str:
 
 
 def at_classifier_layer(config: Mapping[str, Any]) -> str:
-    """`` @3`` when the config names its layers (the classifier reads layer 3), else ""."""
-    layers = config.get("layers")
-    return f" @{layers[2]}" if layers else ""
+    """`` @3`` when the config names the classifier's layer (3), else ""."""
+    layer = config.get("classifier_layer")
+    return f" @{layer}" if layer else ""
 
 
 def placement_label(name: str) -> Callable[[Mapping[str, Any]], str]:
-    """The run label of a method that places modules in layers (its option ``layers``):
+    """The run label of a method that places modules in layers (its option ``layers_to_transform``):
     ``lora 3,4`` for an explicit placement, ``lora 1–3`` for ℓ_bottom..ℓ_top, else the name."""
 
     def label(config: Mapping[str, Any]) -> str:
-        explicit = (config.get("options") or {}).get("layers")
+        explicit = (config.get("options") or {}).get("layers_to_transform")
         layers = config.get("layers")
         if explicit:
             text = f"{name} " + ",".join(str(x) for x in explicit)
@@ -284,7 +284,8 @@ class MethodSpec:
       the method declares no export.
     recognise: ``recognise(TrainedModel) -> dict | None``: whether a user's own model (a
       ``transformers.Trainer`` run) is set up as this method trains, and what that implies for
-      its config (``{"layers": […]}``); None where a model cannot tell (head rows).
+      its stored config (``{"layers": [1, 3], "classifier_layer": 4}``); None where a model
+      cannot tell (head rows).
     title: the method's name as prose writes it (``LoRA``), for its fields' labels.
     reference: full fine-tuning, what the others are measured against (the comparisons' "full",
       the compute a cut model saves, a baseline in the figures); every layer trains.

@@ -1,17 +1,22 @@
-"""How a fine-tuning config is stored, and how configs stored in the older, flat form are read.
+"""How a fine-tuning config is stored, and how a method's options given flat are read.
 
 A stored config (`FinetuneConfig.to_dict`) holds the settings every run has beside ``"method"``
 and ``"options"``: that method's own options, by field name, in their JSON form
 (`analysis.finetune.spec.options_json`) — nothing of any other method, so adding a method or an
 option leaves every other run's stored config as it is::
 
-    {"model": {…}, "data": {…}, "method": "lora", "options": {"layers": [2, 3], "r": 8, …},
-     "layers": [2, 3, 3], "steps": 200, "lr": 0.0005, "classifier_lr": 0.001, …}
+    {"model": {…}, "data": {…}, "method": "lora", "options": {"layers_to_transform": [2, 3],
+     "r": 8, …}, "layers": [2, 3], "classifier_layer": 3, "steps": 200, "lr": 0.0005,
+     "classifier_lr": 0.001, …}
 
-Configs stored before that were flat: every method's options beside the common keys under their
-flat names (``lora_r``, ``heads`` with ``heads_settings``…), another method's at its default, and
-the classifier's learning rate under ``head_lr``. `config_kwargs` reads both forms;
-`analysis.runs.record` keeps the run groups the flat ones formed.
+The layers are stored apart: ``"layers": [ℓ_bottom, ℓ_top]`` (the layers that train, for method
+``layers``; a placing method's default placement) and ``"classifier_layer": ℓ_cls`` (where the
+model is cut: every method has one), because they are two settings, not one. The Python API
+keeps the triple (``FinetuneConfig(layers=(1, 3, 3))``).
+
+`flat_config` takes a method's options flat, under their flat names (``lora_r``, ``heads`` with
+``heads_settings``…: the CLI's flags), beside the common keys. Configs the runs database stored
+under older names or forms are rewritten once by its migration (`analysis.runs.migration`).
 """
 
 from __future__ import annotations
@@ -24,18 +29,20 @@ from analysis.config import DataSpec, ModelSpec
 from analysis.finetune.registry import flat_defaults, method_spec, option_owners
 from analysis.finetune.spec import MethodSpec, option_json
 
-# Keys of older stored configs → the setting's name now.
-OLD_NAMES = {"head_lr": "classifier_lr"}
 
-
-def config_kwargs(payload: Mapping[str, Any], own: set[str]) -> dict[str, Any]:
-    """`FinetuneConfig` keyword arguments from a stored config of either form (``own``: the
-    config's field names). Unknown keys are an error; a flat option key the method does not use
-    must hold its default (``heads`` for method ``full`` is refused, not dropped)."""
-    both = [old for old, new in OLD_NAMES.items() if old in payload and new in payload]
-    if both:
-        raise ValueError(f"Give {OLD_NAMES[both[0]]} or {both[0]}, not both.")
-    payload = {OLD_NAMES.get(k, k): v for k, v in payload.items()}
+def config_kwargs(
+    payload: Mapping[str, Any], own: set[str], stored: bool = False
+) -> dict[str, Any]:
+    """`FinetuneConfig` keyword arguments from a config (``own``: the config's field names):
+    the stored form when ``stored`` (its layers as ``layers`` [ℓ_bottom, ℓ_top] and
+    ``classifier_layer``), else the keyword form (``layers`` (ℓ_bottom, ℓ_top, ℓ_cls)).
+    Either may give the options flat. Unknown keys are an error; a flat option key the method does not
+    use must hold its default (``heads`` for method ``full`` is refused, not dropped)."""
+    payload = dict(payload)
+    if stored:
+        payload["layers"] = joined_layers(
+            payload.get("layers"), payload.pop("classifier_layer", None)
+        )
     nested = isinstance(payload.get("options"), Mapping)
     flat_keys = set() if nested else set(flat_defaults())
     unknown = sorted(set(payload) - own - flat_keys)
@@ -59,6 +66,29 @@ def config_kwargs(payload: Mapping[str, Any], own: set[str]) -> dict[str, Any]:
     else:
         kwargs["options"] = payload["options"]  # an options object (flat_config(options=…))
     return kwargs
+
+
+def joined_layers(layers: Any, classifier_layer: Any) -> list[Any] | None:
+    """The stored ``layers`` [ℓ_bottom, ℓ_top] and ``classifier_layer`` ℓ_cls as one
+    [ℓ_bottom, ℓ_top, ℓ_cls] (None: neither given); a ValueError for one without the other."""
+    if layers is None and classifier_layer is None:
+        return None
+    if layers is None or classifier_layer is None or isinstance(layers, str) or len(layers) != 2:
+        raise ValueError(
+            "A stored config gives layers as [ℓ_bottom, ℓ_top] together with classifier_layer "
+            f"(ℓ_cls), or neither (got layers {layers!r}, classifier_layer "
+            f"{classifier_layer!r})."
+        )
+    return [*layers, classifier_layer]
+
+
+def stored_layers(config: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """(ℓ_bottom, ℓ_top, ℓ_cls) of a stored config, or None where it names no layers."""
+    joined = joined_layers(config.get("layers"), config.get("classifier_layer"))
+    if joined is None:
+        return None
+    bottom, top, head = joined
+    return int(bottom), int(top), int(head)
 
 
 def _is_options(value: Any) -> bool:
@@ -114,9 +144,9 @@ def flat_options(spec: MethodSpec, flat: Mapping[str, Any], strict: bool) -> dic
 
 
 def nested(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` (a stored config of either form, or a run group's setting) with its method's
-    options under ``"options"``, every option there (an option a run group's setting leaves out
-    holds its default), without any checks: what run labels read."""
+    """``config`` (a stored config, or a run's setting: its options flat) with its method's
+    options under ``"options"``, every option there (an option a run's setting leaves out holds
+    its default), without any checks: what run labels read."""
     try:
         spec = method_spec(str(config.get("method")))
     except ValueError:

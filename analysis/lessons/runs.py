@@ -55,7 +55,7 @@ class LessonRuns:
                     and not Path(claims.outlier_file(root, source_id)).is_file()):  # fmt: skip
                 claims.write_disable_files(db, source_id, cfg.seeds)
             planned = claims.plan_runs(cfg, inputs, source=source_id, root=root)
-            self._remember_plan(cfg, planned)
+            self._remember_plan(cfg, planned, runs)
             missing = [p for p in claims.missing_runs(planned, runs) if p.key not in queued]
             if missing:
                 hit = False
@@ -83,15 +83,13 @@ class LessonRuns:
     def claim_runs_done(self, cfg) -> bool:
         """Whether every run the claims ``cfg`` were planned with (when prepared) is done."""
         from analysis.runs.record import runs_of
-        from analysis.runs.results import group_key
 
         path = self._plan_file(cfg)
         if not path.is_file():
             return False
         wanted = {(key, int(seed)) for key, seed in json.loads(path.read_text())}
         runs = self.db().list_runs(model=cfg.model.name, data=cfg.data.name, status="done")
-        done = {(group_key(r.stored), int(r.stored.get("seed", 0))) for r in runs_of(runs)
-                if r.stored}  # fmt: skip
+        done = {(r.group, int(r.stored.get("seed", 0))) for r in runs_of(runs) if r.stored}
         return bool(wanted) and wanted <= done
 
     def _plan_file(self, cfg) -> Path:
@@ -99,10 +97,11 @@ class LessonRuns:
         digest = hashlib.sha256(repr(cfg).encode()).hexdigest()[:16]
         return self.workspace.lessons / "plans" / f"{digest}.json"
 
-    def _remember_plan(self, cfg, planned) -> None:
+    def _remember_plan(self, cfg, planned, runs) -> None:
+        """Keep the (run group, seed) of every planned run (`PlannedRun.group_in` ``runs``)."""
         from analysis.io import atomic_write_json
 
-        keys = sorted([list(p.key) for p in planned])
+        keys = sorted([list(p.group_in(runs)) for p in planned])
         path = self._plan_file(cfg)
         if not path.is_file() or json.loads(path.read_text()) != keys:
             atomic_write_json(path, keys)

@@ -239,7 +239,7 @@ def _alternatives(
     wanted += [
         Choice(f"uniform LoRA r={r}", "alternative", "lora",
                f"LoRA rank {r} on query and value of every layer, and the classifier",
-               "PEFT's default placement", options=LoraOptions(layers=None, r=r, alpha=alpha),
+               "PEFT's default placement", options=LoraOptions(r=r, alpha=alpha),
                matched_to=lora_name),
         Choice(f"EVA LoRA r={r}", "alternative", "lora-eva",
                f"LoRA on query and value of every layer, total rank {r * big_l * 2} over the "

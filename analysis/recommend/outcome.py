@@ -32,7 +32,7 @@ from analysis.recommend.choices import Choice, Proposal
 from analysis.recommend.config import Budget, RecommendConfig
 from analysis.runs.chance import chance_flag
 from analysis.runs.record import runs_of
-from analysis.runs.results import group_key, pareto_front
+from analysis.runs.results import group_of, pareto_front
 
 if TYPE_CHECKING:
     from analysis.recommend.evidence import Evidence
@@ -82,9 +82,10 @@ class ArmOutcome:
         return not math.isfinite(self.lo) or (not self.held_up(delta) and self.hi > -delta)
 
 
-def run_key(choice: Choice, cfg: RecommendConfig, seed: int) -> tuple[str, int]:
-    """(run group, seed) of ``choice``'s run with ``seed``."""
-    return group_key(choice.config(cfg.base_run(seed)).to_dict()), seed
+def run_key(choice: Choice, cfg: RecommendConfig, seed: int, runs: pd.DataFrame) -> tuple[str, int]:
+    """(run group, seed) of ``choice``'s run with ``seed`` among ``runs``
+    (`analysis.runs.results.group_of`)."""
+    return group_of(choice.config(cfg.base_run(seed)).to_dict(), runs), seed
 
 
 def planned_runs(cfg: RecommendConfig, proposal: Proposal) -> list[tuple[str, Any]]:
@@ -106,13 +107,13 @@ def run_status(
     for run in runs_of(runs) if not runs.empty else []:
         if run.status not in order or not run.stored:
             continue
-        key = (group_key(run.stored), int(run.stored.get("seed", 0)))
+        key = (run.group, int(run.stored.get("seed", 0)))
         rank = order.index(run.status)
         if key not in best or rank < best[key][0]:  # list_runs is newest first
             best[key] = (rank, run.id)
     out: dict[str, dict[int, tuple[str, str]]] = {}
     for choice in proposal.choices:
-        found = {seed: best.get(run_key(choice, cfg, seed)) for seed in cfg.seeds}
+        found = {seed: best.get(run_key(choice, cfg, seed, runs)) for seed in cfg.seeds}
         out[choice.name] = {s: (order[f[0]], f[1]) for s, f in found.items() if f is not None}
     return out
 

@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from analysis.runs.executor import ExecutorChoice
     from analysis.runs.launch import Launched
 
-STRATEGY = "recommend"  # the runs' strategy column: "recommend <arm>"
-
 
 @dataclass
 class Recommendation:
@@ -84,11 +82,12 @@ def queue(
     sweep_id: str | None = None,
 ) -> Launched:
     """Queue the comparison's missing runs (every arm × seed that no done, running or queued run
-    stands for) through the one launch path, and start the workers it needs."""
+    stands for) through the one launch path, and start the workers it needs. A run records no
+    family (no sweep strategy queued it); its arm is its run group (`run_status`)."""
     from analysis.runs.launch import launch
 
     missing = missing_runs(rec.cfg, rec.proposal, runs)
-    return launch(db, [(c, f"{STRATEGY} {name}") for name, c in missing], executor, sweep_id)
+    return launch(db, [(c, None) for _, c in missing], executor, sweep_id)
 
 
 def take_home(

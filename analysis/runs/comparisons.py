@@ -8,7 +8,7 @@ group's mean and standard error over seeds; `comparison_verdicts` compares them
 (`analysis.compare.compare`).
 
 Only runs of one setting are averaged (docs/explanation/statistics.md, "Run groups: runs that
-count as seeds"): a group's runs are split by their run group (`analysis.runs.results.group_key`),
+count as seeds"): a group's runs are split by their setting (`analysis.runs.record.run_setting`),
 except that the zero-weights file of the disable experiment counts by its role (the random
 control draws its weights with the run's seed, so its seeds zero different files by design). A
 full run of 100 steps and one of 300 are two rows, never "n_seeds 2".
@@ -28,14 +28,8 @@ from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.methods.subspace import SubspaceOptions
 from analysis.finetune.registry import find_spec
 from analysis.runs.chance import BOTH_AT_CHANCE, chance_flag, groups_at_chance
-from analysis.runs.record import runs_of
-from analysis.runs.results import (
-    budget_key,
-    distinct_labels,
-    newest_per_seed,
-    run_setting,
-    setting_digest,
-)
+from analysis.runs.record import runs_of, setting_digest
+from analysis.runs.results import budget_key, distinct_labels, newest_per_seed
 
 COMPARISON_GROUPS = (
     "full",
@@ -102,7 +96,7 @@ def comparison_table(
     for run, row in zip(runs_of(runs), runs.itertuples(index=False), strict=True):
         if run.status != "done" or not run.stored:
             continue
-        setting = run_setting(run.stored)  # the flat form: its keys are the same for every run
+        setting = run.setting  # the flat form: its keys are the same for every run of a method
         group = comparison_group(setting, source, outlier_file, random_files)
         if group is None:
             continue

@@ -7,7 +7,8 @@ which records into the database as it trains (`analysis.runs.callback`): `stored
 run's config from what actually ran, `run_result` its result (the test score from its
 predictions, by `analysis.scores.task_score`, as tunescope scores its own runs).
 
-A run's config is what ran. With a recipe it is the recipe's config (method, options, layers…),
+A run's config is what ran. With a recipe it is the recipe's config (method, options, layers…;
+one a recipe of an earlier version wrote, under today's names: `analysis.runs.migration.today`),
 else the method a spec recognises in what trained (`recognise`); then the Trainer's steps, batch
 size, seed, learning rates, weight decay, warm-up, the evaluation interval, mixed precision and
 the classifier's pooling. Imported runs carry ``origin`` in their config — ``kind`` (``trainer``:
@@ -16,9 +17,9 @@ whether a recipe was applied, and since run folders: the model class (``model_cl
 ``BertForSequenceClassification`` or ``TunescopeClassifier``), the precision and whether the best
 evaluation's weights were restored — and the tag ``imported``. Run groups hash an imported
 config as stored (`analysis.runs.record.run_setting`), so runs of different model classes never
-share a group, and configs stored before these keys keep their groups. A run recorded with
-``join_groups`` (it reproduces tunescope's own loop) leaves ``origin`` out and joins the group
-of tunescope's runs of its setting.
+share a group. A run recorded with ``join_groups`` (it reproduces tunescope's own loop) leaves
+``origin`` out and joins the group of tunescope's runs of its setting: every run is recorded by
+`analysis.runs.queue.RunQueue.enqueue`, which finds the group by the setting's key.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.registry import method_specs
 from analysis.finetune.spec import TrainedModel, layer_of
 from analysis.runs.db import RunsDB
+from analysis.runs.migration import today
 
 IMPORTED_TAG = "imported"
 DEFAULT_METRIC = "accuracy"
@@ -71,7 +73,7 @@ def stored_config(ran: dict[str, Any], trajectory_every: int | None = None) -> d
     """The config a run folder's ``ran`` is stored with (module docstring)."""
     model, optimizer, recipe = ran["model"], ran["optimizer"], ran.get("recipe")
     if recipe and recipe.get("config"):
-        config = dict(recipe["config"])
+        config = today(recipe["config"])
     else:
         rates = {"lr": optimizer["lr"], "classifier_lr": optimizer["classifier_lr"]}
         config = FinetuneConfig(**rates, weight_decay=optimizer["weight_decay"]).to_dict()
@@ -288,7 +290,7 @@ def import_trainer_folder(
     model_name = model_name or _model_of(folder) or str(folder)
     steps = int(state.get("max_steps") or state.get("global_step") or 0)
     if recipe is not None:
-        config = dict(recipe["provenance"]["config"])
+        config = today(recipe["provenance"]["config"])
     else:
         config = FinetuneConfig().to_dict()
         config["method"] = "custom"

@@ -41,13 +41,14 @@ def launch(
     executor: ExecutorChoice | None = None,
     sweep_id: str | None = None,
 ) -> Launched:
-    """Queue ``runs`` ((config, family) pairs: a sweep strategy's family, or None) in ``db`` and
-    start the workers ``executor`` (default: this machine's) needs, also with nothing new to
-    queue, so that a caller waiting on queued runs keeps them served."""
+    """Queue ``runs`` ((config, family) pairs: the layer family of the sweep strategy that asks
+    for it, or None) in ``db`` and start the workers ``executor`` (default: this machine's)
+    needs, also with nothing new to queue, so that a caller waiting on queued runs keeps them
+    served."""
     from analysis.runs.worker import check_executor, start_workers
 
     executor = executor or ExecutorChoice()
     root = db.workspace.root
     check_executor(executor, root)
-    ids = [db.enqueue(cfg, sweep_id=sweep_id, strategy=family) for cfg, family in runs]
+    ids = [db.enqueue(cfg, sweep_id=sweep_id, family=family) for cfg, family in runs]
     return Launched(ids, start_workers(executor, root), executor)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from analysis.runs.record import setting_key
 from analysis.runs.records import run_label
 from analysis.runs.schema import RunsFile, row_dict
 
@@ -38,7 +39,8 @@ def new_run_id(now: float | None = None) -> str:
 
 
 def _config_fields(cfg: FinetuneConfig | dict[str, Any]) -> dict[str, Any]:
-    """The columns a run's config fills: model, data, method, label, seed and the full JSON."""
+    """The columns a run's config fills: model, data, method, label, seed, the full JSON and its
+    setting's key (`analysis.runs.record.setting_key`)."""
     config = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
     model = config.get("model") or {}
     data = config.get("data") or {}
@@ -49,6 +51,7 @@ def _config_fields(cfg: FinetuneConfig | dict[str, Any]) -> dict[str, Any]:
         "label": run_label(config),
         "seed": int(config.get("seed", 0)),
         "config_json": json.dumps(config, sort_keys=True, default=str),
+        "setting_key": setting_key(config),
     }
 
 
@@ -85,26 +88,33 @@ class RunQueue(RunsFile):
         self,
         cfg: FinetuneConfig | dict[str, Any],
         sweep_id: str | None = None,
-        strategy: str | None = None,
+        family: str | None = None,
         *,
         running_pid: int | None = None,
         device: str | None = None,
     ) -> str:
         """Record a new run and return its id.
 
-        ``cfg`` is a FinetuneConfig (anything with ``to_dict()``, or a plain dict). The run is
-        ``queued`` for a worker, or — with ``running_pid`` — ``running`` already, owned by that
-        process (a foreground run from the CLI; no worker can claim it).
+        ``cfg`` is a FinetuneConfig (anything with ``to_dict()``, or a plain dict); ``family``
+        the layer family of the sweep strategy that queues it, if one does. The run is ``queued``
+        for a worker, or — with ``running_pid`` — ``running`` already, owned by that process (a
+        foreground run from the CLI; no worker can claim it). Its ``group_key`` is that of the
+        runs with its setting key (the oldest's), else its setting key: a new seed of an old
+        setting joins the old group.
         """
         fields = _config_fields(cfg)
         now = time.time()
         run_id = new_run_id(now)
         status = "queued" if running_pid is None else "running"
         with self._write() as conn:
+            joined = conn.execute(
+                "SELECT group_key FROM runs WHERE setting_key = ? ORDER BY created, rowid LIMIT 1",
+                (fields["setting_key"],),
+            ).fetchone()
             conn.execute(
                 """INSERT INTO runs (id, created, started, status, worker_pid, device, model, data,
-                       method, label, strategy, seed, sweep_id, config_json)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                       method, label, family, seed, sweep_id, config_json, setting_key, group_key)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (
                     run_id,
                     now,
@@ -116,10 +126,12 @@ class RunQueue(RunsFile):
                     fields["data"],
                     fields["method"],
                     fields["label"],
-                    strategy,
+                    family,
                     fields["seed"],
                     sweep_id,
                     fields["config_json"],
+                    fields["setting_key"],
+                    joined[0] if joined else fields["setting_key"],
                 ),
             )
         return run_id

@@ -1,16 +1,19 @@
-"""One run of the runs database as a typed record (`Run`), read in one place, and the one
-migration of stored configs.
+"""One run of the runs database as a typed record (`Run`), read in one place, and the setting
+run groups are keyed by.
 
 `Run.from_row` takes a row as the database gives it — a `RunsDB.claim_next` row, a row of
 `RunsDB.list_runs` (a ``pandas`` row or an ``itertuples`` tuple) — and is the only code that reads
-the stored ``config_json`` / ``result_json`` columns. Stored configs are migrated here: a run is
-read under today's name for what it ran (`migrated`, its method's hook: a ``layers`` run that
-trained everything is the ``full`` run it was); `migrate_config` reads a config of either stored
-form (`analysis.finetune.stored`: options nested, or flat as before) into today's, a key missing
-from an older config counting as its default, except that a config stored before the classifier
-had its own learning rate trained its classifier at ``lr``, which is what its record says; and
-`group_setting` renders any config the way run groups have always hashed it, so stored runs keep
-their run groups.
+the stored ``config_json`` / ``result_json`` columns. Stored configs are in today's stored form
+(`analysis.finetune.stored`; the database's migration rewrote older ones,
+`analysis.runs.migration`), except that a run is read under today's name for what it ran (`migrated`, its method's hook: a
+``layers`` run that trained everything is the ``full`` run it was).
+
+A run's **setting** (`run_setting`) is everything its config says but the seed and the device, in
+the flat form run groups hash: the common settings and the run's own method's options that differ
+from their defaults, under their flat names — nothing of any other method, so adding a method or
+an option changes no key. `setting_key` is its digest; a run's **group** (``group_key``) is
+stored beside it when the run is recorded (`analysis.runs.queue.RunQueue.enqueue`: the group of
+the runs with its setting key, else the key itself).
 
 `runs_frame` turns records into a table (one row a run, the result's headline fields as
 columns).
@@ -18,6 +21,7 @@ columns).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -26,17 +30,12 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.cache import canonical_json
 from analysis.finetune.config import FinetuneConfig
 from analysis.finetune.registry import find_spec, method_spec
 from analysis.finetune.spec import option_json
 
 NOT_A_SETTING = ("seed", "device")  # which seed, and where it ran: not what was run
-# The option keys every config carried, flat, before options were stored under "options" (each at
-# its default where the run's method does not use it). Frozen: run groups hash exactly these
-# (`group_setting`), whatever methods and options are added since.
-FLAT_OPTION_DEFAULTS = {"heads": None, "heads_settings": None, "adapter_layers": None,
-                        "adapter_size": 64, "lora_layers": None, "lora_r": 8, "lora_alpha": 16,
-                        "subspace_from": None}  # fmt: skip
 
 
 def _get(row: Any, name: str) -> Any:
@@ -53,45 +52,48 @@ def _json(text: Any) -> dict[str, Any] | None:
     return text if isinstance(text, dict) else None
 
 
-def migrate_config(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored config (either form) in today's stored form (`FinetuneConfig.to_dict`): missing
-    keys take their defaults, and a config stored before the classifier had its own learning
-    rate (neither ``classifier_lr`` nor its old key ``head_lr``) gets ``classifier_lr = lr`` (its
-    classifier trained at ``lr``). A ValueError for a config `FinetuneConfig` refuses."""
-    config = FinetuneConfig.from_dict(stored).to_dict()
-    if "head_lr" not in stored and "classifier_lr" not in stored:
-        config["classifier_lr"] = config["lr"]
-    return config
-
-
-def group_setting(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A migrated config (`migrate_config`) in the flat form run groups hash: the common
-    settings, the classifier's learning rate under ``head_lr``, every key of
-    `FLAT_OPTION_DEFAULTS` (the method's own value, else the default), and the method's other
-    options under their flat names where they differ from their defaults. So a config hashes as
-    it did when configs were stored flat, and a new method or option changes no other run's
-    group."""
-    flat = {k: v for k, v in config.items() if k not in ("options", "classifier_lr")}
-    flat["head_lr"] = config["classifier_lr"]
-    flat.update(FLAT_OPTION_DEFAULTS)
-    options = config.get("options") or {}
+def run_setting(stored: Mapping[str, Any], defaults: bool = False) -> dict[str, Any]:
+    """What a stored config says but the seed and the device (module docstring): the common
+    settings as stored (missing ones at their defaults) and the method's options that differ from
+    their defaults under their flat names (a head selection as ``heads`` and
+    ``heads_settings``); with ``defaults``, every option of the method (what labels compare: two
+    settings that differ in an option say both values). A config `FinetuneConfig` refuses (an
+    imported run's) is used as stored."""
+    raw = {k: v for k, v in stored.items() if k not in NOT_A_SETTING}
+    try:
+        config = FinetuneConfig.from_dict(raw).to_dict()
+    except (ValueError, TypeError):
+        return raw
+    options = config.pop("options") or {}
+    setting = {k: v for k, v in config.items() if k not in NOT_A_SETTING}
     for option in method_spec(config["method"]).fields:
         value = options.get(option.name)
-        if option.kind == "heads" and value is not None:
-            flat[option.flat] = value["layers"]
-            flat[f"{option.flat}_settings"] = value["settings"] or None
-        elif option.flat in FLAT_OPTION_DEFAULTS or value != option_json(
-            option.kind, option.default
-        ):
-            flat[option.flat] = value
-    return flat
+        if not defaults and value == option_json(option.kind, option.default):
+            continue
+        if option.kind == "heads":
+            setting[option.flat] = value["layers"]
+            setting[f"{option.flat}_settings"] = value["settings"] or None
+        else:
+            setting[option.flat] = value
+    return setting
+
+
+def setting_digest(value: Any) -> str:
+    """SHA-256 (16 hex digits) of a value's canonical JSON: the key of a setting."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+
+
+def setting_key(stored: Mapping[str, Any]) -> str:
+    """The digest of a stored config's setting (`run_setting`): equal for configs that differ
+    only in their seed (and device)."""
+    return setting_digest(run_setting(stored))
 
 
 def source_run(stored: Mapping[str, Any]) -> str | None:
     """The run (id or folder) a stored config's method reads (its option of kind ``run``: the
     subspace methods' source), or None."""
     try:
-        return FinetuneConfig.from_dict(migrate_config(stored)).option("run")
+        return FinetuneConfig.from_dict(stored).option("run")
     except (ValueError, TypeError):
         return None
 
@@ -106,20 +108,6 @@ def migrated(stored: dict[str, Any], result: Mapping[str, Any] | None) -> dict[s
     return spec.migrate(stored, result)
 
 
-def run_setting(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything a run's config says except the seed (and the device it ran on), migrated and
-    in the form run groups hash (`group_setting`); a config `FinetuneConfig` refuses (an
-    imported run's) is used as stored."""
-    raw = {k: v for k, v in stored.items() if k != "device"}
-    try:
-        setting = group_setting(migrate_config(raw))
-    except (ValueError, TypeError):
-        setting = dict(raw)
-    for key in NOT_A_SETTING:
-        setting.pop(key, None)
-    return setting
-
-
 @dataclass(frozen=True)
 class Run:
     """One run: what it is (its stored config and the migrated `config`), where it stands
@@ -132,7 +120,9 @@ class Run:
     result: dict[str, Any] | None = field(default=None, repr=False)
     method: str = "?"
     label: str = ""
-    family: str | None = None  # the family of the sweep's strategy (the "strategy" column)
+    family: str | None = None  # the layer family of the sweep strategy that queued it
+    group_key: str | None = None  # its run group, as stored (None: a row not from the database)
+    setting_key: str | None = None
     seed: int = 0
     sweep_id: str | None = None
     device: str | None = None
@@ -159,7 +149,9 @@ class Run:
             result=result,
             method=str(stored.get("method") or _get(row, "method") or "?"),
             label=str(_get(row, "label") or ""),
-            family=_get(row, "strategy") or None,
+            family=_get(row, "family") or None,
+            group_key=_get(row, "group_key") or _get(row, "group"),  # a listing's (with_groups)
+            setting_key=_get(row, "setting_key"),
             seed=int(seed if seed is not None else stored.get("seed", 0)),
             sweep_id=_get(row, "sweep_id"),
             device=_get(row, "device") if isinstance(_get(row, "device"), str) else None,
@@ -173,13 +165,19 @@ class Run:
 
     @property
     def config(self) -> FinetuneConfig:
-        """The run's config, migrated (`migrate_config`); a ValueError if it no longer loads."""
-        return FinetuneConfig.from_dict(migrate_config(self.stored))
+        """The run's config; a ValueError if it no longer loads."""
+        return FinetuneConfig.from_dict(self.stored)
 
     @property
     def setting(self) -> dict[str, Any]:
-        """`run_setting` of the stored config (what run groups hash)."""
-        return run_setting(self.stored)
+        """`run_setting` of the stored config, every option of its method included (what
+        labels and comparisons read)."""
+        return run_setting(self.stored, defaults=True)
+
+    @property
+    def group(self) -> str:
+        """The run's group: as stored, else (a row not from the database) its setting's key."""
+        return self.group_key or setting_key(self.stored)
 
     @property
     def steps(self) -> int:

@@ -54,13 +54,15 @@ RUN_COLUMNS = (
     "data",
     "method",
     "label",
-    "strategy",
+    "family",
     "seed",
     "sweep_id",
     "progress",
     "message",
     "error",
     "note",
+    "group_key",
+    "setting_key",
 )
 MAX_NOTE_CHARS = 10_000
 MAX_TAG_CHARS = 40

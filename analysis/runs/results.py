@@ -6,9 +6,10 @@ cut model saves, and the learning rate a sweep's grid chose on the dev part.
 seeds of one another only when their configs agree in everything but the seed — model, data,
 sample, method and its options (head selection and its selector, adapter / LoRA placement,
 subspace source and kind), steps, learning rates, batch size, pooling, max length, zero-weights
-file… (`run_setting`; the device a run happened to run on is not a setting). `group_key` hashes
-that; `summarise` averages only within a group, and every aggregate carries ``n_seeds``. Runs
-that differ in anything else — even only in steps — are never pooled.
+file… (`run_setting`; the device a run happened to run on is not a setting). Each run's group
+is stored with it (``group_key``: `analysis.runs.queue.RunQueue.enqueue`), and `group_of` finds
+the group of a config not run yet; `summarise` averages only within a group, and every aggregate
+carries ``n_seeds``. Runs that differ in anything else — even only in steps — are never pooled.
 
 Pure pandas: the page and the CLI both use these.
 """
@@ -26,8 +27,9 @@ from numpy.typing import ArrayLike
 from analysis.cache import canonical_json
 from analysis.compare import Arm
 from analysis.finetune.registry import method_names
+from analysis.finetune.stored import stored_layers
 from analysis.runs.db import RunsDB
-from analysis.runs.record import Run, run_setting, runs_of
+from analysis.runs.record import Run, runs_of, setting_digest, setting_key
 from analysis.runs.records import RESULT_COLUMNS, run_label
 from analysis.strategies import family_of, n_tuned_layers
 
@@ -36,21 +38,22 @@ BUDGET = ("model", "data", "steps", "batch_size", "max_length", "n_train", "n_ev
           "eval_every", "pooling", "weight_decay", "warmup", "mixed_precision")  # fmt: skip
 
 
-def group_key(config: Mapping[str, Any]) -> str:
-    """The run group of a config: SHA-256 (16 hex digits) of `run_setting` — equal for runs that
-    differ only in their seed (and device)."""
-    return setting_digest(run_setting(config))
+def group_of(config: Mapping[str, Any], runs: pd.DataFrame) -> str:
+    """The run group a stored config (a planned run's, say) belongs to among ``runs`` (rows of
+    ``RunsDB.list_runs``): the ``group_key`` of the runs with its setting key, else that key —
+    the group `analysis.runs.queue.RunQueue.enqueue` would record it in."""
+    key = setting_key(config)
+    if "setting_key" in runs and len(runs):
+        found = runs.loc[runs["setting_key"] == key, "group_key"].dropna()
+        if len(found):
+            return str(found.iloc[-1])  # list_runs is newest first: the oldest run's group
+    return key
 
 
 def budget_key(setting: Mapping[str, Any]) -> str:
     """Task and training budget of a setting (`BUDGET`): runs of different methods are compared
     (cost saved, "vs full fine-tuning") only within one budget."""
     return setting_digest({k: setting.get(k) for k in BUDGET})
-
-
-def setting_digest(value: Any) -> str:
-    """SHA-256 (16 hex digits) of a setting's canonical JSON: the run group's key."""
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
 
 
 def _short(value: Any) -> str:
@@ -97,12 +100,12 @@ RESULT_TABLE_COLUMNS = [
     "sweep_id",
     "group",
     "lr",
-    "head_lr",
+    "classifier_lr",
     "lr_sibling",
     "budget",
     "zero_weights",
 ]
-NUMERIC = ["n_tuned_layers", *(c for c in RESULT_COLUMNS if c != "metric"), "lr", "head_lr"]
+NUMERIC = ["n_tuned_layers", *(c for c in RESULT_COLUMNS if c != "metric"), "lr", "classifier_lr"]
 SEM_OF = ("score", "wall_s", "step_time_s", "peak_mem_mb")  # aggregates drawn with error bars
 
 
@@ -110,7 +113,7 @@ def results_table(
     runs: pd.DataFrame, l_star: int | None = None, n_layers: int | None = None
 ) -> pd.DataFrame:
     """One row per completed run (``RunsDB.list_runs`` output in), with its family, the number
-    of tuned layers, its run ``group`` (`group_key`), a ``label`` that tells groups apart
+    of tuned layers, its run ``group`` (its ``group_key``), a ``label`` that tells groups apart
     (`distinct_labels`), its learning rates, and ``lr_sibling``: the group it would be without its
     body learning rate (runs of one learning-rate grid share it). A seed run twice in one group
     counts once, its newest run (`newest_per_seed`).
@@ -128,22 +131,16 @@ def results_table(
     families, tuned, groups, settings, siblings, methods = [], [], [], {}, [], []
     references = method_names(lambda spec: spec.reference)
     for _, row in done.iterrows():
-        config = _config(row)
-        setting = run_setting(config)
-        key = group_key(config)
-        groups.append(key)
-        settings.setdefault(key, setting)
+        run = Run.from_row(row)
+        setting = run.setting
+        groups.append(run.group)
+        settings.setdefault(run.group, setting)
         siblings.append(setting_digest({k: v for k, v in setting.items() if k != "lr"}))
-        layers = config.get("layers")
-        method = str(config.get("method") or row["method"])  # (1, L, L) layers runs: full
+        layers = stored_layers(run.stored)
+        method = run.method  # (1, L, L) layers runs: full
         methods.append(method)
-        big_l = n_layers or (int(layers[2]) if layers else 1)
-        stored = row.get("strategy")
-        families.append(
-            stored
-            if isinstance(stored, str) and stored
-            else family_of(layers, method, l_star, big_l)
-        )
+        big_l = n_layers or (layers[2] if layers else 1)
+        families.append(run.family or family_of(layers, method, l_star, big_l))
         count = n_tuned_layers(layers, method, big_l)
         if method in references and pd.notna(row.get("layers_backward")):
             count = int(row["layers_backward"])
@@ -155,7 +152,7 @@ def results_table(
     labels = distinct_labels(settings)
     done["label"] = [labels[g] for g in groups]
     done["lr"] = [settings[g].get("lr") for g in groups]
-    done["head_lr"] = [settings[g].get("head_lr") for g in groups]
+    done["classifier_lr"] = [settings[g].get("classifier_lr") for g in groups]
     done["lr_sibling"] = siblings
     done["budget"] = [budget_key(settings[g]) for g in groups]
     done["zero_weights"] = [settings[g].get("zero_weights") for g in groups]
@@ -191,7 +188,16 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
     ``lr_sibling`` taken from its runs (equal within a group, family aside: the first run's).
     """
     keys = ["group"]
-    firsts = ["family", "method", "label", "lr", "head_lr", "lr_sibling", "budget", "zero_weights"]
+    firsts = [
+        "family",
+        "method",
+        "label",
+        "lr",
+        "classifier_lr",
+        "lr_sibling",
+        "budget",
+        "zero_weights",
+    ]
     columns = [
         *keys,
         "family",
@@ -213,7 +219,7 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
         "peak_mem_mb",
         "peak_mem_mb_sem",
         "lr",
-        "head_lr",
+        "classifier_lr",
         "lr_sibling",
         "budget",
         "zero_weights",
@@ -371,18 +377,14 @@ def estimate_step_time(
     return None, "no earlier run of this model"
 
 
-def _config(row: pd.Series) -> dict[str, Any]:
-    return Run.from_row(row).stored
-
-
 def with_groups(runs: pd.DataFrame) -> pd.DataFrame:
-    """``RunsDB.list_runs`` rows with each run's ``group`` (`group_key`), a ``label`` recomputed
-    from its config (older runs stored shorter labels) and how it was ``imported``
-    (`imported_as`), for listings and exports."""
-    out = runs.copy()
-    records = runs_of(out) if "id" in out else []
+    """``RunsDB.list_runs`` rows with each run's ``group`` (its stored ``group_key``, in place of
+    the key columns), a ``label`` recomputed from its config (older runs stored shorter labels)
+    and how it was ``imported`` (`imported_as`), for listings and exports."""
+    records = runs_of(runs) if "id" in runs else []
+    out = runs.drop(columns=["group_key", "setting_key"], errors="ignore")
     tags = out["tags"] if "tags" in out else [""] * len(records)
-    out["group"] = [group_key(run.stored) for run in records]
+    out["group"] = [run.group for run in records]
     out["label"] = [run_label(run.stored) for run in records]
     out["imported"] = [imported_as(run, t) for run, t in zip(records, tags, strict=True)]
     return out
@@ -408,11 +410,12 @@ def imported_as(run: Run, tags: str | None = "") -> str:
 
 def export_records(db: RunsDB, with_steps: bool = True, **filters: Any) -> list[dict[str, Any]]:
     """`RunsDB.export_records` (every matching run: config, result, note, tags, steps) with each
-    run's ``group`` (`group_key`) and ``label`` (recomputed from its config, as `with_groups`
-    does): what the Runs page's JSON download and ``runs export --json`` write."""
+    run's ``group`` (its stored ``group_key``) and ``label`` (recomputed from its config, as
+    `with_groups` does): what the Runs page's JSON download and ``runs export --json`` write."""
     records = db.export_records(with_steps=with_steps, **filters)
     for record in records:
-        record["group"] = group_key(record["config"])
+        record["group"] = record.pop("group_key")
+        record.pop("setting_key")
         record["label"] = run_label(record["config"])
     return records
 

@@ -10,7 +10,9 @@ it committed). Every write is one ``BEGIN IMMEDIATE … COMMIT`` transaction (`R
 A CHECK constraint makes "a result exists only for a completed run" a property of the file, not
 just of this code. The schema is versioned (``PRAGMA user_version`` plus a ``schema_version``
 table); `migrate` upgrades an older file in place. Version 2 adds a free-text ``note`` per run
-and a ``run_tags`` table (a run's tags, deleted with it).
+and a ``run_tags`` table (a run's tags, deleted with it). Version 3 gives every stored word one
+meaning (`analysis.runs.migration`): configs under today's names, the ``family`` column (was
+``strategy``), and each run's ``group_key`` and ``setting_key``.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from analysis.runs.migration import UPGRADE
 from analysis.workspace import Workspace
 
-# Migration v → v+1 is MIGRATIONS[v]: a list of SQL statements run in one transaction.
-MIGRATIONS: list[list[str]] = [
+# A step of a migration: an SQL statement, or a function of the connection (what SQL cannot say).
+Step = str | Callable[[sqlite3.Connection], None]
+# Migration v → v+1 is MIGRATIONS[v]: its steps, run in order in one transaction.
+MIGRATIONS: list[list[Step]] = [
     [
         """CREATE TABLE runs (
             id TEXT PRIMARY KEY,
@@ -79,6 +84,8 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX run_tags_by_tag ON run_tags (tag, run_id)",
     ],
+    # 3: one meaning per stored word (analysis.runs.migration).
+    UPGRADE,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -87,7 +94,7 @@ class RunNotFound(ValueError):
     """No run has this id (or the prefix matches none or several)."""
 
 
-def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]] = MIGRATIONS) -> int:
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[Step]] = MIGRATIONS) -> int:
     """Bring the file up to ``len(migrations)``; returns the version it ended at.
 
     Each step runs in its own IMMEDIATE transaction and re-reads the version inside it, so two
@@ -107,8 +114,11 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]] = MIGR
         try:
             current = conn.execute("PRAGMA user_version").fetchone()[0]
             if current == version:
-                for statement in migrations[version]:
-                    conn.execute(statement)
+                for step in migrations[version]:
+                    if isinstance(step, str):
+                        conn.execute(step)
+                    else:
+                        step(conn)
                 conn.execute(
                     "INSERT OR REPLACE INTO schema_version (version, applied) VALUES (?, ?)",
                     (version + 1, time.time()),

@@ -160,7 +160,10 @@ SETTINGS_INTRO = """\
 Every setting of tunescope's configs, with the help text the CLI's `--help` and the dashboard's
 fields show (each is declared once, on its config's field). The configs are frozen dataclasses
 that check themselves when built, and the same object drives the dashboard, the CLI and the
-cache key; environment variables are on [their own page](environment.md).
+cache key; environment variables are on [their own page](environment.md). A method's option is
+stored under its name in the run's `"options"`; its flat name is the CLI flag's (`lora_r`:
+`--lora-r`). A stored config keeps `layers` as [ℓ_bottom, ℓ_top] and ℓ_cls as
+`classifier_layer`.
 """
 
 
@@ -212,7 +215,7 @@ def settings_page() -> str:
                 help_text = f"a `{type(nested()).__name__}` (above)"
             name = f"`{field.name}`"
             if field.metadata.get("flat"):
-                name += f" (JSON `{field.metadata['flat']}`)"
+                name += f" (flat `{field.metadata['flat']}`)"
             lines.append(f"| {name} | {_setting_default(field)} | {_cell(help_text)} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

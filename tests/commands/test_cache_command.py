@@ -122,8 +122,8 @@ def test_list_says_what_each_item_is_and_who_uses_it(workspace, capsys):
 
 def test_prune_removes_what_can_be_recomputed_and_keeps_what_is_in_use(workspace, capsys):
     ws, _, paths = workspace
-    recipe = json.loads((paths["newer"] / "meta.json").read_text())["recipe"]
-    held, _ = DiskCache(ws.root).load("states", recipe)  # a page reading these states now
+    inputs = json.loads((paths["newer"] / "meta.json").read_text())["inputs"]
+    held, _ = DiskCache(ws.root).load("states", inputs)  # a page reading these states now
     before = sorted(ws.root.rglob("*"))
     assert main(["cache", "prune", "--dry-run", "--cache", str(ws.root), "--json", "-"]) == 0
     dry = json.loads(capsys.readouterr().out)

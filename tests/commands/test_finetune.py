@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from analysis.runs.db import RunsDB
-from analysis.runs.results import group_key
 from tunescope.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +34,8 @@ def test_finetune_writes_the_json_schema_and_records_the_run(tiny_bert_dir, tmp_
         assert key in result, key
     assert result["metric"] == "accuracy" and 0.0 <= result["score"] <= 1.0
     assert 0 < result["n_trainable"] < result["n_params"]
-    assert result["config"]["layers"] == [1, 1, 2] and result["config"]["seed"] == 1
+    assert (result["config"]["layers"], result["config"]["classifier_layer"]) == ([1, 1], 2)
+    assert result["config"]["seed"] == 1
     assert [step for step, _ in result["curves"]["train_loss"]] == [1, 2, 3]
     assert [step for step, _ in result["curves"]["dev"]] == [2, 3]
     run = RunsDB().get_run(result["run_id"])
@@ -53,7 +53,7 @@ def test_finetune_writes_the_json_schema_and_records_the_run(tiny_bert_dir, tmp_
     assert main(["runs", "export", "--json", str(tmp_path / "a.json")]) == 0
     exported = json.loads((tmp_path / "a.json").read_text())[0]
     assert exported["id"] == result["run_id"]
-    assert exported["group"] == group_key(run["config"]) and exported["label"] == "(1, 1, 2)"
+    assert exported["group"] == run["group_key"] and exported["label"] == "(1, 1, 2)"
     assert main(["runs", "cancel", result["run_id"]]) == 0  # done stays done
     assert RunsDB().get_run(result["run_id"])["status"] == "done"
     assert main(["runs", "show", "no-such-run"]) == 2
@@ -82,7 +82,7 @@ def test_sweep_plans_from_computed_l_star_and_runs_in_the_foreground(tiny_bert_d
     assert [r["status"] for r in runs] == ["done", "done"]  # (1, 1, 1) and (1, 1, 2)
     table = RunsDB().list_runs(sweep_id=json.loads(out.read_text())["sweep_id"])
     assert sorted(table["label"]) == ["(1, 1, 1)", "(1, 1, 2)"]
-    assert set(table["strategy"]) == {"ℓ*-down"}
+    assert set(table["family"]) == {"ℓ*-down"}
 
 
 def test_ctrl_c_records_the_run_as_cancelled(tiny_bert_dir):

@@ -30,8 +30,11 @@ from analysis.models import load_model
         ({"ranks": [(2, 4), (2, 8)]}, "lists layer 2 twice"),
         ({"ranks": "2:4"}, "must map layers to numbers"),
         ({"alphas": {2: 8}}, "lora_alphas needs the layers that get LoRA named"),
-        ({"alphas": {2: -1.0}, "layers": (2,)}, "layer 2 needs a positive number"),
-        ({"ranks": {3: 4}, "layers": (1, 2)}, "lora_ranks names layer 3, which gets no LoRA"),
+        ({"alphas": {2: -1.0}, "layers_to_transform": (2,)}, "layer 2 needs a positive number"),
+        (
+            {"ranks": {3: 4}, "layers_to_transform": (1, 2)},
+            "lora_ranks names layer 3, which gets no LoRA",
+        ),
         ({"alphas": {4: 8}, "ranks": {1: 2}}, "lora_alphas names layer 4, which gets no LoRA"),
     ],
 )
@@ -42,13 +45,15 @@ def test_per_layer_options_say_what_is_wrong(kwargs, message):
 
 def test_a_rank_allocation_places_lora_and_is_stored_one_based():
     options = LoraOptions(ranks={"4": 2, 2: 8}, alphas={4: 1.5})
-    assert options.layers == (2, 4) and options.ranks == ((2, 8), (4, 2))
-    assert options.rank(2) == 8 and LoraOptions(layers=(1, 2), ranks={2: 4}).rank(1) == 8
+    assert options.layers_to_transform == (2, 4) and options.ranks == ((2, 8), (4, 2))
+    assert (
+        options.rank(2) == 8 and LoraOptions(layers_to_transform=(1, 2), ranks={2: 4}).rank(1) == 8
+    )
     cfg = flat_config(method="lora", lora_ranks={2: 8, 4: 2}, lora_alphas={4: 1.5})
     assert cfg.options == options
     stored = cfg.to_dict()["options"]
     assert stored["ranks"] == {"2": 8, "4": 2} and stored["alphas"] == {"4": 1.5}
-    assert stored["layers"] == [2, 4]
+    assert stored["layers_to_transform"] == [2, 4]
     with pytest.raises(ValueError, match="above the classifier's layer"):
         flat_config(method="lora", lora_ranks={4: 2}, layers=(1, 3, 3))
 

@@ -20,7 +20,6 @@ from analysis.export.build import build_recipe, write_recipe
 from analysis.finetune.config import flat_config
 from analysis.models import load_model
 from analysis.runs.db import RunsDB
-from analysis.runs.results import group_key
 from tunescope.cli import main
 
 WORDS = ["good", "great", "fun", "bad", "awful", "dull"]
@@ -246,7 +245,7 @@ def test_what_ran_and_run_groups_by_model_class(tiny, tmp_path, recipe_module):
         False,
     )
     assert config["origin"]["model_class"] == "BertForSequenceClassification"
-    keys = {k: group_key(db.get_run(i)["config"]) for k, i in ids.items()}
+    keys = {k: db.get_run(i)["group_key"] for k, i in ids.items()}
     assert keys["hf", 0] == keys["hf", 1] != keys["tunescope", 0]
     dev = db.steps(ids["hf", 0], kind="dev")
     assert sorted(dev[dev.key == "dev"].step) == [3, 6]

@@ -23,7 +23,6 @@ from analysis.predictions import decode_predictions
 from analysis.runs.callback import TunescopeCallback
 from analysis.runs.db import RunsDB
 from analysis.runs.execute import execute_run
-from analysis.runs.results import group_key
 from tunescope.cli import main
 
 STEPS, BATCH, N_TRAIN, N_EVAL = 8, 8, 64, 64
@@ -134,4 +133,4 @@ def test_heads_recipe_in_a_plain_trainer_gives_the_same_score(tmp_path):
     theirs_loss = losses[losses.key == "loss"].value.to_numpy()
     np.testing.assert_allclose(theirs_loss, ours_loss, rtol=1e-4)
     # It reproduces the tunescope run's setting, so it joins that run's group (join_groups=True).
-    assert group_key(theirs["config"]) == group_key(db.get_run(run_id)["config"])
+    assert theirs["group_key"] == db.get_run(run_id)["group_key"]

@@ -50,27 +50,27 @@ def test_round_trip_through_json():
     payload = json.loads(json.dumps(cfg.to_dict()))
     assert payload["options"] == {"heads": {"layers": {"1": [1], "2": [0, 3]},
                                             "settings": {"k": 2}}}  # fmt: skip
-    assert payload["layers"] == [1, 2, 4]
+    assert (payload["layers"], payload["classifier_layer"]) == ([1, 2], 4)
     back = FinetuneConfig.from_dict(payload)
     assert back == cfg  # the selection's provenance is not part of the run's identity
     assert back.option("heads").layers == ((1, (1,)), (2, (0, 3)))
     assert hash(back) == hash(cfg)
     lora = flat_config(method="lora", lora_layers=[2, 1], lora_r=4)
-    assert lora.to_dict()["options"] == {"layers": [1, 2], "r": 4, "alpha": 16, "ranks": None,
-                                         "alphas": None}  # fmt: skip
+    assert lora.to_dict()["options"] == {"layers_to_transform": [1, 2], "r": 4, "alpha": 16,
+                                         "ranks": None, "alphas": None}  # fmt: skip
     assert FinetuneConfig.from_dict(json.loads(json.dumps(lora.to_dict()))) == lora
     # Each config stores its own method's options only: the common keys are the same for all.
     assert set(lora.to_dict()) == set(FinetuneConfig().to_dict())
     assert FinetuneConfig().to_dict()["options"] == {}
 
 
-def test_flat_configs_still_read():
-    """Configs stored before options were nested: every method's options flat, at defaults."""
+def test_flat_options_still_read():
+    """Options given flat (as `flat_config` takes them): another method's at its default."""
     flat = {"method": "lora", "lora_layers": [2, 3], "lora_r": 4, "lora_alpha": 16,
-            "adapter_size": 64, "heads": None, "head_lr": 2e-3}  # fmt: skip
+            "adapter_size": 64, "heads": None, "classifier_lr": 2e-3}  # fmt: skip
     cfg = FinetuneConfig.from_dict(flat)
-    assert cfg.options == LoraOptions(layers=(2, 3), r=4) and cfg.classifier_lr == 2e-3
-    assert "lora_r" not in cfg.to_dict() and "head_lr" not in cfg.to_dict()
+    assert cfg.options == LoraOptions(layers_to_transform=(2, 3), r=4) and cfg.classifier_lr == 2e-3
+    assert cfg == flat_config(**flat) and "lora_r" not in cfg.to_dict()
     with pytest.raises(ValueError, match="Unknown fine-tuning config keys: lora_r"):
         FinetuneConfig.from_dict({**cfg.to_dict(), "lora_r": 4})  # nested and flat: one form
     with pytest.raises(ValueError, match="has no option size"):
@@ -145,9 +145,9 @@ def test_invalid_configs_say_why(kwargs, message):
     [
         (lambda: LoraOptions(r=0), "lora_r"),
         (lambda: LoraOptions(alpha=-1), "lora_alpha"),
-        (lambda: LoraOptions(layers=(0,)), "numbered from 1"),
+        (lambda: LoraOptions(layers_to_transform=(0,)), "numbered from 1"),
         (lambda: AdapterOptions(size=0), "adapter_size"),
-        (lambda: AdapterOptions(layers=()), "empty"),
+        (lambda: AdapterOptions(layers_to_transform=()), "empty"),
         (lambda: SubspaceOptions(" "), "subspace_from"),
         (lambda: HeadsOptions({1: []}), "no heads"),
         (lambda: FinetuneConfig(method="full", options=LoraOptions()), "takes no options"),
@@ -231,15 +231,22 @@ def test_a_heads_run_keeps_where_its_selection_came_from():
         FinetuneConfig.from_dict({"method": "full", "heads_settings": {"selector": "random"}})
 
 
-def test_classifier_lr_is_stored_as_such_and_its_old_name_still_reads():
+def test_the_classifier_is_stored_as_such_and_the_cli_keeps_its_old_flag():
     from tunescope.cli import build_parser
 
-    cfg = FinetuneConfig(classifier_lr=2e-3)
-    assert cfg.to_dict()["classifier_lr"] == 2e-3 and "head_lr" not in cfg.to_dict()
-    assert FinetuneConfig.from_dict({"classifier_lr": 2e-3}) == cfg
-    assert FinetuneConfig.from_dict({"head_lr": 2e-3}) == cfg  # as stored
-    with pytest.raises(ValueError, match="not both"):
-        FinetuneConfig.from_dict({"head_lr": 2e-3, "classifier_lr": 2e-3})
+    cfg = FinetuneConfig(classifier_lr=2e-3, method="layers", layers=(1, 2, 3))
+    stored = cfg.to_dict()
+    assert stored["classifier_lr"] == 2e-3 and "head_lr" not in stored
+    assert (stored["layers"], stored["classifier_layer"]) == ([1, 2], 3)
+    assert FinetuneConfig.from_dict(stored) == cfg and cfg.classifier_layer == 3
+    assert FinetuneConfig().to_dict()["classifier_layer"] is None
+    # Old names are the database migration's business (analysis.runs.migration), not the reader's.
+    with pytest.raises(ValueError, match="Unknown fine-tuning config keys: head_lr"):
+        FinetuneConfig.from_dict({"head_lr": 2e-3})
+    with pytest.raises(ValueError, match=r"layers as \[ℓ_bottom, ℓ_top\] together with"):
+        FinetuneConfig.from_dict({**stored, "layers": [1, 2, 3], "classifier_layer": None})
+    with pytest.raises(ValueError, match="has no option layers"):
+        FinetuneConfig.from_dict({"method": "lora", "options": {"layers": [2]}})
     for flag in ("--classifier-lr", "--head-lr"):
         args = build_parser().parse_args(["finetune", flag, "3e-3"])
         assert args.classifier_lr == 3e-3

@@ -105,7 +105,14 @@ def early_late(result, k: int = 8) -> tuple[float, float]:
 @pytest.mark.parametrize(("method", "lr"), [("bitfit", 1e-2), ("lora", 1e-2)])
 def test_lora_and_bitfit_learn_an_easy_task(tiny, method, lr):
     cfg = config(
-        tiny, method=method, lr=lr, head_lr=lr, steps=40, eval_every=20, batch_size=16, warmup=0.0
+        tiny,
+        method=method,
+        lr=lr,
+        classifier_lr=lr,
+        steps=40,
+        eval_every=20,
+        batch_size=16,
+        warmup=0.0,
     )
     result = run_finetune(cfg, loaded=tiny, data=synthetic_data())
     early, late = early_late(result)
@@ -305,7 +312,7 @@ def test_real_trajectory_recorder_writes_snapshots(tiny, tmp_path):
 def test_the_classifier_trains_at_its_own_learning_rate(tiny):
     from analysis.finetune.engine import make_optimizer
 
-    cfg = config(tiny, method="layers", layers=(2, 2, 2), lr=5e-5, head_lr=2e-3)
+    cfg = config(tiny, method="layers", layers=(2, 2, 2), lr=5e-5, classifier_lr=2e-3)
     built = build_model(cfg, tiny, 2, "cpu")
     optimizer, _ = make_optimizer(built.prepared, cfg)
     classifier = {id(p) for p in built.model.classifier.parameters()}

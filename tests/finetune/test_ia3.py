@@ -15,7 +15,7 @@ from apptest_utils import errors, make_app, open_page
 
 from analysis.config import ModelSpec
 from analysis.export.build import build_recipe, write_recipe
-from analysis.finetune.config import flat_config
+from analysis.finetune.config import FinetuneConfig, flat_config
 from analysis.finetune.methods.ia3 import SPEC, IA3Options
 from analysis.models import load_model
 from analysis.runs.callback import TunescopeCallback, recognised
@@ -39,7 +39,9 @@ def test_ia3_trains_on_the_cli_and_is_a_sweep_strategy(tiny_bert_dir, tmp_path, 
     argv = ["finetune", *tiny_args(tiny_bert_dir, "--method", "ia3", "--ia3-layers", "2")]
     assert main([*argv, "--steps", "2", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["config"]["method"] == "ia3" and result["config"]["options"] == {"layers": [2]}
+    assert result["config"]["method"] == "ia3" and result["config"]["options"] == {
+        "layers_to_transform": [2]
+    }
     assert result["config"]["lr"] == SPEC.default_lr
     assert "IA³ vectors on key, value and feed-forward of layers 2" in result["description"]
     run = RunsDB().get_run(result["run_id"])
@@ -141,4 +143,4 @@ def test_a_trainer_run_of_ia3_is_recorded_as_ia3(bert, tmp_path):
     assert config["origin"]["model_class"] == "BertForSequenceClassification"
     assert config["eval_every"] is None  # what ran: this Trainer never evaluated
     setting = {k: v for k, v in config.items() if k != "origin"} | {"eval_every": 50}
-    assert isinstance(flat_config(**setting).options, IA3Options)
+    assert isinstance(FinetuneConfig.from_dict(setting).options, IA3Options)

@@ -96,10 +96,10 @@ def test_random_layers_are_drawn_anew_per_seed_and_alike_for_one_seed():
 
 
 def test_random_layer_runs_of_two_seeds_share_their_setting(bert4):
-    from analysis.runs.results import group_key
+    from analysis.runs.record import setting_key
 
     a, b = (cfg_for(bert4, "layer-set", set_pick="random", set_k=2, seed=s) for s in (0, 1))
-    assert group_key(a.to_dict()) == group_key(b.to_dict())  # seeds of one another
+    assert setting_key(a.to_dict()) == setting_key(b.to_dict())  # seeds of one another
     built = build_model(a, bert4, 2, "cpu")
     trained = [i for i, block in enumerate(built.model.layers, 1)
                if any(p.requires_grad for p in block.parameters())]  # fmt: skip
@@ -235,22 +235,19 @@ def test_weight_snr_on_noise_and_on_a_planted_low_rank_signal():
       "random ×2"),
      ("layer-set", LayerSetOptions(layers=(3, 1)), {"layers": [1, 3], "pick": "given", "k": None},
       "layers 1,3"),
-     ("lora-eva", None, {"layers": None, "r": 8, "alpha": 16, "rho": 2.0, "batches": 8},
+     ("lora-eva", None, {"layers_to_transform": None, "r": 8, "alpha": 16, "rho": 2.0,
+                   "batches": 8},
       "lora-eva r=8")],
 )  # fmt: skip
 def test_the_arms_store_their_options_nested_and_label_their_runs(method, options, stored, label):
-    from analysis.runs.record import migrate_config, run_setting
+    from analysis.runs.record import run_setting
     from analysis.runs.records import run_label
 
     cfg = FinetuneConfig(method=method, options=options)
     payload = cfg.to_dict()
     assert payload["options"] == stored
     assert not {"set_pick", "set_k", "set_layers", "eva_r", "eva_layers"} & set(payload)
-    assert (
-        FinetuneConfig.from_dict(payload)
-        == cfg
-        == FinetuneConfig.from_dict(migrate_config(payload))
-    )
+    assert FinetuneConfig.from_dict(payload) == cfg
     assert run_label(payload) == label
     assert run_label(run_setting(payload)) == label  # a run group's setting leaves defaults out
 

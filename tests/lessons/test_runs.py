@@ -24,7 +24,7 @@ def test_a_claims_step_is_done_once_every_run_it_was_planned_with_is(tmp_path):
     cfg = ClaimsConfig(seeds=(0, 1))
     planned = [PlannedRun(("X4",), "full", cfg.base_run(seed)) for seed in cfg.seeds]
     assert not runs.planned(cfg) and not runs.claim_runs_done(cfg)
-    runs._remember_plan(cfg, planned)
+    runs._remember_plan(cfg, planned, runs.db().list_runs())
     assert runs.planned(cfg) and not runs.claim_runs_done(cfg)
     db = runs.db()
     finish(db, planned[0].config, {})

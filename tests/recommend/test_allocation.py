@@ -45,7 +45,7 @@ def test_the_probe_gain_rule_on_a_curve_with_a_known_allocation():
     assert dict(alloc.ranks) == {2: 12, 3: 6, 5: 6}
     assert alloc.total_rank == 24 and not alloc.is_uniform
     options = alloc.options()  # method lora's options: ranks, and alpha_ℓ = alpha · r_ℓ / r
-    assert options.ranks == ((2, 12), (3, 6), (5, 6)) and options.layers == (2, 3, 5)
+    assert options.ranks == ((2, 12), (3, 6), (5, 6)) and options.layers_to_transform == (2, 3, 5)
     assert options.alphas == ((2, 24.0), (3, 12.0), (5, 12.0))
     settings = alloc.to_dict("bert")
     assert settings["layers_to_transform"] == [1, 2, 4]

@@ -180,7 +180,7 @@ def test_the_method_is_inferred_from_what_trains(tiny):
     assert infer_method(model) == "frozen"
     model.bert.encoder.layer[2].requires_grad_(True)
     assert infer_method(model) == "layers"
-    assert recognised(model) == ("layers", {"layers": [3, 3, 3]})
+    assert recognised(model) == ("layers", {"layers": [3, 3], "classifier_layer": 3})
     model.bert.embeddings.requires_grad_(True)
     assert infer_method(model) == "custom"  # embeddings and a layer: no method trains that
     model.bert.requires_grad_(False)
@@ -238,10 +238,10 @@ def test_runs_import_refuses_a_folder_without_trainer_state(tmp_path, capsys):
 
 def test_imported_and_tunescope_runs_never_share_a_group():
     from analysis.finetune.config import FinetuneConfig
-    from analysis.runs.results import group_key
+    from analysis.runs.record import setting_key
 
     config = FinetuneConfig().to_dict()
-    assert group_key(config) != group_key({**config, "origin": {"kind": "trainer"}})
+    assert setting_key(config) != setting_key({**config, "origin": {"kind": "trainer"}})
 
 
 CRASHING_SCRIPT = """

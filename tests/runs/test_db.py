@@ -18,7 +18,8 @@ def config(method="layers", layers=(1, 2, 2), seed=0, model="tiny", data="toy"):
         "model": {"name": model, "trust_remote_code": False},
         "data": {"name": data},
         "method": method,
-        "layers": list(layers) if layers else None,
+        "layers": list(layers[:2]) if layers else None,
+        "classifier_layer": layers[2] if layers else None,
         "seed": seed,
         "steps": 5,
     }
@@ -65,7 +66,7 @@ def test_migration_upgrades_an_old_file_and_keeps_its_rows(tmp_path):
 
 
 def test_enqueue_claim_finish(db):
-    first = db.enqueue(config(seed=0), sweep_id="s1", strategy="ℓ*-down")
+    first = db.enqueue(config(seed=0), sweep_id="s1", family="ℓ*-down")
     second = db.enqueue(config(seed=1))
     assert first != second and len(first.split("-")) == 3
     run = db.claim_next(worker_pid=123, device="cpu")
@@ -79,7 +80,8 @@ def test_enqueue_claim_finish(db):
     assert db.finish(first, {"score": 0.75, "metric": "accuracy", "n_trainable": 10})
     run = db.get_run(first)
     assert run["status"] == "done" and run["result"]["score"] == 0.75
-    assert run["label"] == "(1, 2, 2)" and run["strategy"] == "ℓ*-down"
+    assert run["label"] == "(1, 2, 2)" and run["family"] == "ℓ*-down"
+    assert run["group_key"] == run["setting_key"] == db.get_run(second)["group_key"]  # seeds
     steps = db.steps(first)
     assert len(steps) == 5 and steps[steps.kind == "dev"].value.tolist() == [0.8]
     table = db.list_runs()
@@ -164,7 +166,7 @@ def test_exports(db, tmp_path):
     records = json.loads((tmp_path / "runs.json").read_text())
     done = next(r for r in records if r["id"] == run_id)
     assert done["result"]["score"] == 0.5 and done["steps"][0]["value"] == 0.3
-    assert done["config"]["layers"] == [1, 2, 2]
+    assert (done["config"]["layers"], done["config"]["classifier_layer"]) == ([1, 2], 2)
 
 
 # ---- schema version 2: notes and tags; deleting a run's files ---------------------------------
@@ -181,7 +183,8 @@ def version_1_file(path) -> None:
         "data, method, label, strategy, seed, sweep_id, config_json, result_json, error) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
-    cfg = json.dumps(config())
+    old = {k: v for k, v in config().items() if k != "classifier_layer"}
+    cfg = json.dumps({**old, "layers": [1, 2, 2]})  # the layer triple, as stored then
     rows = [
         ("r-done", 1.0, 2.0, 3.0, "done", 7, "cpu", "tiny", "toy", "layers", "(1, 2, 2)",
          "ℓ*-down", 0, "s1", cfg, json.dumps({"score": 0.75, "metric": "accuracy"}), None),
@@ -203,15 +206,16 @@ def test_a_version_1_database_opens_upgraded_with_every_row_intact(tmp_path):
     path = tmp_path / "runs.sqlite"
     version_1_file(path)
     db = RunsDB(Workspace(tmp_path))  # the current code migrates it in place
-    assert db.pragma("user_version") == SCHEMA_VERSION == 2
+    assert db.pragma("user_version") == SCHEMA_VERSION == 3
     assert db.pragma("integrity_check") == "ok"
     with sqlite3.connect(path) as conn:
-        assert [v for (v,) in conn.execute("SELECT version FROM schema_version")] == [1, 2]
+        assert [v for (v,) in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3]
     table = db.list_runs()
     assert table["id"].tolist() == ["r-queued", "r-failed", "r-done"]
     assert table["note"].tolist() == ["", "", ""] and table["tags"].tolist() == ["", "", ""]
     done = db.get_run("r-done")
-    assert done["result"]["score"] == 0.75 and done["strategy"] == "ℓ*-down"
+    assert done["result"]["score"] == 0.75 and done["family"] == "ℓ*-down"
+    assert (done["config"]["layers"], done["config"]["classifier_layer"]) == ([1, 2], 2)
     assert done["note"] == "" and done["tags"] == []
     assert db.curves("r-done") == {"train_loss": [[1, 0.7]], "dev": [[2, 0.8]]}
     assert db.get_run("r-failed")["error"] == "boom"
@@ -221,7 +225,7 @@ def test_a_version_1_database_opens_upgraded_with_every_row_intact(tmp_path):
     assert db.get_run("r-done")["tags"] == ["baseline", "keep"]
     assert db.claim_next(worker_pid=9)["id"] == "r-queued"
     # Reopening does not migrate twice.
-    assert RunsDB(Workspace(tmp_path)).pragma("user_version") == 2
+    assert RunsDB(Workspace(tmp_path)).pragma("user_version") == 3
 
 
 def test_notes_and_tags_are_shown_filtered_and_exported(db, tmp_path):

@@ -1,5 +1,5 @@
-"""The typed run record: one place reads the stored JSON and migrates old configs; a database
-made with today's schema and old-form configs keeps loading, grouping and labelling."""
+"""The typed run record: one place reads the stored JSON; a database made with schema version 2
+and old-form configs is migrated and keeps loading, grouping and labelling."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 from analysis.finetune.config import FinetuneConfig, canonical, flat_config
 from analysis.runs.db import RunsDB
-from analysis.runs.record import Run, migrate_config, runs_frame, runs_of
-from analysis.runs.results import group_key, results_table, with_groups
+from analysis.runs.migration import today
+from analysis.runs.record import Run, runs_frame, runs_of
+from analysis.runs.results import results_table, with_groups
 from analysis.runs.schema import MIGRATIONS, migrate
 from analysis.workspace import Workspace
 
@@ -24,9 +25,9 @@ def old_config(method, layers=None, seed=0):
 
 
 def old_file(path) -> None:
-    """Today's schema (its SQL), rows in the old form, written with plain SQL."""
+    """Schema version 2 (its SQL), rows in the old form, written with plain SQL."""
     conn = sqlite3.connect(path, isolation_level=None)
-    assert migrate(conn, MIGRATIONS) == len(MIGRATIONS)
+    assert migrate(conn, MIGRATIONS[:2]) == 2
     insert = (
         "INSERT INTO runs (id, created, status, model, data, method, label, strategy, seed, "
         "config_json, result_json) VALUES (?, ?, 'done', 'tiny', 'toy', ?, ?, ?, ?, ?, ?)"
@@ -51,11 +52,11 @@ def test_old_configs_load_as_typed_records_and_migrate(tmp_path):
     runs = {run.id: run for run in runs_of(db.list_runs())}
     whole, full, part = runs["r-whole"], runs["r-full"], runs["r-part"]
     assert whole.method == "full" and whole.stored["layers"] is None  # one name
-    assert group_key(whole.stored) == group_key(full.stored)  # one run group
+    assert whole.group == full.group  # one run group
     assert part.method == "layers" and part.config.layers == (1, 1, 2)
     # Stored before head_lr: the classifier trained at lr, and the record says so.
     assert whole.config.classifier_lr == whole.config.lr == 5e-5
-    assert migrate_config(flat_config(method="frozen").to_dict())["classifier_lr"] == 1e-3
+    assert today(flat_config(method="frozen").to_dict())["classifier_lr"] == 1e-3
     assert whole.result["score"] == 0.8 and whole.status == "done" and whole.seed == 0
     table = results_table(db.list_runs())
     assert table.set_index("id").loc["r-whole", "method"] == "full"
@@ -70,7 +71,7 @@ def test_old_configs_load_as_typed_records_and_migrate(tmp_path):
 def test_a_claimed_row_is_a_run_with_its_config(tmp_path):
     db = RunsDB(Workspace(tmp_path))
     cfg = flat_config(method="lora", lora_r=4, layers=(1, 2, 2), seed=3)
-    run_id = db.enqueue(cfg, strategy="baseline")
+    run_id = db.enqueue(cfg, family="baseline")
     run = Run.from_row(db.claim_next(worker_pid=1, device="cpu"))
     assert run.id == run_id and run.status == "running" and run.device == "cpu"
     assert run.config == cfg and run.seed == 3 and run.family == "baseline"

@@ -8,17 +8,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.finetune.stored import stored_layers
 from analysis.runs import results
+from analysis.runs.record import run_setting, setting_key
 from ui.figures import finetune as figures
 
 
-def run_row(run_id, method, layers, seed, score, n_trainable, step_time, mem, strategy=None):
+def stored(layers) -> dict:
+    """The stored form of a layer triple."""
+    return {"layers": list(layers[:2]), "classifier_layer": layers[2]} if layers else {}
+
+
+def run_row(run_id, method, layers, seed, score, n_trainable, step_time, mem, family=None):
     forward = layers[2] if layers else 6
     return {
         "id": run_id, "status": "done", "model": "m", "data": "d", "method": method,
         "label": "(" + ", ".join(map(str, layers)) + ")" if method == "layers" else method,
-        "strategy": strategy, "seed": seed, "sweep_id": None,
-        "config_json": json.dumps({"method": method, "layers": list(layers) if layers else None}),
+        "family": family, "seed": seed, "sweep_id": None,
+        "config_json": json.dumps({"method": method, **stored(layers)}),
         "score": score, "metric": "accuracy", "dev_score": score, "n_trainable": n_trainable,
         "n_params": 1000, "share": n_trainable / 1000, "layers_forward": forward,
         "layers_backward": 6 if method == "full" else 1, "wall_s": 10 * step_time,
@@ -35,7 +42,7 @@ def runs() -> pd.DataFrame:
         run_row("b1", "layers", (1, 3, 3), 1, 0.84, 300, 0.5, 300),
         run_row("c0", "layers", (4, 6, 6), 0, 0.70, 300, 0.6, 400),
         run_row("d0", "lora", None, 0, 0.85, 50, 0.9, 500),
-        run_row("e0", "layers", (3, 3, 6), 0, 0.60, 100, 0.8, 550, strategy="ℓ*-down"),
+        run_row("e0", "layers", (3, 3, 6), 0, 0.60, 100, 0.8, 550, family="ℓ*-down"),
     ]
     frame = pd.DataFrame(rows)
     failed = run_row("x", "layers", (1, 3, 3), 2, np.nan, 300, np.nan, np.nan)
@@ -129,7 +136,7 @@ def test_figures(runs):
 
 
 def config_row(run_id, seed, score, dev=None, **config):
-    row = run_row(run_id, config.get("method", "full"), config.get("layers"), seed, score, 1000,
+    row = run_row(run_id, config.get("method", "full"), stored_layers(config), seed, score, 1000,
                   1.0, 600)  # fmt: skip
     row["config_json"] = json.dumps({"method": "full", "seed": seed, **config})
     row["dev_score"] = score if dev is None else dev
@@ -155,20 +162,25 @@ def test_runs_that_differ_only_in_steps_are_never_pooled():
     assert summary.loc["full · steps 30", "n_seeds"] == 1
 
 
-def test_group_key_ignores_only_seed_and_device():
-    base = {"method": "layers", "layers": [1, 3, 3], "steps": 100}
-    key = results.group_key({**base, "seed": 0})
-    assert results.group_key({**base, "seed": 7, "device": "cuda:0"}) == key
-    for change in ({"steps": 101}, {"lr": 1e-4}, {"head_lr": 1e-2}, {"batch_size": 8},
+def test_setting_key_ignores_only_seed_and_device():
+    base = {"method": "layers", "layers": [1, 3], "classifier_layer": 3, "steps": 100}
+    key = setting_key({**base, "seed": 0})
+    assert setting_key({**base, "seed": 7, "device": "cuda:0"}) == key
+    for change in ({"steps": 101}, {"lr": 1e-4}, {"classifier_lr": 1e-2}, {"batch_size": 8},
                    {"pooling": "first"}, {"max_length": 64}, {"zero_weights": "z.json"},
-                   {"n_train": 100}, {"data": {"name": "trec6"}}):  # fmt: skip
-        assert results.group_key({**base, **change}) != key, change
-    # An explicit default equals a missing key …
-    assert results.group_key({**base, "batch_size": 16}) == key
-    # … except head_lr: an older config without it trained its classifier at lr.
-    legacy = results.run_setting({**base, "lr": 5e-5})
-    assert legacy["head_lr"] == 5e-5
-    assert results.run_setting({**base, "head_lr": 1e-3})["head_lr"] == 1e-3
+                   {"n_train": 100}, {"data": {"name": "trec6"}}, {"classifier_layer": 4}):  # fmt: skip
+        assert setting_key({**base, **change}) != key, change
+    # An explicit default equals a missing key, an option's too.
+    assert setting_key({**base, "batch_size": 16, "classifier_lr": 1e-3}) == key
+    lora = {**base, "method": "lora"}
+    assert setting_key({**lora, "options": {"r": 8}}) == setting_key(lora)
+    assert setting_key({**lora, "options": {"r": 4}}) != setting_key(lora)
+    setting = run_setting({**lora, "options": {"r": 4, "layers_to_transform": [2, 3]}})
+    assert setting["classifier_layer"] == 3 and setting["classifier_lr"] == 1e-3
+    assert (setting["lora_r"], setting["lora_layers"]) == (
+        4,
+        [2, 3],
+    ) and "lora_alpha" not in setting
 
 
 def test_labels_tell_selectors_zero_files_and_subspaces_apart():
@@ -194,7 +206,7 @@ def test_labels_tell_selectors_zero_files_and_subspaces_apart():
 
 
 def test_learning_rate_grid_is_chosen_on_dev_not_test():
-    grid = {"method": "layers", "layers": [1, 3, 3], "head_lr": 1e-3}
+    grid = {"method": "layers", "layers": [1, 3], "classifier_layer": 3, "classifier_lr": 1e-3}
     runs = pd.DataFrame(
         [
             config_row("a", 0, 0.90, dev=0.70, lr=2.5e-5, **grid),

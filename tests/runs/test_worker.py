@@ -114,7 +114,7 @@ def test_second_worker_for_a_device_exits_and_stale_lock_is_taken_over(root):
 def test_a_run_that_crashes_is_recorded_as_failed_with_its_message(root, tiny_bert_dir):
     db = RunsDB(Workspace(root))
     cfg = tiny_config(tiny_bert_dir, steps=2).to_dict()
-    cfg["layers"] = [1, 1, 5]  # the tiny model has 2 layers: the engine refuses it
+    cfg["layers"], cfg["classifier_layer"] = [1, 1], 5  # the tiny model has 2 layers: refused
     run_id = db.enqueue(cfg)
     assert serve(root, device="cpu", idle_timeout=0.0, poll_s=0.01) == 1
     run = db.get_run(run_id)
@@ -130,7 +130,7 @@ def test_an_idle_worker_takes_its_lock_back_past_a_brief_check(root, tiny_bert_d
 
     db = RunsDB(Workspace(root))
     cfg = tiny_config(tiny_bert_dir, steps=2).to_dict()
-    cfg["layers"] = [1, 1, 5]  # refused by the engine at once: the run fails fast
+    cfg["layers"], cfg["classifier_layer"] = [1, 1], 5  # refused by the engine at once
     real = RunsDB.list_runs
     queued: list[str] = []
 

@@ -285,7 +285,7 @@ def test_layers_one_to_l_is_queued_as_full_and_the_form_shows_one_methods_fields
     lora = RunsDB().list_runs(method="lora")
     config = RunsDB().get_run(lora["id"].iloc[0])["config"]
     options = config["options"]  # the stored config holds LoRA's options only
-    assert (options["alpha"], options["r"], options["layers"]) == (4.0, 2, [2])
+    assert (options["alpha"], options["r"], options["layers_to_transform"]) == (4.0, 2, [2])
 
 
 def test_the_form_lists_every_bad_field_at_once(tiny_bert_dir, monkeypatch):

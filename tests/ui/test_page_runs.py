@@ -12,7 +12,6 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import app_test
 
 from analysis.runs.db import RunsDB
-from analysis.runs.results import group_key
 from ui.datasets import save_upload, upload_path
 from ui.figures.runs import overlay_curves
 
@@ -143,7 +142,7 @@ def test_the_json_download_carries_each_runs_group_and_label(tiny_bert_dir, monk
     assert not errors(at)
     records = json.loads(download(at, stores, "Download JSON"))
     assert [r["id"] for r in records] == [b, a]
-    assert records[0]["group"] == records[1]["group"] == group_key(db.get_run(a)["config"])
+    assert records[0]["group"] == records[1]["group"] == db.get_run(a)["group_key"]
     assert [r["label"] for r in records] == ["full", "full"]
     assert records[0]["steps"]  # still the whole record: config, result, note, tags and steps
     table = pd.read_csv(io.StringIO(download(at, stores, "Download CSV").decode()))

@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {line}")
     print(f"Cache: {cache.root} — {len(entries)} entries")
     for e in entries:
-        recipe = e["recipe"]
-        model = recipe.get("model", {}).get("name", "?") if isinstance(recipe, dict) else "?"
-        data = recipe.get("data", {}).get("name", "?") if isinstance(recipe, dict) else "?"
+        inputs = e["inputs"]
+        model = inputs.get("model", {}).get("name", "?") if isinstance(inputs, dict) else "?"
+        data = inputs.get("data", {}).get("name", "?") if isinstance(inputs, dict) else "?"
         print(f"  {e['kind']:<10} {e['key']}  {e['bytes'] / 1e6:8.2f} MB  {model} / {data}")
     write_json(
         args.json,

@@ -3,8 +3,8 @@ fine-tuning runs kept in the runs database (``runs import DIR``: the run folders
 recipe's ``TunescopeCallback`` wrote, or a transformers Trainer output folder:
 `analysis.runs.imported.import_folder`).
 
-Listings and exports carry each run's group (`analysis.runs.results.group_key`: runs identical in
-every setting but the seed) and a label that tells settings apart; ``runs groups`` lists the
+Listings and exports carry each run's group (its stored ``group_key``: runs identical in every
+setting but the seed) and a label that tells settings apart; ``runs groups`` lists the
 groups with n_seeds and mean ± s.e. (step times: the median over seeds); ``runs compare A B``
 applies `analysis.compare.compare`.
 """

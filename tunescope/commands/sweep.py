@@ -204,9 +204,7 @@ def _run_here(db, configs, sweep_id, loaded, payload, args) -> int:
 
     failures = 0
     for strategy, cfg in configs:
-        run_id = db.enqueue(
-            cfg, sweep_id=sweep_id, strategy=strategy.family, running_pid=os.getpid()
-        )
+        run_id = db.enqueue(cfg, sweep_id=sweep_id, family=strategy.family, running_pid=os.getpid())
         bar = StepBar(cfg.steps, f"{strategy.label} seed {cfg.seed}")
         try:
             status = execute_run(db, run_id, cfg, loaded=loaded, on_step=bar.step)

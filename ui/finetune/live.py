@@ -48,9 +48,7 @@ def queue_view() -> None:
     if not queued.empty:
         st.markdown("**Queued** (oldest first)")
         st.dataframe(
-            queued.iloc[::-1][["id", "method", "label", "seed", "strategy", "created"]].rename(
-                columns={"strategy": "family"}  # the sweep strategy's family
-            ),
+            queued.iloc[::-1][["id", "method", "label", "seed", "family", "created"]],
             hide_index=True,
             width="stretch",
         )

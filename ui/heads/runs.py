@@ -14,7 +14,7 @@ from analysis.finetune.registry import method_names
 from analysis.heads.selection_file import SELECTOR_LABELS
 from analysis.runs.chance import BOTH_AT_CHANCE, chance_flag
 from analysis.runs.record import runs_of
-from analysis.runs.results import distinct_labels, group_key
+from analysis.runs.results import distinct_labels
 from ui import verdicts
 from ui.finetune.executor import chosen_executor
 from ui.finetune.state import format_seconds, get_db
@@ -37,7 +37,7 @@ def labels_at_chance(runs) -> set[str]:
             continue
         if (run.setting.get("heads_settings") or {}).get("selector") is None:
             continue
-        key = group_key(run.setting)
+        key = run.group
         settings.setdefault(key, run.setting)
         flagged[key] = flagged.get(key, True) and bool(chance_flag(run.result))
     labels = distinct_labels(settings)

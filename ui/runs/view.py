@@ -10,8 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from analysis.runs.chance import chance_flag, page_baseline
-from analysis.runs.record import run_setting, runs_of
-from analysis.runs.results import distinct_labels, export_records, setting_digest, with_groups
+from analysis.runs.record import runs_of, setting_digest
+from analysis.runs.results import distinct_labels, export_records, with_groups
 from ui.datasets import data_label
 from ui.figures.finetune import loss_curve
 from ui.figures.runs import overlay_curves
@@ -89,8 +89,7 @@ def telling_labels(runs: pd.DataFrame) -> list[str]:
     runs read ``full · steps 100`` and ``full · steps 200``: `distinct_labels`); the seed is its
     own column."""
     records = runs_of(runs)
-    settings = {r.id: {k: v for k, v in run_setting(r.stored).items() if k != "seed"}
-                for r in records}  # fmt: skip
+    settings = {r.id: r.setting for r in records}
     by_group: dict[str, dict] = {}
     for setting in settings.values():
         by_group.setdefault(setting_digest(setting), setting)

@@ -40,10 +40,11 @@ if TYPE_CHECKING:
 
 def _queue(db: RunsDB, configs: list) -> None:
     """Queue ``configs`` ((group, config) pairs) where the "Train on" choice says (this machine,
-    one worker per device, or a Ray cluster), through the one launch path."""
+    one worker per device, or a Ray cluster), through the one launch path. The comparison's
+    group is no layer family: the runs record none (`comparison_group` reads it off a config)."""
     from analysis.runs.launch import launch
 
-    launched = launch(db, [(cfg, group) for group, cfg in configs], _executor(db))
+    launched = launch(db, [(cfg, None) for _, cfg in configs], _executor(db))
     st.success(
         f"Queued {len(launched.ids)} run(s); they train {launched.how} ({launched.workers}). "
         "This page follows them live and shows each one as soon as it finishes."

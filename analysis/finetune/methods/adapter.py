@@ -44,7 +44,7 @@ INIT_STD = 1e-2  # the down projection's init; the up projection starts at zero
 class AdapterOptions:
     """Method ``adapter``: Houlsby adapters and the LayerNorms of the chosen layers train."""
 
-    layers: tuple[int, ...] | None = setting(
+    layers_to_transform: tuple[int, ...] | None = setting(
         None, help="layers that get adapters, e.g. 3,4 (default: ℓ_bottom..ℓ_top, else all)",
         flat="adapter_layers", kind="layers",
     )  # fmt: skip
@@ -53,8 +53,10 @@ class AdapterOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.layers is not None:
-            object.__setattr__(self, "layers", layer_list(self.layers, "adapter_layers"))
+        if self.layers_to_transform is not None:
+            object.__setattr__(
+                self, "layers_to_transform", layer_list(self.layers_to_transform, "adapter_layers")
+            )
         if not is_int(self.size) or self.size < 1:
             raise ValueError(f"adapter_size must be a positive whole number (got {self.size!r}).")
 

@@ -38,7 +38,7 @@ PARTS = ("query", "value")  # as method lora (`analysis.finetune.methods.lora.PA
 class EvaOptions:
     """Method ``lora-eva``: LoRA whose ranks and start PEFT's EVA takes from activations."""
 
-    layers: tuple[int, ...] | None = setting(
+    layers_to_transform: tuple[int, ...] | None = setting(
         None, help="layers whose query and value get LoRA (default: ℓ_bottom..ℓ_top, else all)",
         flat="eva_layers", kind="layers",
     )  # fmt: skip
@@ -59,8 +59,10 @@ class EvaOptions:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        if self.layers is not None:
-            object.__setattr__(self, "layers", layer_list(self.layers, "eva_layers"))
+        if self.layers_to_transform is not None:
+            object.__setattr__(
+                self, "layers_to_transform", layer_list(self.layers_to_transform, "eva_layers")
+            )
         if not is_int(self.r) or self.r < 1:
             raise ValueError(f"eva_r must be a positive whole number (got {self.r!r}).")
         if not is_number(self.alpha) or not self.alpha > 0:
@@ -168,7 +170,7 @@ def eva_ranks(encoder, family: str) -> dict[int, int]:
 def run_label(config: Mapping[str, Any]) -> str:
     """``lora-eva r=8``, ``lora-eva r=8 3,4`` (explicit layers), from the stored options."""
     options = config.get("options") or {}
-    layers = options.get("layers")
+    layers = options.get("layers_to_transform")
     where = " " + ",".join(str(x) for x in layers) if layers else ""
     return f"lora-eva r={options.get('r')}{where}" + at_classifier_layer(config)
 

@@ -32,14 +32,16 @@ FEED_FORWARD = (
 class IA3Options:
     """Method ``ia3``: IA³ vectors on key, value and the feed-forward of the chosen layers."""
 
-    layers: tuple[int, ...] | None = setting(
+    layers_to_transform: tuple[int, ...] | None = setting(
         None, help="layers that get IA³ vectors, e.g. 3,4 (default: ℓ_bottom..ℓ_top, else all)",
         flat="ia3_layers", kind="layers",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        if self.layers is not None:
-            object.__setattr__(self, "layers", layer_list(self.layers, "ia3_layers"))
+        if self.layers_to_transform is not None:
+            object.__setattr__(
+                self, "layers_to_transform", layer_list(self.layers_to_transform, "ia3_layers")
+            )
 
 
 def ia3_config(cfg, family: str, n_layers: int, **fields):

@@ -27,15 +27,15 @@ def prepare(model, cfg, inputs):
 
 
 def recognise(model: TrainedModel) -> dict[str, Any] | None:
-    """Whole layers train, the embeddings do not: ``layers`` = (lowest, highest, the top layer the
-    model keeps)."""
+    """Whole layers train, the embeddings do not: ``layers`` = [lowest, highest], the classifier
+    on the top layer the model keeps (the stored form)."""
     if model.peft is not None or any(name.startswith("embeddings.") for name in model.trained):
         return None
     trained = set(model.trained)
     layers = {layer_of(name) for name in trained} - {None}
     if not layers or any(n not in trained for n in model.names if layer_of(n) in layers):
         return None
-    return {"layers": [min(layers), max(layers), model.n_layers]}
+    return {"layers": [min(layers), max(layers)], "classifier_layer": model.n_layers}
 
 
 def canonical(cfg, n_layers: int):
@@ -53,14 +53,16 @@ def migrate(stored: dict[str, Any], result: Mapping[str, Any] | None) -> dict[st
     trained, total = (result or {}).get("n_trainable"), (result or {}).get("n_params")
     if not trained or trained != total:
         return stored
-    return {**stored, "method": "full", "layers": None}
+    return {**stored, "method": "full", "layers": None, "classifier_layer": None}
 
 
 def run_label(config: Mapping[str, Any]) -> str:
+    """``(1, 3, 3)``: (ℓ_bottom, ℓ_top, ℓ_cls), the stored ``layers`` and ``classifier_layer``."""
     layers = config.get("layers")
     if not layers:
         return "layers"
-    return "(" + ", ".join(str(int(x)) for x in layers) + ")"
+    triple = (*layers, config.get("classifier_layer"))
+    return "(" + ", ".join(str(int(x)) for x in triple if x is not None) + ")"
 
 
 SPEC = MethodSpec(

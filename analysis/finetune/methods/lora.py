@@ -29,11 +29,11 @@ class LoraOptions:
 
     ranks / alphas: a rank and an alpha per layer (1-based layer → value), for the layers they
     name; the other LoRA layers take ``r`` / ``alpha``. A rank allocation places LoRA: without
-    ``layers``, the layers of ``ranks`` get LoRA; with it, ``ranks`` names some of them. An
-    alpha allocation needs the layers named (``layers`` or ``ranks``).
+    ``layers_to_transform``, the layers of ``ranks`` get LoRA; with it, ``ranks`` names some of
+    them. An alpha allocation needs the layers named (``layers_to_transform`` or ``ranks``).
     """
 
-    layers: tuple[int, ...] | None = setting(
+    layers_to_transform: tuple[int, ...] | None = setting(
         None, help="layers that get LoRA, e.g. 3,4 (default: ℓ_bottom..ℓ_top, else all)",
         flat="lora_layers", kind="layers",
     )  # fmt: skip
@@ -51,8 +51,10 @@ class LoraOptions:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        if self.layers is not None:
-            object.__setattr__(self, "layers", layer_list(self.layers, "lora_layers"))
+        if self.layers_to_transform is not None:
+            object.__setattr__(
+                self, "layers_to_transform", layer_list(self.layers_to_transform, "lora_layers")
+            )
         if not is_int(self.r) or self.r < 1:
             raise ValueError(f"lora_r must be a positive whole number (got {self.r!r}).")
         if not is_number(self.alpha) or not self.alpha > 0:
@@ -60,20 +62,22 @@ class LoraOptions:
         if self.ranks is not None:
             ranks = layer_values(self.ranks, "lora_ranks", whole=True)
             object.__setattr__(self, "ranks", ranks)
-            if self.layers is None:
-                object.__setattr__(self, "layers", tuple(layer for layer, _ in ranks))
+            if self.layers_to_transform is None:
+                object.__setattr__(self, "layers_to_transform", tuple(layer for layer, _ in ranks))
         if self.alphas is not None:
             object.__setattr__(self, "alphas", layer_values(self.alphas, "lora_alphas", False))
-            if self.layers is None:
+            if self.layers_to_transform is None:
                 raise ValueError(
                     "lora_alphas needs the layers that get LoRA named (lora_layers or lora_ranks)."
                 )
-        for name in ("ranks", "alphas") if self.layers is not None else ():
-            outside = sorted({layer for layer, _ in getattr(self, name) or ()} - set(self.layers))
+        for name in ("ranks", "alphas") if self.layers_to_transform is not None else ():
+            outside = sorted(
+                {layer for layer, _ in getattr(self, name) or ()} - set(self.layers_to_transform)
+            )
             if outside:
                 raise ValueError(
                     f"lora_{name} names layer {outside[0]}, which gets no LoRA (lora_layers "
-                    f"{span(self.layers)})."
+                    f"{span(self.layers_to_transform)})."
                 )
 
     def rank(self, layer: int) -> int:
