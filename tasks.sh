@@ -98,10 +98,11 @@ case "$task" in
     ;;
   app)
     setup
-    # The built-in lesson's analyses, once, before the first page: the default first session is
-    # its first step, whose first figure then comes from the cache (a few minutes on a fresh
-    # cache; the server also prepares what is missing in the background, and the Lessons page
-    # says what is prepared).
+    # The built-in lesson's analyses, once, before the first page: its steps are the default
+    # session's pages, whose first visits then draw from the cache — the first step's figure,
+    # the Recommend page's analyses and measured costs (several minutes on a fresh cache; the
+    # server also prepares what is missing in the background, and the Lessons page says what is
+    # prepared).
     [ -f "${TUNESCOPE_CACHE:-cache}/lessons/papers-story.prepared.json" ] ||
       "$VENV/bin/tunescope" lesson prepare papers-story --no-runs
     exec "$VENV/bin/tunescope" app "$@"

@@ -90,6 +90,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analysis.compute import usable_cores
 from analysis.io import TMP_PREFIX, atomic_folder, remove_folder
 
 if TYPE_CHECKING:
@@ -581,7 +582,7 @@ def forget_verified() -> None:
 def verify_content(path: Path, segments: list[list[Any]], threads: int | None = None) -> None:
     """Hash every segment (several threads for large files) and raise CacheMiss on a mismatch."""
     total = sum(length for _, length, _ in segments)
-    threads = threads or (min(4, os.cpu_count() or 1) if total > 64 << 20 else 1)
+    threads = threads or (min(4, usable_cores()) if total > 64 << 20 else 1)
 
     def check(segment: list[Any]) -> bool:
         offset, length, expected = segment

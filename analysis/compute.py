@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -43,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from analysis.progress import Cancelled, Progress, no_progress
@@ -70,9 +72,25 @@ _NOTED: set[str] = set()
 
 
 def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity where the OS says), at least 1."""
+    """The CPU cores this process may run on, at least 1: its affinity where the OS says, at
+    most its cgroup's CPU quota (a container limited to 2 CPUs sees every core of its host)."""
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    return max(1, len(cores) if cores else (os.cpu_count() or 1))
+    count = len(cores) if cores else (os.cpu_count() or 1)
+    quota = _cgroup_cpus()
+    return max(1, min(count, quota) if quota else count)
+
+
+CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "<quota> <period>" or "max <period>"
+
+
+def _cgroup_cpus() -> int | None:
+    """The CPUs this process's cgroup may use (its quota over its period, rounded up), or None
+    when it sets no quota (or has no cgroup v2 file)."""
+    try:
+        quota, period = Path(CGROUP_CPU_MAX).read_text(encoding="ascii").split()[:2]
+        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        return None
 
 
 def processes() -> int:

@@ -49,3 +49,27 @@ def browser_writes_link(at: AppTest, *keys: str) -> AppTest:
         value = at.session_state[key]
         at.query_params[key] = [str(v) for v in value] if isinstance(value, list) else str(value)
     return at
+
+
+def record_pool(monkeypatch) -> list[str]:
+    """Switch the compute pool on with a `compute` that records the name of each job it is sent
+    and runs it here, its settings and result through pickle as a worker's travel (the layer
+    tasks run here too). Returns the list it records into."""
+    import pickle
+
+    import ui.compute_pool
+    import ui.loaders
+    from analysis.compute import IN_PROCESS
+
+    sent: list[str] = []
+
+    def compute(fn, *args, progress=None):
+        sent.append(fn.__name__)
+        args = pickle.loads(pickle.dumps(args))
+        return pickle.loads(pickle.dumps(fn(*args, progress=progress or (lambda *a: None))))
+
+    monkeypatch.setattr(ui.compute_pool, "enabled", lambda: True)
+    monkeypatch.setattr(ui.compute_pool, "executor", lambda: IN_PROCESS)
+    monkeypatch.setattr(ui.compute_pool, "compute", compute)
+    monkeypatch.setattr(ui.loaders, "_LOADED", set())  # a fresh server: the extraction first
+    return sent

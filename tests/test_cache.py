@@ -230,6 +230,38 @@ def test_content_is_hashed_once_per_process_and_file_version(cache, monkeypatch)
     assert calls == [1]
 
 
+def test_a_large_files_hash_threads_are_the_usable_cores_at_most_four(tmp_path, monkeypatch):
+    """The content check of a large entry hashes its segments on `usable_cores` threads (the
+    compute seam's count, which respects affinity and the cgroup's quota), at most four."""
+    import analysis.cache as cache_module
+
+    big = [[0, 40 << 20, "h"], [40 << 20, 40 << 20, "h"]]  # > 64 MB in all: threads
+    sizes = []
+
+    class Pool:
+        def __init__(self, threads):
+            sizes.append(threads)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def map(self, fn, items):
+            return [fn(item) for item in items]
+
+    monkeypatch.setattr(cache_module, "ThreadPoolExecutor", Pool)
+    monkeypatch.setattr(cache_module, "_range_sha256", lambda path, offset, length: "h")
+    for cores, expected in ((1, []), (3, [3]), (16, [4])):
+        monkeypatch.setattr(cache_module, "usable_cores", lambda cores=cores: cores)
+        cache_module.verify_content(tmp_path / "data", big)
+        assert sizes == expected
+        sizes.clear()
+    cache_module.verify_content(tmp_path / "data", [[0, 1 << 20, "h"], [1 << 20, 1 << 20, "h"]])
+    assert sizes == []  # small: hashed here
+
+
 def test_not_enough_disk_space_is_a_clear_error_before_any_work(cache, monkeypatch):
     import shutil
 

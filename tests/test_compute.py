@@ -59,6 +59,21 @@ def test_the_process_count_setting(clean_env, monkeypatch):
         compute.processes()
 
 
+def test_usable_cores_are_the_affinity_at_most_the_cgroups_quota(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    cpu_max = tmp_path / "cpu.max"
+    monkeypatch.setattr(compute, "CGROUP_CPU_MAX", str(cpu_max))
+    assert compute.usable_cores() == 6  # no cgroup file: the affinity
+    cpu_max.write_text("max 100000\n")
+    assert compute.usable_cores() == 6  # no quota
+    cpu_max.write_text("250000 100000\n")
+    assert compute.usable_cores() == 3  # 2.5 CPUs: three cores busy part of the time
+    cpu_max.write_text("5000 100000\n")
+    assert compute.usable_cores() == 1
+    cpu_max.write_text("900000 100000\n")
+    assert compute.usable_cores() == 6  # a quota above the affinity: the affinity
+
+
 def test_earlier_settings_are_read_with_a_note_or_named_as_ignored(clean_env, monkeypatch):
     monkeypatch.setenv("TUNESCOPE_LAYER_PROCESSES", "3")
     with pytest.warns(

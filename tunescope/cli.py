@@ -11,7 +11,10 @@ prints one ``warning: …`` line on stderr. Every command computes with
 `analysis.compute.default_executor` (its layer tables fan out over child processes).
 
 A subcommand (or one of its actions) that only reads sets ``writes=False`` as a parser default:
-it is then never the one to create a missing cache folder (`Workspace.from_env`).
+it is then never the one to create a missing cache folder (`Workspace.from_env`). One whose
+options come from a library module that imports torch (``claims``: `ClaimsConfig`'s defaults
+and help) sets ``LAZY = True``: its options are added when it parses or shows its help, so that
+building the command line (``--help``, every other command) imports no torch.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import importlib
 import pkgutil
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import tunescope.commands
 from analysis import compute
@@ -36,15 +39,39 @@ def build_parser(prog: str = "python -m tunescope") -> argparse.ArgumentParser:
         prog=prog,
         description="tunescope: which layers and heads of an encoder should you tune for your task?",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_CommandParser
+    )
     for info in sorted(pkgutil.iter_modules(tunescope.commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"tunescope.commands.{info.name}")
         if not hasattr(module, "NAME"):  # shared code (options), not a subcommand
             continue
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(command)
+        if getattr(module, "LAZY", False):
+            command.add_arguments = module.add_arguments
+        else:
+            module.add_arguments(command)
         command.set_defaults(handler=module.run)
     return parser
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser; a ``LAZY`` one's options are added on first use."""
+
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+    def _ready(self) -> None:
+        add, self.add_arguments = self.add_arguments, None
+        if add is not None:
+            add(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._ready()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._ready()
+        return super().format_help()
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m tunescope") -> int:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from analysis.heads.collect import HeadStatsConfig
     from analysis.heads.stats import HeadStats
     from analysis.layers.examples import ProbePredictions
+    from analysis.recommend.config import RecommendConfig
+    from analysis.recommend.recommendation import Recommendation
 
 
 @functools.lru_cache(maxsize=2)
@@ -90,3 +92,12 @@ def head_stats_job(cfg: HeadStatsConfig, progress) -> tuple[HeadStats, dict]:
     from analysis.heads.collect import head_stats
 
     return head_stats(cfg, progress=progress, loaded=worker_model(cfg.extract.model))
+
+
+def recommendation_job(cfg: RecommendConfig, progress) -> Recommendation:
+    """The recommendation (`analysis.recommend.recommendation.recommend`): the layer analyses
+    the page ran first (fanned out over the pool) read from the disk cache, the head statistics
+    and the costs (disk-cached too), the choices."""
+    from analysis.recommend.recommendation import recommend
+
+    return recommend(cfg, worker_model(cfg.model), progress=progress)

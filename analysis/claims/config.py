@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from analysis.claims.papers import CLAIMS, LAYER_CLAIMS, RUN_CLAIMS, parse_only
-from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
+from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec, setting
 from analysis.finetune.config import FinetuneConfig
 
 if TYPE_CHECKING:
@@ -29,21 +29,25 @@ class ClaimsConfig:
 
     model: ModelSpec = field(default_factory=ModelSpec)
     data: DataSpec = field(default_factory=DataSpec)
-    only: tuple[str, ...] = tuple(CLAIMS)
-    n: int = 1000
-    sample_seed: int = 0
-    repeats: int = 50
-    samples: int = 3
-    max_length: int = 128
-    seeds: tuple[int, ...] = (0, 1, 2)
-    steps: int = 200
-    batch_size: int = 16
-    n_train: int | None = None
-    n_eval: int | None = 1000
-    eval_every: int = 50
-    k: int = 3
-    heads_n: int = 300
-    xi: float = 0.9
+    only: tuple[str, ...] = setting(
+        tuple(CLAIMS), help="claims to measure, e.g. X1,H1 (default all)"
+    )
+    n: int = setting(1000, help="examples of the layer claims")
+    sample_seed: int = setting(0, help="sampling seed of the layer claims")
+    repeats: int = setting(50, help="bootstrap repeats per sample (X1–X3; ≥ 50 for 90 % intervals)")
+    samples: int = setting(
+        3, help="samples of N examples each layer claim is judged on (disjoint when the data allow)"
+    )
+    max_length: int = setting(128, help="tokens kept per example")
+    seeds: tuple[int, ...] = setting((0, 1, 2), help="training seeds of the run claims")
+    steps: int = setting(200, help="optimizer steps of every run")
+    batch_size: int = setting(16, help="examples per training step")
+    n_train: int | None = setting(None, help="train examples (default all)")
+    n_eval: int | None = setting(1000, help="dev / test examples scored")
+    eval_every: int = setting(50, help="dev score every k steps")
+    k: int = setting(3, help="heads per layer (H1, H2)")
+    heads_n: int = setting(300, help="examples of the head statistics")
+    xi: float = setting(0.9, help="singular-value mass threshold ξ of the head statistics")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "only", parse_only(",".join(self.only)))

@@ -25,6 +25,8 @@ from analysis.progress import Progress, scaled
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from analysis.config import ExtractConfig
+    from analysis.heads.collect import HeadStatsConfig
     from analysis.models import LoadedModel
 
 # claim → its rule: (arms, entries, n_seeds, run ids, arms needed) → ClaimResult
@@ -38,14 +40,13 @@ def prepare(
     """Extract, compute each sample's full-sample table and repeats (both poolings when X3 is
     asked; `layers.measure_layers`), and the head statistics and selections when a heads claim
     is asked (`heads.select_heads`). Everything is disk-cached."""
-    needs_layers = bool(cfg.layer_claims) or "X4" in cfg.only
+    poolings = _poolings(cfg)
     needs_heads = bool({"H1", "H2"} & set(cfg.only))
-    poolings = ["mean", "first"] if "X3" in cfg.only else ["mean"]
     inputs = ClaimInputs(n_layers=loaded.n_layers)
     # the bar's parts: one per pooling of the layer claims, one for the heads
-    layer_parts = len(poolings) if needs_layers else 0
+    layer_parts = len(poolings)
     parts = max(1, layer_parts + (1 if needs_heads else 0))
-    if needs_layers:
+    if poolings:
         layers.measure_layers(
             cfg, loaded, inputs, poolings, scaled(progress, 0, layer_parts / parts)
         )
@@ -54,6 +55,24 @@ def prepare(
             cfg, loaded, scaled(progress, layer_parts / parts, 1.0)
         )
     return inputs
+
+
+def _poolings(cfg: ClaimsConfig) -> list[str]:
+    """The poolings the layer claims (and X4's ℓ*) are measured with; none without them."""
+    if not cfg.layer_claims and "X4" not in cfg.only:
+        return []
+    return ["mean", "first"] if "X3" in cfg.only else ["mean"]
+
+
+def heavy_inputs(cfg: ClaimsConfig) -> tuple[list[ExtractConfig], HeadStatsConfig | None]:
+    """What `prepare` extracts and the head statistics it computes (None: no heads claim), so
+    that a caller can have them computed elsewhere first (the dashboard's compute workers):
+    `prepare` then reads them from the disk cache."""
+    extractions = [
+        extract for pooling in _poolings(cfg)
+        for extract in layers.layer_extractions(cfg, pooling)[2].values()
+    ]  # fmt: skip
+    return extractions, heads.stats_config(cfg) if {"H1", "H2"} & set(cfg.only) else None
 
 
 def plan_runs(

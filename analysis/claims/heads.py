@@ -59,14 +59,18 @@ def head_selections(
     }
 
 
+def stats_config(cfg: ClaimsConfig) -> HeadStatsConfig:
+    """The head statistics the heads claims rest on: ``heads_n`` examples, mean pooling, ξ."""
+    return HeadStatsConfig(cfg.extract_config("mean", n=cfg.heads_n), xi=cfg.xi)
+
+
 def select_heads(
     cfg: ClaimsConfig, loaded: LoadedModel, progress: Progress | None = None
 ) -> tuple[dict[str, HeadSelection], dict[int, HeadSelection]]:
     """The head statistics on ``heads_n`` examples and, from them, each selector's heads
     (`HEAD_SELECTORS`) and the random selector's draw for every training seed (a random arm
     draws anew per seed). Disk-cached underneath."""
-    stats_cfg = HeadStatsConfig(cfg.extract_config("mean", n=cfg.heads_n), xi=cfg.xi)
-    stats, _ = head_stats(stats_cfg, progress=progress, loaded=loaded)
+    stats, _ = head_stats(stats_config(cfg), progress=progress, loaded=loaded)
     selections = head_selections(stats, cfg.k, loaded.name, cfg.heads_provenance())
     random_selections = {
         seed: head_selections(stats, cfg.k, loaded.name, cfg.heads_provenance(), ("random",),

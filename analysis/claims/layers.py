@@ -21,7 +21,7 @@ from analysis.claims.papers import LAYER_CLAIMS
 from analysis.claims.result import ClaimResult
 from analysis.claims.runs import comparison_result, full_run
 from analysis.compare import compare
-from analysis.config import SampleSpec
+from analysis.config import ExtractConfig, SampleSpec
 from analysis.extract import extract_states
 from analysis.layers.repeats import (
     RepeatSummary,
@@ -76,6 +76,23 @@ def sample_block(states: Any, block: range, tag: str) -> Any:
     )  # fmt: skip
 
 
+def layer_extractions(
+    cfg: ClaimsConfig, pooling: str = "mean"
+) -> tuple[str, list[tuple[int, range]], dict[int, ExtractConfig]]:
+    """(how the samples are drawn, [(sampling seed, positions)…] per sample, sampling seed →
+    its extraction with ``pooling``): the layer claims' S samples (`layer_samples`; one sample
+    when only X4 is asked), one extraction per sampling seed — of S · N examples when the
+    samples are blocks of one disjoint draw, else of N."""
+    samples = cfg.samples if cfg.layer_claims else 1
+    mode, draws = layer_samples(dataclasses.replace(cfg, samples=samples), train_size(cfg))
+    size = samples * cfg.n if mode == "disjoint" else cfg.n
+    extractions = {
+        seed: dataclasses.replace(cfg.extract_config(pooling), sample=SampleSpec(n=size, seed=seed))
+        for seed, _ in draws
+    }  # fmt: skip
+    return mode, draws, extractions
+
+
 def measure_layers(
     cfg: ClaimsConfig,
     loaded: LoadedModel,
@@ -83,30 +100,26 @@ def measure_layers(
     poolings: Sequence[str],
     progress: Progress | None = None,
 ) -> None:
-    """Fill ``inputs`` with what the layer claims rest on: per sample (`layer_samples`) the
+    """Fill ``inputs`` with what the layer claims rest on: per sample (`layer_extractions`) the
     full-sample ℓ* (mean pooling) and the repeats of each of ``poolings`` (mean: ν and the
     probe; first token: ν only, for X3). X4's ℓ* is the first sample's. Everything is
     disk-cached."""
-    samples = cfg.samples if cfg.layer_claims else 1
-    mode, draws = layer_samples(dataclasses.replace(cfg, samples=samples), train_size(cfg))
+    mode, draws, _ = layer_extractions(cfg)
     inputs.sample_mode = mode
     inputs.samples = [
         SampleInputs(label=f"seed {seed}" + (f", examples {b.start + 1}–{b.stop}"
                                              if mode == "disjoint" else ""), n=cfg.n)
         for seed, b in draws
     ]  # fmt: skip
-    size = samples * cfg.n if mode == "disjoint" else cfg.n
     for done, pooling in enumerate(poolings):
         part = scaled(progress, done / len(poolings), (done + 1) / len(poolings))
+        extractions = layer_extractions(cfg, pooling)[2]
         extracted: dict[int, Any] = {}
         for i, (seed, block) in enumerate(draws):
             sub = scaled(part, i / len(draws), (i + 1) / len(draws))
             if seed not in extracted:
-                extract = dataclasses.replace(
-                    cfg.extract_config(pooling), sample=SampleSpec(n=size, seed=seed)
-                )
                 extracted[seed] = extract_states(
-                    extract, progress=scaled(sub, 0, 0.3), loaded=loaded
+                    extractions[seed], progress=scaled(sub, 0, 0.3), loaded=loaded
                 )
             states = sample_block(extracted[seed], block, f"block{block.start}-{block.stop}")
             if pooling == "mean":

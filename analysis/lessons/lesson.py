@@ -92,7 +92,8 @@ class Step:
 
 PAGE_TITLES = {
     "": "Home", "data": "Data", "layers": "Layers", "heads": "Heads", "finetune": "Fine-tune",
-    "subspace": "Subspaces", "runs": "Runs", "claims": "Paper check", "lessons": "Lessons",
+    "subspace": "Subspaces", "runs": "Runs", "claims": "Paper check", "recommend": "Recommend",
+    "lessons": "Lessons",
 }  # fmt: skip
 
 

@@ -25,7 +25,7 @@ from analysis.workspace import Workspace
 # Every kind of need but the fine-tuning runs and the trajectory analysis that reads one: what
 # set-up or a server's first start prepares (runs take hours of CPU nobody asked for).
 ANALYSES = ("states", "layer table", "repeats", "picture", "head statistics", "attention",
-            "claim inputs")  # fmt: skip
+            "claim inputs", "recommendation")  # fmt: skip
 
 
 class LibraryRunner:
@@ -78,6 +78,8 @@ class LibraryRunner:
             return s["stats"].extract.model
         if "claims" in s:
             return s["claims"].model
+        if "rec" in s:
+            return s["rec"].model
         return None
 
     # -- computing -------------------------------------------------------------------------------
@@ -177,6 +179,13 @@ class LibraryRunner:
             self._inputs[key] = claims.prepare(cfg, self.model(cfg.model), progress=progress)
         return self._inputs[key]
 
+    def _recommendation(self, s, progress) -> bool:
+        from analysis.recommend.recommendation import recommend
+
+        hit = self.recommendation_cached(s["rec"])
+        recommend(s["rec"], self.model(s["rec"].model), progress=progress)
+        return hit
+
     def _claim_runs(self, s, progress) -> bool:
         return self.runs.claim_runs(s["claims"], self.claim_inputs(s["claims"]), progress)
 
@@ -231,9 +240,30 @@ class LibraryRunner:
             return self.runs.planned(s["claims"])  # (computed when the runs were planned)
         if need.kind == "claim runs":
             return self.runs.claim_runs_done(s["claims"])
+        if need.kind == "recommendation":
+            return self.recommendation_cached(s["rec"])
         if need.kind == "trajectory":
             return self._trajectory_cached(s)
         return True
+
+    def recommendation_cached(self, rec) -> bool:
+        """Whether a recommendation's analyses and costs are in the cache: its states, layer
+        table, repeats, head statistics and weight SNR, and full fine-tuning's measured cost
+        (every choice's cost is written with it)."""
+        from analysis.cache import DiskCache
+        from analysis.heads.collect import HeadStatsConfig
+        from analysis.recommend.budget import reference_cached
+        from analysis.recommend.evidence import SNR_KIND, snr_recipe
+
+        table = {"cfg": rec.extract_config(), "seed": rec.sample_seed}
+        stats = HeadStatsConfig(rec.extract_config(n=rec.heads_n), xi=rec.xi)
+        needs = [Need("states", "", {"cfg": table["cfg"]}), Need("layer table", "", table),
+                 Need("head statistics", "", {"stats": stats})]  # fmt: skip
+        if rec.repeats > 1:
+            needs.append(Need("repeats", "", {**table, "repeats": rec.repeats}))
+        loaded, data = self.model(rec.model), self.data(rec.data)
+        snr = DiskCache().entry_dir(SNR_KIND, snr_recipe(loaded)).is_dir()
+        return all(self.cached(n) for n in needs) and snr and reference_cached(rec, loaded, data)
 
     def _entry(self, need: Need, states) -> bool:
         from analysis.cache import DiskCache

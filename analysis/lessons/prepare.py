@@ -36,12 +36,12 @@ from analysis.workspace import data_folder
 if TYPE_CHECKING:
     from analysis.claims import ClaimsConfig
     from analysis.heads.collect import HeadStatsConfig
+    from analysis.recommend.config import RecommendConfig
 
-# The pages' own defaults for what their view leaves out (a link leaves out default values).
+# The pages' own defaults for what their view leaves out (a link leaves out default values);
+# the Paper check's and the Recommend page's are their configs' (ClaimsConfig, RecommendConfig).
 LAYER_REPEATS = 50  # = analysis.layers.repeats.DEFAULT_REPEATS (the Layers page's R)
 HEADS_N, HEADS_XI = 300, 0.9  # ui.heads.state.DEFAULTS
-CLAIMS_DEFAULTS = {"claims_seeds": 3, "claims_steps": 200, "claims_repeats": 50,
-                   "claims_samples": 3, "claims_k": 3}  # fmt: skip
 UPLOAD_PREFIX = "upload:"
 NAMED_DATA = ("movie-snippets", "trec6")
 
@@ -50,7 +50,7 @@ NAMED_DATA = ("movie-snippets", "trec6")
 class Need:
     """One result a step's page computes: its kind, a readable label and its settings."""
 
-    kind: str  # states | layer table | repeats | picture | head statistics | attention | claim inputs | claim runs | trajectory
+    kind: str  # states | layer table | repeats | picture | head statistics | attention | claim inputs | claim runs | recommendation | trajectory
     label: str
     settings: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     key: str = ""  # equal keys: the same result (computed once for every step that needs it)
@@ -142,17 +142,28 @@ def claims_settings(step: Step, cfg: ExtractConfig) -> ClaimsConfig:
     """The Paper check page's settings of a step (its form's values, as the page builds them)."""
     from analysis.claims import CLAIMS, ClaimsConfig
 
-    view = step.view
-    number = {k: _int(view, k, v) for k, v in CLAIMS_DEFAULTS.items()}
+    view, default = step.view, ClaimsConfig()
+    number = {name: _int(view, f"claims_{name}", getattr(default, name))
+              for name in ("steps", "repeats", "samples", "k")}  # fmt: skip
+    seeds = _int(view, "claims_seeds", len(default.seeds))
     chosen = view.get("claims_only", ())
     only = [chosen] if isinstance(chosen, str) else list(chosen)
     only = [c for c in only if c.strip()] or list(CLAIMS)
     return ClaimsConfig(
         model=cfg.model, data=cfg.data, only=tuple(only), n=cfg.sample.n,
-        sample_seed=cfg.sample.seed, max_length=cfg.max_length,
-        repeats=number["claims_repeats"], samples=number["claims_samples"],
-        seeds=tuple(range(number["claims_seeds"])), steps=number["claims_steps"],
-        k=number["claims_k"],
+        sample_seed=cfg.sample.seed, max_length=cfg.max_length, seeds=tuple(range(seeds)),
+        **number,
+    )  # fmt: skip
+
+
+def recommend_settings(cfg: ExtractConfig) -> RecommendConfig:
+    """The Recommend page's settings of a step: the sidebar's with the page's defaults (its
+    form is not in the link; they are `RecommendConfig`'s)."""
+    from analysis.recommend.config import RecommendConfig
+
+    return RecommendConfig(
+        model=cfg.model, data=cfg.data, n=cfg.sample.n, sample_seed=cfg.sample.seed,
+        pooling=cfg.pooling, max_length=cfg.max_length,
     )  # fmt: skip
 
 
@@ -160,10 +171,13 @@ def needs_of(step: Step, uploads: Path) -> list[Need]:
     """What the step's page computes for its view (nothing for Home, Data, Fine-tune, Runs: they
     read the data and the runs database)."""
     page, view = step.page, step.view
-    if page not in ("layers", "heads", "claims", "subspace"):
+    if page not in ("layers", "heads", "claims", "recommend", "subspace"):
         return []
     cfg = step_settings(step, uploads)
     where = f"{cfg.model.name} × {Path(cfg.data.name).name}"
+    if page == "recommend":
+        return [Need("recommendation", f"recommendation (analyses and costs): {where}",
+                     {"rec": recommend_settings(cfg)})]  # fmt: skip
     states = Need("states", f"hidden states: {where}, N = {cfg.sample.n:,}", {"cfg": cfg})
     if page == "layers":
         seed, repeats = cfg.sample.seed, _int(view, "layers_repeats", LAYER_REPEATS)
@@ -363,6 +377,7 @@ def statuses(lesson: Lesson, *args: Any) -> list[StepStatus]:
 FORWARD_S = 1.7e-4  # one example (~30 tokens) through 1 M parameters
 TABLE_S = 1.5e-6  # CCA, rank and the 5-fold probe, per example, layer and dimension
 REPEAT_S = 4.6e-7  # one bootstrap repeat, per example, layer and dimension
+TIMED_CHOICES = 10  # about how many choices a recommendation times
 
 
 def estimate_seconds(need: Need, n_params: int, n_layers: int, d_model: int) -> float:
@@ -384,6 +399,12 @@ def estimate_seconds(need: Need, n_params: int, n_layers: int, d_model: int) -> 
         c = s["claims"]
         per = c.n * (forward + per_example * (TABLE_S + c.repeats * REPEAT_S))
         return c.samples * per
+    if need.kind == "recommendation":
+        r = s["rec"]
+        analyses = r.n * (forward + per_example * (TABLE_S + r.repeats * REPEAT_S))
+        # every choice timed beside full fine-tuning: a step is about three forward passes
+        timing = TIMED_CHOICES * 2 * (r.timed_steps + 1) * 3 * r.batch_size * forward
+        return analyses + 3 * r.heads_n * forward + timing
     return 1.0
 
 

@@ -64,6 +64,11 @@ class Choice:
         )  # fmt: skip
 
 
+REFERENCE = Choice("full fine-tuning", "reference", "full",
+                   "everything: embeddings, every layer and the classifier",
+                   "the reference every arm is compared with")  # fmt: skip
+
+
 @dataclass
 class Proposal:
     """The choices (reference first, then candidates, then alternatives) and what was noted on
@@ -144,11 +149,7 @@ def propose(cfg: RecommendConfig, evidence: Evidence, model_name: str = "") -> P
     size = sizes(cfg, evidence)
     k, r, alpha = size["layers"], size["lora_r"], cfg.lora_alpha
     notes: list[str] = []
-    choices = [
-        Choice("full fine-tuning", "reference", "full",
-               "everything: embeddings, every layer and the classifier",
-               "the reference every arm is compared with"),
-    ]  # fmt: skip
+    choices = [REFERENCE]
     layer_sets: list[tuple[int, int]] = []
     if evidence.l_star is not None:
         top = evidence.l_star

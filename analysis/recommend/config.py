@@ -107,7 +107,10 @@ class RecommendConfig:
     n_train: int | None = setting(None, help="train examples (default all)")
     n_eval: int | None = setting(1000, help="dev / test examples scored")
     eval_every: int = setting(50, help="dev score every k steps")
-    delta: float = setting(1.0, help="δ: how much worse than full (points) still counts as held up")
+    delta: float = setting(
+        1.0, help="δ in points of the metric: a choice holds up when its interval's lower end is "
+        "≥ −δ against full fine-tuning",
+    )  # fmt: skip
     timed_steps: int = setting(5, help="steps timed per choice for its step time (median)")
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,7 @@ from analysis.progress import Progress, no_progress, scaled
 from analysis.recommend.config import RecommendConfig
 
 if TYPE_CHECKING:
+    from analysis.extract import LayerStates
     from analysis.heads.stats import HeadStats
     from analysis.models import LoadedModel
 
@@ -91,38 +92,49 @@ class Evidence:
         return int(layers[first]), float(scores[first]), float(scores[best])
 
 
-def gather(cfg: RecommendConfig, loaded: LoadedModel, progress: Progress | None = None) -> Evidence:
-    """Extract (cached), the layer metrics (cached), their repeats (cached; R = ``cfg.repeats``),
-    the head statistics (cached) and the weight SNR per layer (from the loaded weights)."""
-    from analysis.data import load_data
+def layer_evidence(
+    cfg: RecommendConfig, loaded: LoadedModel, progress: Progress | None = None
+) -> tuple[LayerStates, pd.DataFrame, dict[int, int]]:
+    """(states, layer metrics, ℓ*'s counts over the R = ``cfg.repeats`` bootstrap repeats; empty
+    with R = 1): the extraction and the analyses that fan out per layer over
+    `analysis.compute.current()`, each disk-cached."""
     from analysis.extract import extract_states
-    from analysis.finetune.methods.layer_set import layer_snr
-    from analysis.heads.collect import HeadStatsConfig, head_stats
     from analysis.layers.repeats import cached_layer_repeats, summarise_repeats
-    from analysis.layers.table import cached_layer_metrics, summary
-    from analysis.models import encoder_layers
+    from analysis.layers.table import cached_layer_metrics
 
     progress = progress or no_progress
-    data = load_data(cfg.data)
-    extract = cfg.extract_config()
-    states = extract_states(extract, progress=scaled(progress, 0.0, 0.3),
+    states = extract_states(cfg.extract_config(), progress=scaled(progress, 0.0, 0.43),
                             loaded=loaded)  # fmt: skip
     table, _ = cached_layer_metrics(
-        states, seed=cfg.sample_seed, progress=scaled(progress, 0.3, 0.55)
+        states, seed=cfg.sample_seed, progress=scaled(progress, 0.43, 0.79)
     )
     counts: dict[int, int] = {}
     if cfg.repeats > 1:
         rep, _ = cached_layer_repeats(
             states, seed=cfg.sample_seed, repeats=cfg.repeats,
-            progress=scaled(progress, 0.55, 0.7),
+            progress=scaled(progress, 0.79, 1.0),
         )  # fmt: skip
         counts = summarise_repeats(rep).l_star_counts
+    return states, table, counts
+
+
+def gather(cfg: RecommendConfig, loaded: LoadedModel, progress: Progress | None = None) -> Evidence:
+    """The layer analyses (`layer_evidence`), the head statistics and the weight SNR per layer
+    (`cached_layer_snr`), each disk-cached."""
+    from analysis.data import load_data
+    from analysis.heads.collect import HeadStatsConfig, head_stats
+    from analysis.layers.table import summary
+    from analysis.models import encoder_layers
+
+    progress = progress or no_progress
+    data = load_data(cfg.data)
+    states, table, counts = layer_evidence(cfg, loaded, scaled(progress, 0.0, 0.7))
     heads_cfg = HeadStatsConfig(cfg.extract_config(n=cfg.heads_n), xi=cfg.xi)
     stats, _ = head_stats(heads_cfg, progress=scaled(progress, 0.7, 0.95),
                           loaded=loaded)  # fmt: skip
     progress(0.95, "weight signal-to-noise ratio per layer")
     blocks = encoder_layers(loaded.model)
-    snr = layer_snr(blocks, loaded.model_family)
+    snr = cached_layer_snr(loaded)
     encoder_params = sum(
         p.numel() for name, p in loaded.model.named_parameters() if not name.startswith("pooler.")
     )
@@ -135,3 +147,27 @@ def gather(cfg: RecommendConfig, loaded: LoadedModel, progress: Progress | None 
         heads=stats, snr=snr, block_params=sum(p.numel() for p in blocks[0].parameters()),
         encoder_params=encoder_params,
     )  # fmt: skip
+
+
+SNR_KIND = "weight_snr"  # the disk cache's entries of the weights' SNR per layer (JSON)
+
+
+def snr_recipe(loaded: LoadedModel) -> dict[str, Any]:
+    """What the weights' SNR per layer depends on: the model's weights, and the formula's
+    version (bump it when `weight_snr` changes)."""
+    return {"model": loaded.identity(), "version": 1}
+
+
+def cached_layer_snr(loaded: LoadedModel) -> dict[int, float]:
+    """Layer → the mean SNR of its weight matrices (`analysis.finetune.methods.layer_set.
+    layer_snr`: an SVD of each), computed once per model into the disk cache."""
+    from analysis.cache import DiskCache
+    from analysis.finetune.methods.layer_set import layer_snr
+    from analysis.models import encoder_layers
+
+    def compute():
+        snr = layer_snr(encoder_layers(loaded.model), loaded.model_family)
+        return {}, {"snr": {str(layer): value for layer, value in snr.items()}}
+
+    _, meta, _ = DiskCache().get_or_compute(SNR_KIND, snr_recipe(loaded), compute)
+    return {int(layer): float(value) for layer, value in meta["snr"].items()}

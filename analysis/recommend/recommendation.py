@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analysis.progress import Progress, no_progress, scaled
-from analysis.recommend.budget import Costs, measure
+from analysis.recommend.budget import Costs, measure, run_step_time_ratios
 from analysis.recommend.choices import Proposal, propose
 from analysis.recommend.config import RecommendConfig
 from analysis.recommend.evidence import Evidence, gather
@@ -26,7 +26,9 @@ from analysis.recommend.outcome import (
     decide,
     missing_runs,
     recommendation_json,
+    run_status,
 )
+from analysis.runs.record import runs_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,15 +52,29 @@ class Recommendation:
 
     def outcome(self, runs: pd.DataFrame) -> tuple[list[ArmOutcome], Decision]:
         """The comparison's rows (full first) and the sentence, from the runs database's rows."""
-        arms = arm_outcomes(self.cfg, self.proposal, self.costs, runs)
+        arms = arm_outcomes(self.cfg, self.proposal, self.costs_with(runs), runs)
         return arms, decide(arms, self.cfg.delta, self.cfg.budget, self.trains)
+
+    def costs_with(self, runs: pd.DataFrame | None) -> Costs | None:
+        """The measured costs, each step-time ratio refined by the finished runs' own step times
+        where the arm and full fine-tuning have runs of the same seeds
+        (`analysis.recommend.budget.run_step_time_ratios`)."""
+        if self.costs is None or runs is None or runs.empty:
+            return self.costs
+        results = {run.id: run.result or {} for run in runs_of(runs)}
+        times = {
+            name: {seed: results.get(run_id, {}).get("step_time_s")
+                   for seed, (state, run_id) in by_seed.items() if state == "done"}
+            for name, by_seed in run_status(self.cfg, self.proposal, runs).items()
+        }  # fmt: skip
+        return self.costs.refined(run_step_time_ratios(times, self.proposal.choices[0].name))
 
     def to_json(self, runs: pd.DataFrame | None = None) -> dict[str, Any]:
         arms, decision = self.outcome(runs) if runs is not None else (None, None)
         if decision is None:
             decision = decide([], self.cfg.delta, self.cfg.budget)
         return recommendation_json(
-            self.cfg, self.proposal, self.costs, arms, decision, self.evidence
+            self.cfg, self.proposal, self.costs_with(runs), arms, decision, self.evidence
         )
 
 

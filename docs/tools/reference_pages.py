@@ -102,6 +102,7 @@ def command_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     found: list[tuple[str, argparse.ArgumentParser]] = []
 
     def walk(name: str, parser: argparse.ArgumentParser) -> None:
+        parser.format_help()  # a command whose options are added on first use: added now
         found.append((name, parser))
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
@@ -171,8 +172,10 @@ def config_classes() -> list[tuple[str, type]]:
     """(where it is used, config dataclass) of every config whose fields carry help texts."""
     sys.path.insert(0, str(ROOT))
     from analysis import config
+    from analysis.claims import ClaimsConfig
     from analysis.finetune.config import FinetuneConfig
     from analysis.finetune.registry import method_specs
+    from analysis.recommend.config import RecommendConfig
     from analysis.runs.executor import ExecutorChoice
 
     classes = [
@@ -182,6 +185,8 @@ def config_classes() -> list[tuple[str, type]]:
         ("an extraction (the states every layer analysis reads)", config.ExtractConfig),
         ("a fine-tuning run", FinetuneConfig),
         ("where runs train", ExecutorChoice),
+        ("a recommendation (`tunescope recommend`, the Recommend page)", RecommendConfig),
+        ("the papers' claims (`tunescope claims`, the Paper check page)", ClaimsConfig),
     ]
     methods_of: dict[type, list[str]] = {}  # an options class shared by methods: one section
     for spec in method_specs():

@@ -110,3 +110,20 @@ def test_drive_says_what_it_does_on_stderr_only(tmp_path, capsys, monkeypatch):
     assert out == ""
     assert "disable experiment: 7 outlier weights" in err and "queueing 1 run(s)" in err
     assert "waiting for 1 run(s)" in err
+
+
+def test_every_flag_default_and_help_is_the_configs():
+    """The Paper check's defaults are stated once, on ClaimsConfig's fields (its options are added
+    when `claims` is parsed: building the command line imports no torch, tests/test_api.py)."""
+    from analysis.claims import ClaimsConfig
+    from analysis.config import help_of
+    from tunescope.cli import build_parser
+    from tunescope.commands.claims import config_from_args
+
+    parser = build_parser()
+    assert config_from_args(parser.parse_args(["claims"])) == ClaimsConfig()
+    command = parser._subparsers._group_actions[0].choices["claims"]
+    helps = {a.dest: a.help for a in command._actions}
+    for dest in ("only", "steps", "n", "repeats", "k", "heads_n"):
+        assert helps[dest] == help_of(ClaimsConfig, dest).replace("%", "%%")
+    assert helps["seed"] == help_of(ClaimsConfig, "sample_seed")

@@ -98,3 +98,23 @@ def test_bad_input_gets_one_line(tiny_bert_dir, capsys, extra, message):
     assert main(tiny(tiny_bert_dir, *extra)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_every_flag_default_and_help_is_the_configs():
+    """The defaults are stated once, on RecommendConfig's fields: the parser's defaults build
+    that config, and each flag says its field's help."""
+    from analysis.config import help_of
+    from analysis.recommend.config import RecommendConfig
+    from tunescope.cli import build_parser
+    from tunescope.commands.recommend import config_from_args
+
+    parser = build_parser()
+    assert config_from_args(parser.parse_args(["recommend"])) == RecommendConfig()
+    command = parser._subparsers._group_actions[0].choices["recommend"]
+    helps = {a.dest: a.help for a in command._actions}
+    fields = {"seed": "sample_seed"}  # the flag's name where it is not the field's
+    for dest in ("n", "seed", "pooling", "max_length", "repeats", "heads_n", "k", "lora_r",
+                 "lora_alpha", "delta", "timed_steps", "steps", "batch_size", "n_train",
+                 "n_eval", "eval_every"):  # fmt: skip
+        assert helps[dest] == help_of(RecommendConfig, fields.get(dest, dest))
+    assert helps["seeds"].startswith(help_of(RecommendConfig, "seeds"))

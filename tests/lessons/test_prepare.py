@@ -52,6 +52,8 @@ def test_each_page_needs_what_its_view_asks_for(tmp_path):
     )
     claims = needs_of(Step("claims", {"claims_only": ("X4", "S1"), "claims_seeds": "3"}), uploads)
     assert claims[1].kind == "claim runs" and claims[1].settings["claims"].only == ("X4", "S1")
+    (recommendation,) = needs_of(Step("recommend", {"n": "300"}), uploads)
+    assert recommendation.kind == "recommendation" and recommendation.settings["rec"].n == 300
     assert needs_of(Step("finetune", {}), uploads) == needs_of(Step("runs", {}), uploads) == []
     with pytest.raises(ValueError, match="n='many' is not a whole number"):
         needs_of(Step("layers", {"n": "many"}), uploads)
@@ -169,3 +171,67 @@ def test_no_runs_prepares_the_analyses_and_queues_no_fine_tuning(tiny_bert_dir, 
     assert RunsDB(Workspace(cache)).list_runs().empty  # nothing queued
     assert main(["lesson", "status", "runs", "--cache", str(cache)]) == 1
     assert "fine-tuning runs of X4" in capsys.readouterr().out  # what is missing
+
+
+def test_a_recommend_step_is_prepared_into_the_cache_and_the_recommendation_then_reads_it(
+    tiny_bert_dir, tmp_path, monkeypatch
+):
+    """A Recommend step needs its recommendation: the analyses and every choice's measured cost.
+    Prepared, computing the recommendation again adds no cache entry and times nothing."""
+    import dataclasses
+
+    from analysis.cache import DiskCache
+    from analysis.lessons import prepare as prepare_module
+    from analysis.recommend import budget
+    from analysis.recommend.recommendation import recommend
+
+    page_defaults = prepare_module.recommend_settings
+    # the page's defaults at a tiny size (R = 50, 5 timed steps of 16 examples take minutes here)
+    monkeypatch.setattr(prepare_module, "recommend_settings", lambda cfg: dataclasses.replace(
+        page_defaults(cfg), repeats=2, heads_n=12, lora_r=2, timed_steps=1, batch_size=4))  # fmt: skip
+    workspace = Workspace(tmp_path / "cache")
+    lessons = Lessons(workspace.lessons)
+    view = {"model": str(tiny_bert_dir), "n": "40", "max_length": "32"}
+    lesson = Lesson("rec", "Rec", (Step("recommend", view, "What to tune"),))
+    (need,) = needs_of(lesson.steps[0], workspace.uploads)
+    assert need.kind == "recommendation" and need.settings["rec"].n == 40
+    runner = LibraryRunner(workspace)
+    with workspace.active():
+        assert not runner.cached(need)
+        done = prepare(lesson, lessons, runner.compute, runner.digest, workspace.uploads)
+        assert not done.failed and done.computed == 1
+        assert runner.cached(need)
+        assert [s.state for s in statuses(lesson, lessons, runner.digest, runner.cached,
+                                          workspace.uploads)] == ["prepared"]  # fmt: skip
+        entries = {p for p in DiskCache().root.glob("*/*") if p.is_dir()}
+        assert {p.parent.name for p in entries} >= {"states", "layer_metrics", "layer_repeats",
+                                                    "heads", "costs"}  # fmt: skip
+
+        def timing(*args):
+            raise AssertionError("a prepared recommendation timed its choices again")
+
+        monkeypatch.setattr(budget, "time_steps", timing)
+        rec = recommend(need.settings["rec"], runner.model(need.settings["rec"].model))
+        assert {p for p in DiskCache().root.glob("*/*") if p.is_dir()} == entries
+        assert rec.costs["full fine-tuning"].step_time_ratio == 1.0
+
+
+def test_the_recommend_pages_settings_are_what_a_step_prepares(tiny_bert_dir, monkeypatch):
+    """The page builds, from its defaults and the sidebar, the very config `needs_of` prepares
+    for a Recommend step with the same sidebar (the form is not in the link)."""
+    from apptest_utils import make_app, open_page
+
+    from analysis.lessons.prepare import recommend_settings
+    from ui.recommend import state
+
+    asked = []
+
+    def stop(cfg, progress):
+        asked.append(cfg)
+        raise ValueError("stopped here")
+
+    monkeypatch.setattr(state, "_recommend", stop)
+    at = open_page(make_app(tiny_bert_dir, monkeypatch, n=40), "views/recommend.py")
+    assert any("stopped here" in e.value for e in at.error)
+    step = Step("recommend", {"model": str(tiny_bert_dir), "n": "40"})
+    assert asked == [recommend_settings(step_settings(step, Workspace.current().uploads))]

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from apptest_utils import browser_writes_link, errors, make_app, open_page
+from apptest_utils import browser_writes_link, errors, make_app, open_page, record_pool
 
 from analysis import claims
 from analysis.config import DataSpec, ModelSpec
@@ -54,6 +54,19 @@ def test_paper_check_page_measures_layer_claims_and_queues_runs(tiny_bert_dir, m
     assert any("Queued 4 run(s)" in s.value for s in at.success)
     for run_id in queued["id"]:
         db.request_cancel(run_id)
+
+
+def test_the_pages_extractions_and_head_statistics_go_to_the_compute_workers(
+    tiny_bert_dir, monkeypatch
+):
+    """With the compute pool on, each extraction the claims read (two samples of N = 40: one
+    disjoint draw of 80, mean and first-token pooling) and the head statistics are jobs for the
+    workers; the page then reads them from the disk cache."""
+    sent = record_pool(monkeypatch)
+    at = claims_page(tiny_bert_dir, monkeypatch, only=("X1", "X3", "H1"))
+    assert not errors(at), errors(at)
+    assert sent == ["extract_job", "extract_job", "head_stats_job"]
+    assert table_of(at).set_index("id").loc["X1", "verdict"] != "not measured yet"
 
 
 def test_finished_runs_fill_in_the_verdicts(tiny_bert_dir, monkeypatch):

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from apptest_utils import errors, make_app, open_page
+from apptest_utils import errors, make_app, open_page, record_pool
 
 from analysis.predictions import encode_predictions
 from analysis.recommend.budget import Costs
@@ -58,6 +58,19 @@ def test_the_page_proposes_candidates_with_cost_and_evidence_and_queues_the_comp
     for run_id in queued["id"]:
         db.request_cancel(run_id)
     assert [link.proto.label for link in at.get("page_link")][-1].startswith("Next: **Runs**")
+
+
+def test_the_pages_computation_goes_to_the_compute_workers(tiny_bert_dir, monkeypatch):
+    """With the compute pool on, the extraction and then the rest of the recommendation (head
+    statistics, choices, costs) are jobs for the workers, not computations in the server's
+    script thread; the page shows what it shows in-process."""
+    sent = record_pool(monkeypatch)
+    at = recommend_page(tiny_bert_dir, monkeypatch)
+    assert not errors(at), errors(at)
+    assert sent == ["extract_job", "recommendation_job"]
+    choices = frame(at, "choice")
+    assert choices["role"].iloc[0] == "reference" and "candidate" in set(choices["role"])
+    assert {"BitFit", "EVA LoRA r=2", "uniform LoRA r=2"} <= set(choices["choice"])
 
 
 def test_finished_runs_fill_in_the_table_and_the_sentence(tiny_bert_dir, monkeypatch):

@@ -11,42 +11,32 @@ from tunescope.commands.options import (
     TqdmProgress,
     add_executor_options,
     add_model_data,
+    add_seeds_flag,
+    add_setting_flag,
     data_spec_from_args,
     executor_from_args,
     model_spec_from_args,
+    seeds_of,
     write_json,
 )
 
 NAME = "claims"
 HELP = "re-measure the papers' claims on this model and data: ours ± interval and a verdict"
+LAZY = True  # its options come from ClaimsConfig, whose package imports torch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from analysis.claims import ClaimsConfig
+    from analysis.config import help_of
+
     add_model_data(parser)
-    parser.add_argument("--only", default=None, help="claims to measure, e.g. X1,H1 (default all)")
-    parser.add_argument(
-        "--seeds",
-        default="3",
-        help="training seeds of the run claims: a count (3 → 0,1,2) or a list",
-    )
-    parser.add_argument("--steps", type=int, default=200, help="optimizer steps of every run")
-    parser.add_argument("--batch-size", type=int, default=16, help="examples per training step")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens kept per example")
-    parser.add_argument("--n-train", type=int, default=None, help="train examples (default all)")
-    parser.add_argument("--n-eval", type=int, default=1000, help="dev / test examples scored")
-    parser.add_argument("--eval-every", type=int, default=50, help="dev score every k steps")
-    parser.add_argument("--n", type=int, default=1000, help="examples of the layer claims")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed of the layer claims")
-    parser.add_argument(
-        "--repeats", type=int, default=50, help="bootstrap repeats per sample (X1–X3; ≥ 50 for "
-        "90 %% intervals)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--samples", type=int, default=3,
-        help="samples of N examples each layer claim is judged on (disjoint when the data allow)",
-    )  # fmt: skip
-    parser.add_argument("--k", type=int, default=3, help="heads per layer (H1, H2)")
-    parser.add_argument("--heads-n", type=int, default=300, help="examples of the head statistics")
+    parser.add_argument("--only", default=None, help=help_of(ClaimsConfig, "only"))
+    add_seeds_flag(parser, ClaimsConfig)
+    for name in ("steps", "batch_size", "max_length", "n_train", "n_eval", "eval_every", "n"):
+        add_setting_flag(parser, name, ClaimsConfig, type=int)
+    add_setting_flag(parser, "sample_seed", ClaimsConfig, "--seed", type=int)
+    for name in ("repeats", "samples", "k", "heads_n"):
+        add_setting_flag(parser, name, ClaimsConfig, type=int)
     parser.add_argument("--json", default=None, help="write the claims as JSON here ('-': stdout)")
     parser.add_argument(
         "--report", default=None, help="write a Markdown report here, figures (HTML) beside it"
@@ -58,18 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--poll", type=float, default=10.0, help="seconds between checks")
     add_executor_options(parser)
-
-
-def seeds_of(text: str) -> tuple[int, ...]:
-    """``"3"`` → (0, 1, 2); ``"0,4"`` → (0, 4)."""
-    from analysis.config import parse_ints
-
-    values = parse_ints(text, "--seeds") or ()
-    if len(values) == 1 and "," not in text:
-        if values[0] < 1:
-            raise ValueError(f"--seeds needs at least one seed (got {text!r}).")
-        return tuple(range(values[0]))
-    return values
 
 
 def config_from_args(args: argparse.Namespace):

@@ -180,11 +180,36 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     add_executor_options(parser)
 
 
-def add_setting_flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
-    """``--<name>`` for a `FinetuneConfig` field, with its default and help text."""
-    flag = "--" + name.replace("_", "-")
-    default = default_of(FinetuneConfig, name)
-    parser.add_argument(flag, help=help_of(FinetuneConfig, name), default=default, **kwargs)
+def add_setting_flag(
+    parser: argparse.ArgumentParser, name: str, config_class: type = FinetuneConfig,
+    flag: str | None = None, **kwargs: Any,
+) -> None:  # fmt: skip
+    """``--<name>`` (or ``flag``) for a field of ``config_class`` (a `FinetuneConfig` unless
+    said), with the field's default and help text: the command line and the pages say the
+    same."""
+    flag = flag or "--" + name.replace("_", "-")
+    text = help_of(config_class, name).replace("%", "%%")  # argparse formats help with %
+    parser.add_argument(flag, help=text, default=default_of(config_class, name), **kwargs)
+
+
+def add_seeds_flag(parser: argparse.ArgumentParser, config_class: type) -> None:
+    """``--seeds``: a count (3 → 0, 1, 2) or a list, by default ``config_class``'s seeds."""
+    seeds = tuple(default_of(config_class, "seeds"))
+    default = str(len(seeds)) if seeds == tuple(range(len(seeds))) else ",".join(map(str, seeds))
+    parser.add_argument(
+        "--seeds", default=default,
+        help=help_of(config_class, "seeds") + ": a count (3 → 0,1,2) or a list",
+    )  # fmt: skip
+
+
+def seeds_of(text: str) -> tuple[int, ...]:
+    """``"3"`` → (0, 1, 2); ``"0,4"`` → (0, 4)."""
+    values = parse_ints(text, "--seeds") or ()
+    if len(values) == 1 and "," not in text:
+        if values[0] < 1:
+            raise ValueError(f"--seeds needs at least one seed (got {text!r}).")
+        return tuple(range(values[0]))
+    return values
 
 
 def add_learning_rates(parser: argparse.ArgumentParser) -> None:

@@ -9,13 +9,17 @@ import sys
 import time
 
 from analysis.config import POOLINGS
+from analysis.recommend.config import Budget, RecommendConfig
 from tunescope.commands.options import (
     TqdmProgress,
     add_executor_options,
     add_model_data,
+    add_seeds_flag,
+    add_setting_flag,
     data_spec_from_args,
     executor_from_args,
     model_spec_from_args,
+    seeds_of,
     write_json,
 )
 
@@ -25,46 +29,32 @@ HELP = "candidates to tune with their cost and evidence; --compare tests them at
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_data(parser)
-    parser.add_argument("--n", type=int, default=1000, help="examples of the layer analyses")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed of the analyses")
-    parser.add_argument("--pooling", default="mean", choices=POOLINGS, help="pooling")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens kept per example")
+
+    def add(name: str, flag: str | None = None, **kwargs) -> None:
+        add_setting_flag(parser, name, RecommendConfig, flag, **kwargs)
+
+    add("n", type=int)
+    add("sample_seed", "--seed", type=int)
+    add("pooling", choices=POOLINGS)
+    add("max_length", type=int)
     parser.add_argument(
         "--budget", default=None,
         help="params=SHARE (trainable share, e.g. params=10%%) or time=SHARE (of full "
         "fine-tuning's step time, e.g. time=0.5); default: no limit, the cheapest choice not "
         "shown worse than full",
     )  # fmt: skip
-    parser.add_argument(
-        "--repeats", type=int, default=50, help="bootstrap repeats of the layer metrics (ℓ* counts)"
-    )
-    parser.add_argument("--heads-n", type=int, default=300, help="examples of the head statistics")
-    parser.add_argument("--k", type=int, default=None, help="heads per layer (default 3)")
-    parser.add_argument(
-        "--lora-r", type=int, default=8,
-        help="rank r of the uniform LoRA whose total r · L the allocation shares out",
-    )  # fmt: skip
-    parser.add_argument("--lora-alpha", type=float, default=16.0, help="LoRA alpha at rank r")
-    parser.add_argument(
-        "--delta", type=float, default=1.0,
-        help="δ in points of the metric: the cheapest arm whose interval's lower end is ≥ −δ "
-        "against full is recommended",
-    )  # fmt: skip
-    parser.add_argument(
-        "--timed-steps", type=int, default=5, help="steps timed per choice (median step time)"
-    )
+    for name in ("repeats", "heads_n", "k", "lora_r"):
+        add(name, type=int)
+    add("lora_alpha", type=float)
+    add("delta", type=float)
+    add("timed_steps", type=int)
     parser.add_argument(
         "--compare", action="store_true",
         help="queue every arm × seed against full fine-tuning (finished runs are reused)",
     )  # fmt: skip
-    parser.add_argument(
-        "--seeds", default="3", help="training seeds per arm: a count (3 → 0,1,2) or a list"
-    )
-    parser.add_argument("--steps", type=int, default=200, help="optimizer steps of every run")
-    parser.add_argument("--batch-size", type=int, default=16, help="examples per training step")
-    parser.add_argument("--n-train", type=int, default=None, help="train examples (default all)")
-    parser.add_argument("--n-eval", type=int, default=1000, help="dev / test examples scored")
-    parser.add_argument("--eval-every", type=int, default=50, help="dev score every k steps")
+    add_seeds_flag(parser, RecommendConfig)
+    for name in ("steps", "batch_size", "n_train", "n_eval", "eval_every"):
+        add(name, type=int)
     parser.add_argument(
         "--wait", action="store_true", help="with --compare: wait for the runs (with progress)"
     )
@@ -82,10 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_executor_options(parser)
 
 
-def config_from_args(args: argparse.Namespace):
-    from analysis.recommend.config import Budget, RecommendConfig
-    from tunescope.commands.claims import seeds_of
-
+def config_from_args(args: argparse.Namespace) -> RecommendConfig:
     return RecommendConfig(
         model=model_spec_from_args(args), data=data_spec_from_args(args),
         budget=Budget.parse(args.budget), n=args.n, sample_seed=args.seed, pooling=args.pooling,

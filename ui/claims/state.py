@@ -8,13 +8,22 @@ import streamlit as st
 
 from analysis.cache import canonical_json
 from analysis.claims import CLAIMS, ClaimInputs, ClaimsConfig, prepare
-from analysis.config import ExtractConfig
-from ui.loaders import get_model
+from analysis.claims.evaluate import heavy_inputs
+from analysis.config import ExtractConfig, default_of
+from analysis.progress import Progress
+from ui import compute_pool
+from ui.heads.state import get_head_stats
+from ui.loaders import get_model, get_states
 from ui.memo import ProgressMemo
 
 _INPUTS: ProgressMemo[ClaimInputs] = ProgressMemo(max_entries=6)
-DEFAULTS = {"claims_seeds": 3, "claims_steps": 200, "claims_repeats": 50, "claims_samples": 3,
-            "claims_k": 3, "claims_only": list(CLAIMS)}  # fmt: skip
+# The form's settings with ClaimsConfig's defaults (the command line's too).
+DEFAULTS = {
+    "claims_seeds": len(default_of(ClaimsConfig, "seeds")),  # seeds 0 … n − 1
+    **{f"claims_{name}": default_of(ClaimsConfig, name) for name in ("steps", "repeats",
+                                                                     "samples", "k")},
+    "claims_only": list(default_of(ClaimsConfig, "only")),
+}  # fmt: skip
 KEEP = "session"  # the form keeps its values across page switches
 
 
@@ -63,5 +72,18 @@ def get_inputs(cfg: ClaimsConfig) -> ClaimInputs:
     return _INPUTS.get(
         canonical_json(dataclasses.asdict(analyses)),
         "Repeats of the layer metrics and head statistics",
-        lambda progress: prepare(cfg, get_model(cfg.model), progress=progress),
+        lambda progress: _prepare(cfg, progress),
     )
+
+
+def _prepare(cfg: ClaimsConfig, progress: Progress) -> ClaimInputs:
+    """`prepare` here, once its extractions and head statistics are in the disk cache: computed
+    in the compute workers (`ui.compute_pool`) through the pages' own calls (shared with the
+    Layers and Heads pages); its layer tables fan out over the workers from here."""
+    if compute_pool.enabled():
+        extractions, stats = heavy_inputs(cfg)
+        for extract in extractions:
+            get_states(extract)
+        if stats is not None:
+            get_head_stats(stats)
+    return prepare(cfg, get_model(cfg.model), progress=progress)

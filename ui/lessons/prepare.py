@@ -54,6 +54,12 @@ class PageRunner(LibraryRunner):
 
             get_inputs(s["claims"])
             return False
+        if need.kind == "recommendation":
+            from ui.recommend.state import get_recommendation
+
+            hit = self.recommendation_cached(s["rec"])
+            get_recommendation(s["rec"])
+            return hit
         if need.kind == "trajectory":
             from ui.subspace.state import get_report
 

@@ -1,4 +1,9 @@
-"""The Recommend page's settings form and its cached recommendation (analyses, choices, costs)."""
+"""The Recommend page's settings form and its cached recommendation (analyses, choices, costs).
+
+The recommendation is computed in the compute workers (`ui.compute_pool`), as every page's
+computations are: the extraction in one, the layer tables fanned out over them, then the rest —
+the head statistics, the choices and their costs — in one (`ui.jobs.recommendation_job`).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,28 @@ import dataclasses
 import streamlit as st
 
 from analysis.cache import canonical_json
-from analysis.config import ExtractConfig
+from analysis.config import ExtractConfig, default_of
+from analysis.progress import Progress, scaled
 from analysis.recommend.config import Budget, RecommendConfig
+from analysis.recommend.evidence import layer_evidence
 from analysis.recommend.recommendation import Recommendation, recommend
-from ui.loaders import get_model
+from ui import compute_pool
+from ui.jobs import recommendation_job
+from ui.loaders import get_model, get_states
 from ui.memo import ProgressMemo
 
 _RECOMMENDATIONS: ProgressMemo[Recommendation] = ProgressMemo(max_entries=4)
 BUDGETS = {"none": "no limit: the cheapest that holds up", "params": "trainable share ≤",
            "time": "step time (× full) ≤"}  # fmt: skip
-DEFAULTS = {"rec_budget": "none", "rec_budget_value": 10.0, "rec_seeds": 3, "rec_steps": 200,
-            "rec_batch_size": 16, "rec_n_train": 0, "rec_n_eval": 1000, "rec_eval_every": 50,
-            "rec_delta": 1.0, "rec_repeats": 50, "rec_heads_n": 300, "rec_lora_r": 8,
-            "rec_timed_steps": 5}  # fmt: skip
+# The form's settings with RecommendConfig's defaults (the command line's too).
+SETTINGS = ("steps", "batch_size", "n_eval", "eval_every", "delta", "repeats", "heads_n",
+            "lora_r", "timed_steps")  # fmt: skip
+DEFAULTS = {
+    "rec_budget": "none", "rec_budget_value": 10.0,
+    "rec_seeds": len(default_of(RecommendConfig, "seeds")),  # seeds 0 … n − 1
+    "rec_n_train": default_of(RecommendConfig, "n_train") or 0,  # 0: all
+    **{f"rec_{name}": default_of(RecommendConfig, name) for name in SETTINGS},
+}  # fmt: skip
 KEEP = "session"  # the form keeps its values across page switches
 
 
@@ -80,13 +94,22 @@ def settings_form(base: ExtractConfig) -> RecommendConfig:
 
 
 def get_recommendation(cfg: RecommendConfig) -> Recommendation:
-    """The analyses (disk-cached), the choices and their measured costs, once per settings, with
-    a progress bar. The comparison's seeds and δ change nothing here, so they are left out of
-    the key."""
+    """The analyses (disk-cached), the choices and their measured costs (disk-cached), once per
+    settings, with a progress bar. The comparison's seeds and δ change nothing here, so they are
+    left out of the key."""
     key = dataclasses.replace(cfg, seeds=(0,), delta=1.0)
     rec = _RECOMMENDATIONS.get(
         canonical_json(dataclasses.asdict(key)),
         "Analyses, candidates and their costs",
-        lambda progress: recommend(cfg, get_model(cfg.model), progress=progress),
+        lambda progress: _recommend(cfg, progress),
     )
     return dataclasses.replace(rec, cfg=cfg)  # this view's seeds and δ
+
+
+def _recommend(cfg: RecommendConfig, progress: Progress) -> Recommendation:
+    if not compute_pool.enabled():
+        return recommend(cfg, get_model(cfg.model), progress=progress)
+    get_states(cfg.extract_config())  # extracted in a worker (the page's own call: shared)
+    # the layer tables, fanned out over the workers from here, before the job reads them
+    layer_evidence(cfg, get_model(cfg.model), scaled(progress, 0.0, 0.4))
+    return compute_pool.compute(recommendation_job, cfg, progress=scaled(progress, 0.4, 1.0))
