@@ -136,8 +136,9 @@ def cheaper_order(proposal: Proposal, costs: Costs | None, budget: Budget) -> li
 
 def design_of(cfg: RecommendConfig) -> SequentialDesign:
     """The rule the comparison is judged by: the sequential design (r₀ = the given seeds, R_max,
-    α, δ, the test of the seed design); the fixed grid looks once, when every seed is in."""
-    n = len(cfg.seeds)
+    α, δ, the test of the seed design); the fixed grid looks once, when every seed is in (a grid
+    of one seed gives no interval)."""
+    n = max(2, len(cfg.seeds))
     if cfg.design == FIXED:
         return SequentialDesign(cfg.delta / POINTS, n, n, ALPHA, design_test())
     return SequentialDesign(cfg.delta / POINTS, n, cfg.max_seeds, ALPHA, design_test())
@@ -157,6 +158,19 @@ def experiment_of(cfg: RecommendConfig, proposal: Proposal, costs: Costs | None)
         policy=cfg.design, order=tuple(cheaper_order(proposal, costs, cfg.budget)),
         design=None if fixed else design_of(cfg),
     )  # fmt: skip
+
+
+def planned_runs(
+    cfg: RecommendConfig, proposal: Proposal, costs: Costs | None = None
+) -> list[tuple[str, Any]]:
+    """(arm name, FinetuneConfig) of every arm × the seeds every arm starts with (the first
+    round; the whole grid of a fixed design), the reference first."""
+    experiment = experiment_of(cfg, proposal, costs)
+    return [
+        (arm.name, arm.run(experiment.training_seed(arm, i)))
+        for arm in experiment.arms
+        for i in range(len(cfg.seeds))
+    ]
 
 
 def arm_outcomes(
@@ -211,9 +225,11 @@ def _judged(row, reference, result, experiment, stands, design, at_chance) -> Ar
         return dataclasses.replace(row, verdict="reference")
     status = status_of(result, row.name) or look_at(experiment, stands, row.name, design)
     if not row.n_seeds:
-        verdict = VERDICTS[NOT_NEEDED] if status.status == NOT_NEEDED else NOT_RUN
         if not row.eligible and experiment.policy != FIXED:
-            verdict = "not trained: not cheaper than full, or over the budget"
+            return dataclasses.replace(row, status=NOT_NEEDED, test=design.test,
+                                       verdict="not trained: not cheaper than full, or over the "
+                                       "budget")  # fmt: skip
+        verdict = VERDICTS[NOT_NEEDED] if status.status == NOT_NEEDED else NOT_RUN
         return dataclasses.replace(row, status=status.status, verdict=verdict, test=design.test)
     if not stands[reference]:
         return dataclasses.replace(row, verdict="full fine-tuning not run yet")

@@ -9,8 +9,8 @@ training seeds (`SEED_DESIGN`, `analysis.seeding.arm_seed`) and a policy:
 - ``fixed``: every arm × every seed (the grid), judged once at the end;
 - ``sequential``: rounds, cheapest arm first (`analysis.runs.sequential`): every arm starts with
   r₀ seeds; each later round adds one seed to full fine-tuning and to every arm still undecided,
-  up to R_max; once an arm holds up, costlier arms get no more seeds and their queued runs are
-  cancelled ("not needed");
+  up to R_max; once an arm holds up, costlier arms get no more seeds and their queued or running
+  runs are cancelled ("not needed");
 - ``whole-table``: every arm to R_max seeds, under the sequential design's boundary.
 
 A planned run is matched to the database by its run group and training seed
@@ -278,7 +278,7 @@ def wanted(experiment: Experiment, stands: Mapping[str, Mapping[int, Stand]]) ->
 @dataclass(frozen=True)
 class Steps:
     """What to do now: the runs to queue ((arm, config), reference first, then the arms in
-    order, each seed in turn) and the queued runs no longer wanted (their ids)."""
+    order, each seed in turn) and the queued or running runs no longer wanted (their ids)."""
 
     queue: list[tuple[PlannedArm, FinetuneConfig]] = field(default_factory=list)
     cancel: list[str] = field(default_factory=list)
@@ -287,7 +287,7 @@ class Steps:
 def next_steps(experiment: Experiment, runs: pd.DataFrame, retry: bool = True) -> Steps:
     """The runs the policy wants that no done, running or queued run stands for (nor, without
     ``retry``, a failed or cancelled one: a round taken as a run ends never re-queues a failure),
-    and the queued runs beyond what it wants (`wanted`)."""
+    and the queued or running runs beyond what it wants (`wanted`: an arm not needed any more)."""
     stands = standings(experiment, runs)
     standing = ALIVE if retry else STATES
     want = wanted(experiment, stands)
@@ -299,13 +299,13 @@ def next_steps(experiment: Experiment, runs: pd.DataFrame, retry: bool = True) -
             if i < want[arm.name]:
                 if stand is None or stand.status not in standing:
                     queue.append((arm, arm.run(experiment.training_seed(arm, i))))
-            elif stand is not None and stand.status == "queued":
-                cancel.append(stand.run_id)
+            elif stand is not None and stand.status in ("queued", "running"):
+                cancel.append(stand.run_id)  # a running one stops at its next step
     return Steps(queue, cancel)
 
 
 def apply(db: RunsDB, experiment: Experiment, steps: Steps, sweep_id: str | None) -> list[str]:
-    """Cancel the queued runs ``steps`` no longer wants and queue the runs it does (recorded
+    """Cancel the runs ``steps`` no longer wants and queue the runs it does (recorded
     under ``sweep_id`` and each arm's family); returns the new run ids."""
     for run_id in steps.cancel:
         db.request_cancel(run_id)

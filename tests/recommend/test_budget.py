@@ -67,9 +67,11 @@ def test_the_comparison_shows_the_ratio_of_the_finished_runs():
                            "test_predictions": encode_predictions(labels, labels, "t", False)})  # fmt: skip
     rec = Recommendation(cfg, None, proposal, costs)
     arms = {a.name: a for a in rec.outcome(db.list_runs())[0]}
-    assert arms["layer 1"].step_time_ratio == pytest.approx(0.25)  # 0.05 / 0.20 over 3 seeds
-    assert arms["BitFit"].step_time_ratio == 0.7  # no step times: the timed steps' ratio
-    assert arms["full fine-tuning"].step_time_ratio == 1.0
+    assert arms["layer 1"].run_step_time_ratio == pytest.approx(0.25)  # 0.05 / 0.20, 3 seeds
+    assert arms["layer 1"].step_time_ratio == 0.5  # the timed ratio orders the arms
+    assert arms["BitFit"].run_step_time_ratio is None  # no step times: the timed ratio only
+    assert arms["BitFit"].step_time_ratio == 0.7
+    assert arms["full fine-tuning"].run_step_time_ratio == 1.0
     assert rec.costs["layer 1"].step_time_ratio == 0.5  # the candidates keep what was timed
 
 
