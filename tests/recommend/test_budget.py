@@ -131,7 +131,11 @@ def test_a_cost_is_keyed_by_model_method_options_batch_length_device_threads_and
     run = LAYER.config(cfg.base_run(0), seed=0)
     recipe = cost_recipe(run, loaded, load_data(cfg.data).fingerprint, 1, 2)
     assert recipe["run"]["model"] == loaded.identity()
-    assert recipe["run"]["method"] == "layers" and recipe["run"]["layers"] == [1, 1] and recipe["run"]["classifier_layer"] == 1
+    assert (
+        recipe["run"]["method"] == "layers"
+        and recipe["run"]["layers"] == [1, 1]
+        and recipe["run"]["classifier_layer"] == 1
+    )
     assert recipe["run"]["batch_size"] == 4 and recipe["run"]["max_length"] == 32
     assert "fingerprint" in recipe["run"]["data"]
     assert not {"steps", "n_eval", "eval_every", "n_train"} & set(recipe["run"])
