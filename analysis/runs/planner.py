@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from analysis.compare import Arm, Comparison, compare
 from analysis.finetune.config import FinetuneConfig
 from analysis.runs.record import runs_of
 from analysis.runs.results import group_of
@@ -66,6 +67,15 @@ def design_test(seed_design: str = SEED_DESIGN) -> str:
     return TEST_OF[seed_design]
 
 
+def planned_compare(a: Arm, b: Arm) -> Comparison:
+    """A − B for two arms of one planned comparison (the Paper check's claims, the Heads page's
+    selectors, the Fine-tune page's sweep against full): the design's test when both arms ran
+    the same seeds (at least two), else Welch's, and the comparison says which."""
+    test = design_test()
+    pairable = bool(a.seeds) and set(a.seeds) == set(b.seeds) and len(a.seeds) >= 2
+    return compare(a, b, test=test if pairable else "welch")
+
+
 @dataclass(frozen=True)
 class PlannedArm:
     """One arm: its name, the run it trains (``config``, whose seed the planner sets), whether it
@@ -91,11 +101,12 @@ class PlannedArm:
 
 @dataclass(frozen=True)
 class Stand:
-    """The run that stands for a planned run: its status, id and (done) result."""
+    """The run that stands for a planned run: its status, id, (done) result and device."""
 
     status: str
     run_id: str
     result: dict[str, Any] | None = None
+    device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,25 +218,38 @@ def seed_list(first: Sequence[int], n: int) -> tuple[int, ...]:
 # -- where the planned runs stand ------------------------------------------------------------------
 
 
-def standings(experiment: Experiment, runs: pd.DataFrame) -> dict[str, dict[int, Stand]]:
-    """Arm → seed index i → the run that stands for the arm's i-th run (module docstring);
-    absent where no run does."""
+def stand_index(runs: pd.DataFrame) -> dict[tuple[str, int], Stand]:
+    """(run group, training seed) → the run that stands for it among ``runs`` (rows of
+    ``RunsDB.list_runs``, newest first): a done one (the newest), else a running or queued
+    one, else the newest failed or cancelled one."""
     best: dict[tuple[str, int], tuple[int, Stand]] = {}
     for run in runs_of(runs) if len(runs) else []:
         if run.status not in STATES or not run.stored:
             continue
         key = (run.group, int(run.stored.get("seed", 0)))
         rank = STATES.index(run.status)
-        if key not in best or rank < best[key][0]:  # list_runs is newest first
-            best[key] = (rank, Stand(run.status, run.id, run.result))
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, Stand(run.status, run.id, run.result, run.device))
+    return {key: stand for key, (_, stand) in best.items()}
+
+
+def planned_key(config: FinetuneConfig, runs: pd.DataFrame) -> tuple[str, int]:
+    """(run group, training seed) of a planned run among ``runs``: the group a run of ``config``
+    joins when queued (`analysis.runs.results.group_of`)."""
+    return group_of(config.to_dict(), runs), int(config.seed)
+
+
+def standings(experiment: Experiment, runs: pd.DataFrame) -> dict[str, dict[int, Stand]]:
+    """Arm → seed index i → the run that stands for the arm's i-th run (`stand_index`); absent
+    where no run does."""
+    index = stand_index(runs)
     out: dict[str, dict[int, Stand]] = {}
     for arm in experiment.arms:
         found = {}
         for i in range(experiment.most_seeds):
-            seed = experiment.training_seed(arm, i)
-            hit = best.get((group_of(arm.run(seed).to_dict(), runs), seed))
+            hit = index.get(planned_key(arm.run(experiment.training_seed(arm, i)), runs))
             if hit is not None:
-                found[i] = hit[1]
+                found[i] = hit
         out[arm.name] = found
     return out
 
