@@ -49,3 +49,12 @@ def browser_writes_link(at: AppTest, *keys: str) -> AppTest:
         value = at.session_state[key]
         at.query_params[key] = [str(v) for v in value] if isinstance(value, list) else str(value)
     return at
+
+
+def cancel_the_rest(at: AppTest, key: str) -> str:
+    """Press a "Cancel the rest" button (`ui.cancel`) and confirm; returns the button's label."""
+    button = at.button(key=key)
+    label = button.label
+    button.click().run()
+    at.button(key=f"{key}_yes").click().run()
+    return label
