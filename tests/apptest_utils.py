@@ -73,3 +73,12 @@ def record_pool(monkeypatch) -> list[str]:
     monkeypatch.setattr(ui.compute_pool, "compute", compute)
     monkeypatch.setattr(ui.loaders, "_LOADED", set())  # a fresh server: the extraction first
     return sent
+
+
+def cancel_the_rest(at: AppTest, key: str) -> str:
+    """Press a "Cancel the rest" button (`ui.cancel`) and confirm; returns the button's label."""
+    button = at.button(key=key)
+    label = button.label
+    button.click().run()
+    at.button(key=f"{key}_yes").click().run()
+    return label

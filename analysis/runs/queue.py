@@ -8,7 +8,9 @@ A run moves between states atomically (each move is one transaction of `RunsFile
        └──cancel──▶ cancelled ◀──cancel──┘
 
 While it runs, its process reports steps, progress and where it trains; a run whose process
-died without a word is failed by `RunQueue.reap_dead`.
+died without a word is failed by `RunQueue.reap_dead`. `RunQueue.cancel_runs` cancels many runs
+(a sweep's, a comparison's) in one transaction: a worker claiming at the same moment claims
+before it (the run is running: asked to stop) or after it (the run is cancelled: never started).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analysis.runs.record import setting_key
 from analysis.runs.records import run_label
-from analysis.runs.schema import RunsFile, row_dict
+from analysis.runs.schema import RunNotFound, RunsFile, row_dict
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -53,6 +56,22 @@ def _config_fields(cfg: FinetuneConfig | dict[str, Any]) -> dict[str, Any]:
         "config_json": json.dumps(config, sort_keys=True, default=str),
         "setting_key": setting_key(config),
     }
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What one `RunQueue.cancel_runs` did, as run ids: the queued runs cancelled, the running
+    ones asked to stop (each stops at its next step), the finished ones left alone."""
+
+    cancelled: tuple[str, ...] = ()
+    stopping: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.cancelled)} queued run(s) cancelled, {len(self.stopping)} running asked "
+            f"to stop at their next step, {len(self.finished)} finished left alone"
+        )
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -217,17 +236,49 @@ class RunQueue(RunsFile):
         """Cancel a run: a queued one at once, a running one by raising its flag (the process
         running it stops at its next step). Returns the run's status afterwards."""
         run_id = self.resolve_id(run_id)
-        with self._write() as conn:
-            conn.execute(
-                """UPDATE runs SET status = 'cancelled', finished = ?, error = 'cancelled before start'
-                   WHERE id = ? AND status = 'queued'""",
-                (time.time(), run_id),
-            )
-            conn.execute(
-                "UPDATE runs SET cancel_requested = 1 WHERE id = ? AND status = 'running'",
-                (run_id,),
-            )
+        self.cancel_runs([run_id])
+        with self._connect() as conn:
             return conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+
+    def cancel_runs(self, run_ids: Sequence[str] = (), sweep_id: str | None = None) -> Cancelled:
+        """Cancel ``run_ids`` (each a full id or a unique part of one) and every run of sweep
+        ``sweep_id``, in one transaction: the queued ones become cancelled, the running ones are
+        asked to stop, the finished ones and their steps and results stay as they are. A sweep
+        id that names no run is a `RunNotFound`."""
+        ids = [self.resolve_id(run_id) for run_id in run_ids]
+        with self._write() as conn:
+            statuses = dict(
+                conn.execute(
+                    f"SELECT id, status FROM runs WHERE id IN ({', '.join('?' * len(ids))})"
+                    " ORDER BY created, rowid",
+                    ids,
+                ).fetchall()
+            )
+            if sweep_id is not None:
+                sweep = conn.execute(
+                    "SELECT id, status FROM runs WHERE sweep_id = ? ORDER BY created, rowid",
+                    (sweep_id,),
+                ).fetchall()
+                if not sweep:
+                    raise RunNotFound(
+                        f"No run belongs to sweep {sweep_id!r} (the id said when its runs were "
+                        "queued, such as sweep-20261130-081203)."
+                    )
+                statuses.update(sweep)
+            queued = tuple(i for i, status in statuses.items() if status == "queued")
+            running = tuple(i for i, status in statuses.items() if status == "running")
+            now = time.time()
+            conn.executemany(
+                """UPDATE runs SET status = 'cancelled', finished = ?,
+                       error = 'cancelled before start' WHERE id = ? AND status = 'queued'""",
+                [(now, run_id) for run_id in queued],
+            )
+            conn.executemany(
+                "UPDATE runs SET cancel_requested = 1 WHERE id = ? AND status = 'running'",
+                [(run_id,) for run_id in running],
+            )
+        finished = tuple(i for i in statuses if i not in queued and i not in running)
+        return Cancelled(queued, running, finished)
 
     def cancel_requested(self, run_id: str) -> bool:
         with self._connect() as conn:

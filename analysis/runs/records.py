@@ -294,6 +294,29 @@ class RunRecords(RunsFile):
             )
         return chosen
 
+    def add_tags(self, run_ids: Sequence[str], tags: str | Sequence[str]) -> tuple[str, ...]:
+        """Add ``tags`` (`parse_tags`) to every run of ``run_ids``, keeping the tags each has, in
+        one transaction; a run that would carry more than 20 tags refuses them all (ValueError).
+        Returns the tags added."""
+        ids = [self.resolve_id(run_id) for run_id in run_ids]
+        chosen = parse_tags(tags)
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO run_tags (run_id, tag) VALUES (?, ?)",
+                [(run_id, tag) for run_id in ids for tag in chosen],
+            )
+            crowded = conn.execute(
+                f"""SELECT run_id FROM run_tags WHERE run_id IN ({", ".join("?" * len(ids))})
+                    GROUP BY run_id HAVING COUNT(*) > ?""",
+                [*ids, MAX_TAGS],
+            ).fetchall()
+            if crowded:
+                raise ValueError(
+                    f"At most {MAX_TAGS} tags per run: run(s) {', '.join(r for (r,) in crowded)} "
+                    "would carry more; remove some of their tags first."
+                )
+        return chosen
+
     # ---- deleting ---------------------------------------------------------------------------
     def run_files(self, run_id: str) -> list[Path]:
         """The folders run ``run_id`` owns that exist: its trajectory (``runs/<id>/``) and the
@@ -307,12 +330,36 @@ class RunRecords(RunsFile):
         Refused (ValueError) while the run is queued or running, or while a queued or running
         run trains in its subspace or zeroes weights from its files: they still need them.
         """
-        run = self.get_run(run_id)
-        run_id = run["id"]
-        if run["status"] in ("queued", "running"):
-            raise ValueError(
-                f"Run {run_id} is {run['status']}: cancel it before deleting its files."
+        folders = self._deletable_files(self.resolve_id(run_id))
+        return [folder for folder in folders if remove_folder(folder)]
+
+    def delete_run(self, run_id: str) -> list[Path]:
+        """Delete a run for good: its files (`delete_files`, same refusals), then the run and its
+        steps. Returns the folders removed."""
+        return self.delete_runs([run_id])
+
+    def delete_runs(self, run_ids: Sequence[str]) -> list[Path]:
+        """Delete runs for good: each one's files, then the runs with their steps, notes and tags
+        in one transaction. Every run is checked first (`delete_files`' refusals), so a refusal
+        deletes nothing. Returns the folders removed."""
+        ids = list(dict.fromkeys(self.resolve_id(run_id) for run_id in run_ids))
+        owned = [folder for run_id in ids for folder in self._deletable_files(run_id)]
+        removed = [folder for folder in owned if remove_folder(folder)]
+        with self._write() as conn:
+            conn.execute(
+                f"DELETE FROM runs WHERE id IN ({', '.join('?' * len(ids))})"
+                " AND status NOT IN ('queued', 'running')",
+                ids,
             )
+        return removed
+
+    def _deletable_files(self, run_id: str) -> list[Path]:
+        """The folders run ``run_id`` owns, or a ValueError when the run or a queued or running
+        run still needs them (`delete_files`)."""
+        with self._connect() as conn:
+            status = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+        if status in ("queued", "running"):
+            raise ValueError(f"Run {run_id} is {status}: cancel it before deleting its files.")
         folders = self.run_files(run_id)
         users = self._runs_using(run_id, folders)
         if users:
@@ -320,18 +367,7 @@ class RunRecords(RunsFile):
                 f"Run(s) {', '.join(users)} still need the files of run {run_id} (they train in its "
                 "subspace or zero weights listed there): wait for them or cancel them first."
             )
-        return [folder for folder in folders if remove_folder(folder)]
-
-    def delete_run(self, run_id: str) -> list[Path]:
-        """Delete a run for good: its files (`delete_files`, same refusals), then the run and its
-        steps. Returns the folders removed."""
-        run_id = self.resolve_id(run_id)
-        removed = self.delete_files(run_id)
-        with self._write() as conn:
-            conn.execute(
-                "DELETE FROM runs WHERE id = ? AND status NOT IN ('queued', 'running')", (run_id,)
-            )
-        return removed
+        return folders
 
     def _runs_using(self, run_id: str, folders: Sequence[Path]) -> list[str]:
         """Queued or running runs whose config names run ``run_id`` or one of ``folders``."""

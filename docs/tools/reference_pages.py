@@ -73,7 +73,8 @@ tunescope finetune --method layers --layers 1,3,3 --executor ray          # on R
 tunescope sweep --strategies down,up,baselines,lora,bitfit --seeds 0,1,2  # queued for the worker
 tunescope sweep --strategies down,baselines --seeds 0,1,2 --lr-grid        # ×½, ×1, ×2 body rate, chosen on dev
 tunescope sweep --strategies down,up,baselines --seeds 0,1,2 --executor ray --ray-address HEAD_NODE:6379
-tunescope runs list --tag keep                    # also: runs show ID, runs export --csv F, runs cancel ID
+tunescope runs list --tag keep                    # also: runs show ID, runs export --csv F
+tunescope runs cancel --sweep SWEEP_ID            # the rest of a sweep at once; or: runs cancel ID ID …
 tunescope runs groups                             # run groups: n_seeds, mean ± s.e.
 tunescope runs compare RUN_OR_GROUP_A RUN_OR_GROUP_B --json cmp.json   # diff ± margin, verdict, paired p
 tunescope runs note ID "warm-up too short"; tunescope runs tag ID "baseline, keep"

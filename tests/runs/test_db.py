@@ -311,3 +311,32 @@ def test_a_queued_or_running_run_is_not_deleted(db):
     with pytest.raises(ValueError, match="still need"):
         db.delete_run(source)
     assert db.get_run(source)["status"] == "done"
+
+
+def test_a_tag_is_added_to_several_runs_keeping_their_own(db):
+    a, b = finished(db), finished(db, seed=1)
+    db.set_tags(a, "baseline")
+    assert db.add_tags([a, b], "keep, lr sweep") == ("keep", "lr sweep")
+    assert db.tags(a) == ["baseline", "keep", "lr sweep"] and db.tags(b) == ["keep", "lr sweep"]
+    assert db.add_tags([a], "keep") == ("keep",) and db.tags(a).count("keep") == 1
+    db.set_tags(b, [f"t{k}" for k in range(20)])
+    with pytest.raises(ValueError, match=f"At most 20 tags per run: run\\(s\\) {b}"):
+        db.add_tags([a, b], "one more")
+    assert "one more" not in db.tags(a)  # all or nothing
+
+
+def test_several_runs_are_deleted_at_once_or_not_at_all(db):
+    a, b, keep = finished(db), finished(db, seed=1), finished(db, seed=2)
+    folder = db.workspace.run_folder(a) / "trajectory"
+    folder.mkdir(parents=True)
+    db.log_step(b, 1, {"loss": 0.3})
+    db.set_tags(b, "old")
+    queued = db.enqueue(config())
+    with pytest.raises(ValueError, match=f"Run {queued} is queued"):
+        db.delete_runs([a, b, queued])
+    assert folder.is_dir() and len(db.list_runs()) == 4  # refused: nothing deleted
+
+    assert db.delete_runs([a, b]) == [db.workspace.run_folder(a)]
+    assert not folder.exists()
+    assert set(db.list_runs()["id"]) == {keep, queued}
+    assert db.steps(b).empty and db.all_tags() == []  # steps and tags went with the runs

@@ -8,7 +8,14 @@ import os
 
 import numpy as np
 import pytest
-from apptest_utils import browser_writes_link, errors, make_app, open_page, record_pool
+from apptest_utils import (
+    browser_writes_link,
+    cancel_the_rest,
+    errors,
+    make_app,
+    open_page,
+    record_pool,
+)
 
 from analysis import claims
 from analysis.config import DataSpec, ModelSpec
@@ -35,6 +42,9 @@ def table_of(at):
 
 
 def test_paper_check_page_measures_layer_claims_and_queues_runs(tiny_bert_dir, monkeypatch):
+    import analysis.runs.worker as worker
+
+    monkeypatch.setattr(worker, "start_workers", lambda executor, root: "no worker in this test")
     at = claims_page(tiny_bert_dir, monkeypatch)
     assert not errors(at), errors(at)
     table = table_of(at).set_index("id")
@@ -52,8 +62,16 @@ def test_paper_check_page_measures_layer_claims_and_queues_runs(tiny_bert_dir, m
     queued = db.list_runs()
     assert len(queued) == 4 and set(queued["method"]) == {"heads"}
     assert any("Queued 4 run(s)" in s.value for s in at.success)
-    for run_id in queued["id"]:
-        db.request_cancel(run_id)
+    assert at.session_state["claims_follow_up"]  # the second stage would be queued next
+
+    # "Cancel the rest", confirmed: none of the claims' runs trains on, none is queued next.
+    assert (
+        cancel_the_rest(at.run(), "claims_cancel_rest") == "Cancel the rest (4 queued, 0 running)"
+    )
+    after = db.list_runs()
+    assert set(after["id"]) == set(queued["id"]) and set(after["status"]) == {"cancelled"}
+    assert "claims_follow_up" not in at.session_state
+    assert not errors(at), errors(at)
 
 
 def test_the_pages_extractions_and_head_statistics_go_to_the_compute_workers(

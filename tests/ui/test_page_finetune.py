@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import waiting
-from apptest_utils import errors, make_app, open_page
+from apptest_utils import cancel_the_rest, errors, make_app, open_page
 
 from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
 from analysis.heads.selection_file import FORMAT
@@ -325,3 +325,35 @@ def test_runs_at_chance_are_flagged_and_get_no_verdict(tiny_bert_dir, monkeypatc
     assert any("majority class 0.500" in c.value for c in at.caption)
     latest = next(d.value for d in at.dataframe if list(d.value.columns[:2]) == ["method", "label"])
     assert set(latest["flag"]) == {"predicts one class only"}  # the live queue's cards too
+
+
+def test_the_rest_of_a_sweep_is_cancelled_from_the_live_queue(tiny_bert_dir, monkeypatch):
+    import analysis.runs.worker as worker
+
+    monkeypatch.setattr(worker, "start_workers", lambda executor, root: "no worker in this test")
+    db = RunsDB()
+    cfg = {"model": {"name": str(tiny_bert_dir)}, "data": {"name": "movie-snippets"},
+           "method": "full", "steps": 3}  # fmt: skip
+    done, running, *queued = (db.enqueue({**cfg, "seed": s}, sweep_id="sweep-a") for s in range(4))
+    other = db.enqueue({**cfg, "seed": 9}, sweep_id="sweep-b")
+    db.claim_next(worker_pid=1)
+    db.finish(done, {"score": 0.6, "metric": "accuracy"})
+    db.claim_next(worker_pid=1)  # pid 1 is alive: never reaped
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    assert not errors(at), errors(at)
+    assert at.button(key="ft_cancel_rest_sweep-b").label == (
+        "Cancel the rest of sweep-b (1 queued, 0 running)"
+    )
+    at.button(key="ft_cancel_rest_sweep-a").click().run()
+    assert any("Cancel 2 queued run(s) and stop 1 running" in w.value for w in at.warning)
+    at.button(key="ft_cancel_rest_sweep-a_no").click().run()  # kept: nothing changes
+    assert db.list_runs(status="queued")["id"].tolist() == [other, *queued[::-1]]
+
+    label = cancel_the_rest(at, "ft_cancel_rest_sweep-a")
+    assert label == "Cancel the rest of sweep-a (2 queued, 1 running)"
+    assert not errors(at), errors(at)
+    assert [db.get_run(i)["status"] for i in queued] == ["cancelled"] * 2
+    assert db.cancel_requested(running) and db.get_run(running)["status"] == "running"
+    assert db.get_run(done)["result"]["score"] == 0.6  # finished: left alone
+    assert db.get_run(other)["status"] == "queued"  # the other sweep
+    assert any("2 queued run(s) cancelled, 1 running asked to stop" in t.value for t in at.toast)

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from apptest_utils import errors, make_app, open_page, record_pool
+from apptest_utils import cancel_the_rest, errors, make_app, open_page, record_pool
 
 from analysis.predictions import encode_predictions
 from analysis.recommend.budget import Costs
@@ -37,6 +37,9 @@ def frame(at, column: str):
 def test_the_page_proposes_candidates_with_cost_and_evidence_and_queues_the_comparison(
     tiny_bert_dir, monkeypatch
 ):
+    import analysis.runs.worker as worker
+
+    monkeypatch.setattr(worker, "start_workers", lambda executor, root: "no worker in this test")
     at = recommend_page(tiny_bert_dir, monkeypatch)
     assert not errors(at), errors(at)
     choices = frame(at, "choice")
@@ -55,8 +58,13 @@ def test_the_page_proposes_candidates_with_cost_and_evidence_and_queues_the_comp
     assert len(queued) == 3 * n_arms  # default 3 seeds per arm
     assert set(queued["seed"]) == {0, 1, 2}
     assert any("Queued" in s.value for s in at.success)
-    for run_id in queued["id"]:
-        db.request_cancel(run_id)
+    # "Cancel the rest", confirmed: every run of the comparison is cancelled or stopping.
+    label = cancel_the_rest(at.run(), "rec_cancel_rest")
+    assert label == f"Cancel the rest ({3 * n_arms} queued, 0 running)"
+    after = db.list_runs()
+    assert len(after) == 3 * n_arms and set(after["status"]) == {"cancelled"}
+    assert not any(b.key == "rec_cancel_rest" for b in at.button)  # nothing left to cancel
+    assert not errors(at), errors(at)
     assert [link.proto.label for link in at.get("page_link")][-1].startswith("Next: **Runs**")
 
 
@@ -113,9 +121,13 @@ def test_finished_runs_fill_in_the_table_and_the_sentence(tiny_bert_dir, monkeyp
 
 
 def _cached_recommendation():
+    """This test's recommendation: the memo keeps every test's of this process, each under its
+    cache folder."""
+    from analysis.workspace import Workspace
     from ui.recommend.state import _RECOMMENDATIONS
 
-    return next(iter(_RECOMMENDATIONS._items.values()))
+    root = str(Workspace.current().root)
+    return next(rec for (where, _), rec in _RECOMMENDATIONS._items.items() if where == root)
 
 
 def _planned(rec):

@@ -46,8 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--json", default=None, help="write the run (with its steps) as JSON here")
     export.add_argument("--csv", default=None, help="one row a run")
     export.add_argument("--json", default=None, help="runs with config, result and steps")
-    cancel = sub.add_parser("cancel", help="cancel a queued or running run")
-    cancel.add_argument("id", help="run id (or a unique part of it)")
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel queued or running runs: these ids, or the rest of a sweep, in one go",
+        description="Queued runs are cancelled at once, running ones stop at their next step, "
+        "finished ones are left as they are; all in one transaction.",
+    )
+    cancel.add_argument("ids", nargs="*", metavar="ID", help="run ids (or unique parts of them)")
+    cancel.add_argument(
+        "--sweep", default=None, metavar="SWEEP_ID",
+        help="every run of this sweep id (a sweep's, a comparison's or a Paper check's runs)",
+    )  # fmt: skip
     note = sub.add_parser("note", help="set a run's note ('' clears it)")
     note.add_argument("id", help="run id (or a unique part of it)")
     note.add_argument("text", help="the note")
@@ -100,7 +109,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.runs.db import RunsDB
-    from analysis.runs.results import with_groups
 
     if args.action == "import":  # issue 18
         return _import(args)
@@ -109,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     db = RunsDB()
     db.reap_dead()
     if args.action in ("list", "export"):
+        from analysis.runs.results import with_groups  # (scipy: seconds the others need not wait)
+
         filters = {
             "model": _as_queued(args.model, model_name),
             "data": _as_queued(args.data, data_name),
@@ -175,12 +185,9 @@ def run(args: argparse.Namespace) -> int:
         what = "files of run" if args.files_only else "run"
         print(f"deleted the {what} {run_id}" + "".join(f"\n  removed {p}" for p in removed))
         return 0
-    status = db.request_cancel(args.id)
-    run_id = db.resolve_id(args.id)
-    if status == "running":
-        print(f"run {run_id}: cancel requested; it stops at its next step")
-    else:
-        print(f"run {run_id}: {status}")
+    if not args.ids and args.sweep is None:
+        raise ValueError("runs cancel needs run ids or --sweep SWEEP_ID.")
+    print(db.cancel_runs(args.ids, sweep_id=args.sweep).describe())
     return 0
 
 

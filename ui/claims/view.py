@@ -10,6 +10,7 @@ import streamlit as st
 from analysis import claims
 from analysis.claims import ClaimInputs, ClaimsConfig
 from ui import verdicts
+from ui.cancel import cancel_rest
 from ui.figures.claims import VERDICT_COLOURS, VERDICT_WIDTH, claim_figure
 from ui.finetune.state import format_seconds, get_db
 from ui.layers.text import X1_AND_THE_LAYERS_PAGE
@@ -112,6 +113,11 @@ def _queue_section(cfg: ClaimsConfig, db, planned: list, runs) -> None:
     if active:
         st.info(f"{active} of the claims' runs are queued or training; the table fills in as "
                 "they finish (the Fine-tune page shows them live).")  # fmt: skip
+        statuses = {v["id"]: v["status"] for v in status.values()}
+        # Cancelled, the claims' second stage is not queued when the trajectory run is done.
+        cancel_rest(
+            db, statuses, "claims_cancel_rest", then=lambda: st.session_state.pop(FOLLOW_UP, None)
+        )
     if not missing:
         return
     seconds, how = claims.estimate_seconds(missing, runs)

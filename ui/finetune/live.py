@@ -1,5 +1,6 @@
 """The live queue: polls the runs database every 2 s and redraws running runs (loss curve, step,
-ETA, a Cancel button), the queue, and the latest finished runs. Only this fragment reruns."""
+ETA, a Cancel button), the queue with "Cancel the rest" of each sweep in it, and the latest
+finished runs. Only this fragment reruns."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import streamlit as st
 
 from analysis.runs.chance import chance_flag
 from analysis.runs.record import Run, runs_of
+from ui.cancel import cancel_rest
 from ui.figures.finetune import loss_curve
 from ui.finetune.state import format_seconds, get_db
 from ui.tables import dashes
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     from analysis.runs.db import RunsDB
 
 RECENT = 6
+QUEUED_COLUMNS = ["id", "method", "label", "seed", "family", "sweep_id", "created"]
+QUEUED_NAMES = {"sweep_id": "sweep"}
 
 
 @st.fragment(run_every=2)
@@ -47,15 +51,14 @@ def queue_view() -> None:
         _running_card(db, run)
     if not queued.empty:
         st.markdown("**Queued** (oldest first)")
-        st.dataframe(
-            queued.iloc[::-1][["id", "method", "label", "seed", "family", "created"]],
-            hide_index=True,
-            width="stretch",
-        )
+        shown = queued.iloc[::-1][QUEUED_COLUMNS]
+        st.dataframe(shown.rename(columns=QUEUED_NAMES), hide_index=True, width="stretch")
         if st.button("Cancel every queued run", key="ft_cancel_queued"):
-            for run_id in queued["id"]:
-                db.request_cancel(run_id)
+            db.cancel_runs(queued["id"].tolist())
             st.rerun(scope="fragment")
+    for sweep_id, sweep in active.groupby("sweep_id", sort=False):  # (a run queued alone: none)
+        statuses = dict(zip(sweep["id"], sweep["status"], strict=True))
+        cancel_rest(db, statuses, f"ft_cancel_rest_{sweep_id}", f"Cancel the rest of {sweep_id}")
     recent = db.list_runs(status=["done", "failed", "cancelled"], limit=RECENT)
     if not recent.empty:
         st.markdown("**Latest finished**")

@@ -21,6 +21,7 @@ from ui.figures.recommend import comparison_figure, cost_figure
 from ui.finetune.executor import chosen_executor
 from ui.finetune.state import get_db
 from ui.loaders import get_model, show_error
+from ui.recommend.runs import cancel_rest_view
 from ui.tables import MISSING
 
 REFRESH_S = 5
@@ -91,6 +92,7 @@ def comparison_view(rec: Recommendation) -> None:
         + (f", failed or cancelled {counts['failed'] + counts['cancelled']}" if
            counts["failed"] + counts["cancelled"] else "") + "."
     )  # fmt: skip
+    cancel_rest_view(db, status)
     if missing and st.button(f"Test these ({len(missing)} runs to queue)", type="primary",
                              key="rec_test"):  # fmt: skip
         try:

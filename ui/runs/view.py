@@ -1,5 +1,6 @@
-"""The Runs page's parts: the filtered table and its export, several runs' curves overlaid, and
-one run in full (its note and tags, its files, deleting it)."""
+"""The Runs page's parts: the filtered table (its rows selectable: `ui.runs.selection`) and its
+export, several runs' curves overlaid, and one run in full (its note and tags, its files,
+deleting it)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ui.figures.finetune import loss_curve
 from ui.figures.runs import overlay_curves
 from ui.links import BIND, publish, take_link
 from ui.paths import check_allowed
+from ui.runs.selection import table_key
 from ui.tables import dashes
 
 if TYPE_CHECKING:
@@ -110,9 +112,14 @@ def table_view(runs: pd.DataFrame) -> pd.DataFrame:
     return dashes(shown[first + [c for c in shown.columns if c not in first]])
 
 
-def runs_table(db: RunsDB, runs: pd.DataFrame, filters: dict) -> None:
+def runs_table(db: RunsDB, runs: pd.DataFrame, filters: dict) -> list[str]:
+    """The table, its rows selectable (`ui.runs.selection`), and its downloads; returns the ids
+    of the selected rows."""
     shown = table_view(runs)
-    st.dataframe(shown, hide_index=True, width="stretch")
+    event = st.dataframe(
+        shown, hide_index=True, width="stretch", key=table_key(shown["id"].tolist()),
+        on_select="rerun", selection_mode="multi-row",
+    )  # fmt: skip
     if (shown["flag"].astype(str).str.len() > 1).any():
         st.caption(
             "*flag*: the run predicts one class only, or does not beat always answering the "
@@ -131,6 +138,7 @@ def runs_table(db: RunsDB, runs: pd.DataFrame, filters: dict) -> None:
         "runs.json",
         "application/json",
     )
+    return [shown["id"].iloc[row] for row in event.selection.rows if row < len(shown)]
 
 
 def compare_view(db: RunsDB, runs: pd.DataFrame) -> None:

@@ -1,11 +1,13 @@
-"""Runs: every fine-tuning run kept in the runs database, with filters, curves side by side,
-notes and tags, files, details and export."""
+"""Runs: every fine-tuning run kept in the runs database, with filters, several runs at once
+(selected in the table: compared, tagged, cancelled, deleted), curves side by side, notes and
+tags, files, details and export."""
 
 import streamlit as st
 
 from ui.export import run_recipe_button
 from ui.finetune.state import get_db
 from ui.nav import next_step
+from ui.runs.selection import selection_view
 from ui.runs.view import compare_view, filtered_runs, import_form, pick_run, run_view, runs_table
 
 st.title("Runs")
@@ -26,11 +28,12 @@ if everything.empty:
     st.stop()
 
 runs, filters = filtered_runs(db, everything)
-runs_table(db, runs, filters)
+selected = runs_table(db, runs, filters)
 if runs.empty:
     st.info("No run matches these filters.")
     next_step("views/runs.py")
     st.stop()
+selection_view(db, runs[runs["id"].isin(selected)])
 
 st.header("Curves side by side")
 compare_view(db, runs)
