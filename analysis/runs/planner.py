@@ -331,8 +331,8 @@ def next_steps(experiment: Experiment, runs: pd.DataFrame, retry: bool = True) -
 def apply(db: RunsDB, experiment: Experiment, steps: Steps, sweep_id: str | None) -> list[str]:
     """Cancel the runs ``steps`` no longer wants and queue the runs it does (recorded
     under ``sweep_id`` and each arm's family); returns the new run ids."""
-    for run_id in steps.cancel:
-        db.request_cancel(run_id)
+    if steps.cancel:  # the experiment goes on: its own cancellations do not stop it
+        db.cancel_runs(steps.cancel, stop=False)
     return [db.enqueue(cfg, sweep_id=sweep_id, family=arm.family) for arm, cfg in steps.queue]
 
 

@@ -175,3 +175,13 @@ def test_a_stored_experiment_takes_its_next_round_when_a_run_ends_and_not_once_s
     assert advance(db, "exp-1") == []  # taken once: nothing more until those end
     assert db.stop_experiment("exp-1")
     assert advance(db, "exp-1") == [] and db.experiment_spec("exp-1") is None
+
+
+def test_cancelling_the_rest_stops_the_experiment_and_its_own_cancellations_do_not():
+    db = RunsDB()
+    ids = start(db, sequential(), db.list_runs(), "exp-2")
+    db.cancel_runs(ids[:1], stop=False)  # as the planner cancels a run it no longer needs
+    assert db.experiment_spec("exp-2") is not None
+    db.cancel_runs(sweep_id="exp-2")  # "Cancel the rest" (the page, `runs cancel --sweep`)
+    assert db.experiment_spec("exp-2") is None and advance(db, "exp-2") == []
+    assert set(db.list_runs()["status"]) == {"cancelled"}
