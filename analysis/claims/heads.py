@@ -17,11 +17,12 @@ import pandas as pd
 from analysis.claims.config import ClaimInputs, ClaimsConfig
 from analysis.claims.result import ClaimResult
 from analysis.claims.runs import comparison_result
-from analysis.compare import Arm, Comparison, compare
+from analysis.compare import Arm, Comparison
 from analysis.finetune.methods.heads import HeadsOptions
 from analysis.finetune.registry import method_names
 from analysis.heads.collect import HeadStatsConfig, head_stats
 from analysis.heads.select import HeadSelectionConfig, analyse_heads
+from analysis.runs.planner import planned_compare
 from analysis.runs.record import runs_of, setting_digest
 from analysis.runs.results import distinct_labels
 
@@ -104,13 +105,13 @@ def same_heads(inputs: ClaimInputs, a: str, b: str) -> bool:
 
 
 def judge_h1(arms, entries, n_seeds, ids, need) -> ClaimResult:
-    c = compare(arms["PageRank heads"], arms["random heads"])
+    c = planned_compare(arms["PageRank heads"], arms["random heads"])
     verdict = {"A": "holds", "B": "does not hold", None: "inconclusive"}[c.winner]
     return comparison_result("H1", verdict, c, n_seeds, ids, c.verdict, [c])
 
 
 def judge_h2(arms, entries, n_seeds, ids, need) -> ClaimResult:
-    cs = [compare(arms["PageRank heads"], arms[a]) for a in need[1:]]
+    cs = [planned_compare(arms["PageRank heads"], arms[a]) for a in need[1:]]
     if any(c.winner == "B" for c in cs):
         verdict = "does not hold"
     elif all(c.diff >= 0 for c in cs) and any(c.winner == "A" for c in cs):
@@ -161,5 +162,7 @@ def heads_comparisons(runs: pd.DataFrame) -> list[Comparison]:
         pagerank = Arm.from_results(labels[key], entry["results"])
         for other_key, other in groups.items():
             if other["selector"] != "pagerank" and other["match"] == entry["match"]:
-                out.append(compare(pagerank, Arm.from_results(labels[other_key], other["results"])))
+                out.append(
+                    planned_compare(pagerank, Arm.from_results(labels[other_key], other["results"]))
+                )
     return out

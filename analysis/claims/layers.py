@@ -20,7 +20,6 @@ from analysis.claims.config import ClaimInputs, ClaimsConfig, SampleInputs
 from analysis.claims.papers import LAYER_CLAIMS
 from analysis.claims.result import ClaimResult
 from analysis.claims.runs import comparison_result, full_run
-from analysis.compare import compare
 from analysis.config import ExtractConfig, SampleSpec
 from analysis.extract import extract_states
 from analysis.layers.repeats import (
@@ -34,6 +33,7 @@ from analysis.layers.repeats import (
 )
 from analysis.layers.table import cached_layer_metrics, summary
 from analysis.progress import Progress, scaled
+from analysis.runs.planner import planned_compare
 
 if TYPE_CHECKING:
     from analysis.layers.repeats import LayerRepeats
@@ -272,7 +272,7 @@ def plan_x4(cfg: ClaimsConfig, inputs: ClaimInputs, add: Callable[..., None]) ->
 
 def judge_x4(arms, entries, n_seeds, ids, need) -> ClaimResult:
     cut, full = need
-    c = compare(arms[cut], arms["full"])
+    c = planned_compare(arms[cut], arms["full"])
     devices = {r.get("device") for arm in need for r in entries[arm] if r["status"] == "done"}
     if len(devices) > 1:  # step times of different machines compare hardware, not methods
         detail = f"{c.verdict}; step times not comparable (runs on {', '.join(map(str, devices))})"

@@ -17,7 +17,8 @@ from analysis.compare import Arm, Comparison
 from analysis.finetune.config import FinetuneConfig
 from analysis.runs.executor import ExecutorChoice
 from analysis.runs.launch import launch
-from analysis.runs.record import runs_of, setting_key
+from analysis.runs.planner import ALIVE, planned_key, stand_index
+from analysis.runs.record import setting_key
 from analysis.runs.records import run_label
 from analysis.runs.results import estimate_step_time, group_of
 
@@ -66,24 +67,19 @@ def queue_runs(
 
 
 def run_status(planned: Sequence[PlannedRun], runs: pd.DataFrame) -> dict[tuple[str, int], dict]:
-    """For each planned run's `PlannedRun.key`: the best run of the database in its run group with
-    its seed — a done one (newest), else a queued / running one — as {id, status, result,
-    device}; absent when none (a failed or cancelled run is not a match: it is queued again)."""
+    """For each planned run's (setting key, seed): the run that stands for it
+    (`analysis.runs.planner.stand_index`) — a done one (newest), else a queued / running one —
+    as {id, status, result, device}; absent when none (a failed or cancelled run is not a
+    match: it is queued again)."""
     if runs.empty:
         return {}
-    wanted = {p.group_in(runs): p.key for p in planned}
-    order = {"done": 0, "running": 1, "queued": 2}
+    index = stand_index(runs)
     found: dict[tuple[str, int], dict] = {}
-    for run in runs_of(runs):
-        if run.status not in order or not run.stored:
-            continue
-        key = wanted.get((run.group, int(run.stored.get("seed", 0))))
-        if key is None:
-            continue
-        best = found.get(key)
-        if best is None or order[run.status] < order[best["status"]]:
-            found[key] = {"id": run.id, "status": run.status, "result": run.result,
-                          "device": run.device}  # fmt: skip
+    for p in planned:
+        stand = index.get(planned_key(p.config, runs))
+        if stand is not None and stand.status in ALIVE:
+            found[p.key] = {"id": stand.run_id, "status": stand.status, "result": stand.result,
+                            "device": stand.device}  # fmt: skip
     return found
 
 

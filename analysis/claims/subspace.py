@@ -21,8 +21,8 @@ import pandas as pd
 from analysis.claims.config import ClaimsConfig
 from analysis.claims.result import ClaimResult
 from analysis.claims.runs import PlannedRun, comparison_result, run_status
-from analysis.compare import compare
 from analysis.runs.comparisons import comparison_configs
+from analysis.runs.planner import planned_compare
 from analysis.subspace.outliers import outlier_positions_file, random_positions_like
 from analysis.subspace.report import analyse_trajectory
 from analysis.subspace.trajectory import open_trajectory
@@ -96,8 +96,8 @@ def write_disable_files(db: RunsDB, source: str, seeds: Sequence[int]) -> tuple[
 
 
 def judge_s1(arms, entries, n_seeds, ids, need) -> ClaimResult:
-    vs_full = compare(arms["intrinsic subspace"], arms["full"])
-    vs_random = compare(arms["intrinsic subspace"], arms["random subspace"])
+    vs_full = planned_compare(arms["intrinsic subspace"], arms["full"])
+    vs_random = planned_compare(arms["intrinsic subspace"], arms["random subspace"])
     if vs_full.winner == "B" or vs_random.winner == "B":
         verdict = "does not hold"
     elif vs_random.winner == "A":
@@ -109,6 +109,6 @@ def judge_s1(arms, entries, n_seeds, ids, need) -> ClaimResult:
 
 
 def judge_s2(arms, entries, n_seeds, ids, need) -> ClaimResult:
-    c = compare(arms["outliers zeroed"], arms["random weights zeroed"])
+    c = planned_compare(arms["outliers zeroed"], arms["random weights zeroed"])
     verdict = {"B": "holds", "A": "does not hold", None: "inconclusive"}[c.winner]
     return comparison_result("S2", verdict, c, n_seeds, ids, c.verdict, [c])

@@ -11,6 +11,7 @@ from analysis.config import POOLINGS, DataSpec, ExtractConfig, ModelSpec, Sample
 from analysis.finetune.config import FinetuneConfig
 
 BUDGET_KINDS = ("params", "time")
+DESIGN_KINDS = ("sequential", "fixed", "whole-table")  # analysis.runs.planner.POLICIES
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,9 @@ class RecommendConfig:
     repeats: bootstrap repeats for ℓ*'s counts; heads_n / xi: the head statistics' examples
     and ξ; k: heads per layer (None: 3, or the most a params budget allows); lora_r /
     lora_alpha: the uniform LoRA whose total rank r · L the allocation shares out; seeds,
-    steps, batch_size, n_train, n_eval, eval_every: every arm's runs; delta: δ in points of the
-    task's metric (1 point = 0.01); timed_steps: steps timed per choice for its step time.
+    design, max_seeds: the comparison's seeds and design (`analysis.recommend.outcome`); steps,
+    batch_size, n_train, n_eval, eval_every: every arm's runs; delta: δ in points of the task's
+    metric (1 point = 0.01); timed_steps: steps timed per choice for its step time.
     """
 
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -100,8 +102,16 @@ class RecommendConfig:
     lora_r: int = setting(8, help="rank r of the uniform LoRA whose total r · L is shared out")
     lora_alpha: float = setting(16.0, help="LoRA scale numerator at rank r")
     seeds: tuple[int, ...] = setting(
-        (0, 1, 2), help="training seeds of every arm (≥ 3 for verdicts)"
+        (0, 1, 2),
+        help="training seeds every arm starts with (r₀ of the sequential design; the fixed "
+        "grid's seeds)",
     )
+    design: str = setting(
+        "sequential",
+        help="sequential: rounds, cheapest arm first, one more seed to every undecided arm up to "
+        "--max-seeds; fixed: every arm × the given seeds; whole-table: every arm to --max-seeds",
+    )
+    max_seeds: int = setting(10, help="R_max: the most seeds an arm gets (sequential, whole-table)")
     steps: int = setting(200, help="optimizer steps of every run")
     batch_size: int = setting(16, help="examples per training step")
     n_train: int | None = setting(None, help="train examples (default all)")
@@ -120,6 +130,22 @@ class RecommendConfig:
         if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
             raise ValueError(f"Seeds must be distinct whole numbers ≥ 0 (got {self.seeds!r}).")
         object.__setattr__(self, "seeds", seeds)
+        if self.design not in DESIGN_KINDS:
+            raise ValueError(
+                f"Unknown design {self.design!r}: choose one of {', '.join(DESIGN_KINDS)}."
+            )
+        if self.design != "fixed":
+            if len(seeds) < 2:
+                raise ValueError("The sequential designs start every arm with ≥ 2 seeds.")
+            if (
+                isinstance(self.max_seeds, bool)
+                or not isinstance(self.max_seeds, int)
+                or (self.max_seeds < len(seeds))
+            ):
+                raise ValueError(
+                    f"max_seeds (R_max) must be a whole number ≥ the {len(seeds)} starting seeds "
+                    f"(got {self.max_seeds!r})."
+                )
         if self.pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {self.pooling!r}: choose {' or '.join(POOLINGS)}.")
         checks = {"repeats": 1, "heads_n": 2, "lora_r": 1, "timed_steps": 1}

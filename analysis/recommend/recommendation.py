@@ -3,8 +3,9 @@ measured costs (`Costs`) and — from the runs database — the comparison and t
 runs are queued (the one launch path) and how the chosen candidate is taken home.
 
     rec = recommend(cfg, loaded, progress)            # analyses (cached), choices, costs
-    launched = queue(db, rec, db.list_runs(...))       # the comparison's missing runs
+    launched = queue(db, rec, db.list_runs(...))       # the comparison's first round
     arms, decision = rec.outcome(db.list_runs(...))    # table rows and the sentence
+    rec.progress(db.list_runs(...))                    # the round, the arms decided
     rec.to_json(runs)                                  # `recommend --json`
 """
 
@@ -24,11 +25,12 @@ from analysis.recommend.outcome import (
     Decision,
     arm_outcomes,
     decide,
-    missing_runs,
+    design_of,
+    experiment_of,
     recommendation_json,
-    run_status,
 )
-from analysis.runs.record import runs_of
+from analysis.runs.planner import Experiment, progress, standings
+from analysis.runs.planner import Progress as PlanProgress
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,32 +52,48 @@ class Recommendation:
     def trains(self) -> dict[str, str]:
         return {c.name: c.trains for c in self.proposal.choices}
 
+    def experiment(self) -> Experiment:
+        """The comparison as a planned experiment (`analysis.recommend.outcome.experiment_of`)."""
+        return experiment_of(self.cfg, self.proposal, self.costs)
+
     def outcome(self, runs: pd.DataFrame) -> tuple[list[ArmOutcome], Decision]:
         """The comparison's rows (full first) and the sentence, from the runs database's rows."""
-        arms = arm_outcomes(self.cfg, self.proposal, self.costs_with(runs), runs)
-        return arms, decide(arms, self.cfg.delta, self.cfg.budget, self.trains)
+        experiment = self.experiment()
+        stands = standings(experiment, runs)
+        arms = arm_outcomes(self.cfg, self.proposal, self.costs, stands, self.refined(stands))
+        return arms, self._decide(arms, experiment, stands)
 
-    def costs_with(self, runs: pd.DataFrame | None) -> Costs | None:
+    def _decide(self, arms, experiment: Experiment, stands) -> Decision:
+        from analysis.runs.planner import judge
+
+        design = design_of(self.cfg)
+        final = judge(experiment, stands, design).final
+        return decide(arms, self.cfg.delta, self.cfg.budget, self.trains, final, design.looks)
+
+    def progress(self, runs: pd.DataFrame) -> PlanProgress:
+        """Where the comparison's runs stand: counts, the round, the arms decided."""
+        return progress(self.experiment(), runs)
+
+    def refined(self, stands) -> Costs | None:
         """The measured costs, each step-time ratio refined by the finished runs' own step times
         where the arm and full fine-tuning have runs of the same seeds
         (`analysis.recommend.budget.run_step_time_ratios`)."""
-        if self.costs is None or runs is None or runs.empty:
-            return self.costs
-        results = {run.id: run.result or {} for run in runs_of(runs)}
+        if self.costs is None:
+            return None
         times = {
-            name: {seed: results.get(run_id, {}).get("step_time_s")
-                   for seed, (state, run_id) in by_seed.items() if state == "done"}
-            for name, by_seed in run_status(self.cfg, self.proposal, runs).items()
+            name: {i: (s.result or {}).get("step_time_s")
+                   for i, s in by_seed.items() if s.status == "done"}
+            for name, by_seed in stands.items()
         }  # fmt: skip
         return self.costs.refined(run_step_time_ratios(times, self.proposal.choices[0].name))
 
     def to_json(self, runs: pd.DataFrame | None = None) -> dict[str, Any]:
-        arms, decision = self.outcome(runs) if runs is not None else (None, None)
-        if decision is None:
-            decision = decide([], self.cfg.delta, self.cfg.budget)
-        return recommendation_json(
-            self.cfg, self.proposal, self.costs_with(runs), arms, decision, self.evidence
-        )
+        if runs is None:
+            arms, decision, costs = None, decide([], self.cfg.delta, self.cfg.budget), self.costs
+        else:
+            arms, decision = self.outcome(runs)
+            costs = self.costs
+        return recommendation_json(self.cfg, self.proposal, costs, arms, decision, self.evidence)
 
 
 def recommend(
@@ -97,13 +115,14 @@ def queue(
     executor: ExecutorChoice | None = None,
     sweep_id: str | None = None,
 ) -> Launched:
-    """Queue the comparison's missing runs (every arm × seed that no done, running or queued run
-    stands for) through the one launch path, and start the workers it needs. A run records no
-    family (no sweep strategy queued it); its arm is its run group (`run_status`)."""
-    from analysis.runs.launch import launch
+    """Queue what the comparison needs now through the one launch path and start the workers it
+    needs (`analysis.runs.launch.launch_experiment`): the first round (every arm's first seeds,
+    cheapest first; finished runs reused, failed ones queued again), or the whole grid of a fixed
+    design. Later rounds are queued as runs end. A run records no family (no sweep strategy
+    queued it); its arm is its run group."""
+    from analysis.runs.launch import launch_experiment
 
-    missing = missing_runs(rec.cfg, rec.proposal, runs)
-    return launch(db, [(c, None) for _, c in missing], executor, sweep_id)
+    return launch_experiment(db, rec.experiment(), runs, executor, sweep_id)
 
 
 def take_home(

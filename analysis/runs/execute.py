@@ -125,6 +125,10 @@ class RunRecorder:
         if not self.db.finish(self.run_id, record):
             # Cancelled (or reaped) between the last step and the end: that state stands.
             return self.db.get_run(self.run_id)["status"]
+        # A planned experiment's next round, whoever is watching (analysis.runs.planner).
+        from analysis.runs.planner import advance
+
+        advance(self.db, (self.db.get_run(self.run_id) or {}).get("sweep_id"))
         return "done"
 
     def failed(self, error: str) -> str:

@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING
 from analysis.runs.executor import RAY, ExecutorChoice
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from analysis.finetune.config import FinetuneConfig
     from analysis.runs.db import RunsDB
+    from analysis.runs.planner import Experiment
 
 
 @dataclass(frozen=True)
@@ -52,3 +55,33 @@ def launch(
     check_executor(executor, root)
     ids = [db.enqueue(cfg, sweep_id=sweep_id, family=family) for cfg, family in runs]
     return Launched(ids, start_workers(executor, root), executor)
+
+
+def launch_experiment(
+    db: RunsDB,
+    experiment: Experiment,
+    runs: pd.DataFrame,
+    executor: ExecutorChoice | None = None,
+    sweep_id: str | None = None,
+) -> Launched:
+    """Queue what a planned experiment needs now (`analysis.runs.planner.start`: its first round,
+    or every run of a grid; failed runs again) under ``sweep_id``, and start the workers
+    ``executor`` needs — checked first, as `launch` does. Its later rounds are queued as its runs
+    end."""
+    from analysis.runs.planner import start
+    from analysis.runs.worker import check_executor, start_workers
+
+    executor = executor or ExecutorChoice()
+    root = db.workspace.root
+    check_executor(executor, root)
+    sweep_id = sweep_id or new_sweep_id()
+    ids = start(db, experiment, runs, sweep_id)
+    return Launched(ids, start_workers(executor, root), executor)
+
+
+def new_sweep_id(kind: str = "experiment") -> str:
+    """A fresh sweep id: ``<kind>-YYYYmmdd-HHMMSS-<4 hex>``."""
+    import secrets
+    import time
+
+    return f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"

@@ -240,11 +240,14 @@ class RunQueue(RunsFile):
         with self._connect() as conn:
             return conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
 
-    def cancel_runs(self, run_ids: Sequence[str] = (), sweep_id: str | None = None) -> Cancelled:
+    def cancel_runs(
+        self, run_ids: Sequence[str] = (), sweep_id: str | None = None, stop: bool = True
+    ) -> Cancelled:
         """Cancel ``run_ids`` (each a full id or a unique part of one) and every run of sweep
         ``sweep_id``, in one transaction: the queued ones become cancelled, the running ones are
-        asked to stop, the finished ones and their steps and results stay as they are. A sweep
-        id that names no run is a `RunNotFound`."""
+        asked to stop, the finished ones and their steps and results stay as they are; with
+        ``stop``, the planned experiments those runs belong to take no more rounds
+        (`analysis.runs.experiments`). A sweep id that names no run is a `RunNotFound`."""
         ids = [self.resolve_id(run_id) for run_id in run_ids]
         with self._write() as conn:
             statuses = dict(
@@ -277,6 +280,12 @@ class RunQueue(RunsFile):
                 "UPDATE runs SET cancel_requested = 1 WHERE id = ? AND status = 'running'",
                 [(run_id,) for run_id in running],
             )
+            if stop and statuses:
+                conn.execute(
+                    "UPDATE experiments SET stopped = 1 WHERE id IN (SELECT DISTINCT sweep_id "
+                    f"FROM runs WHERE id IN ({', '.join('?' * len(statuses))}))",
+                    list(statuses),
+                )
         finished = tuple(i for i in statuses if i not in queued and i not in running)
         return Cancelled(queued, running, finished)
 

@@ -86,6 +86,15 @@ MIGRATIONS: list[list[Step]] = [
     ],
     # 3: one meaning per stored word (analysis.runs.migration).
     UPGRADE,
+    # 4: planned experiments, under their runs' sweep id (analysis.runs.experiments).
+    [
+        """CREATE TABLE experiments (
+            id TEXT PRIMARY KEY,
+            created REAL NOT NULL,
+            spec_json TEXT NOT NULL,
+            stopped INTEGER NOT NULL DEFAULT 0
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -12,7 +12,8 @@ from analysis.runs.db import RunsDB
 from tunescope.cli import main
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
-KEYS = {"model", "data", "budget", "candidates", "comparison", "recommendation"}
+KEYS = {"model", "data", "budget", "design", "candidates", "comparison", "runs_trained",
+        "recommendation"}  # fmt: skip
 
 
 def tiny(model_dir, *extra: str) -> list[str]:
@@ -27,12 +28,12 @@ def test_recommend_compares_waits_and_writes_json_report_and_recipe(
     tiny_bert_dir, tmp_path, capsys
 ):
     out, report, recipe = tmp_path / "rec.json", tmp_path / "rec.html", tmp_path / "recipe"
-    argv = tiny(tiny_bert_dir, "--compare", "--wait", "--seeds", "1", "--json", str(out),
-                "--report", str(report))  # fmt: skip
+    argv = tiny(tiny_bert_dir, "--compare", "--wait", "--design", "fixed", "--seeds", "1",
+                "--json", str(out), "--report", str(report))  # fmt: skip
     assert main(argv) == 0
     payload = json.loads(out.read_text())
     assert set(payload) == KEYS and payload["model"] == str(tiny_bert_dir)
-    assert payload["budget"]["kind"] is None
+    assert payload["budget"]["kind"] is None and payload["design"]["kind"] == "fixed"
     assert payload["candidates"] and all(
         0 < c["trainable_share"] <= 1 for c in payload["candidates"]
     )
@@ -42,6 +43,7 @@ def test_recommend_compares_waits_and_writes_json_report_and_recipe(
     assert arms["full fine-tuning"]["verdict"] == "reference"
     assert {"BitFit", "EVA LoRA r=2", "uniform LoRA r=2"} <= set(arms)
     assert all(row["n_seeds"] == 1 for row in arms.values())
+    assert payload["runs_trained"] == len(arms)
     # one seed a side: no interval, so no arm can be shown to hold up (nor to lose)
     assert payload["recommendation"]["candidate"] is None
     printed = capsys.readouterr()
@@ -50,10 +52,47 @@ def test_recommend_compares_waits_and_writes_json_report_and_recipe(
 
     # Again: every finished run is reused, nothing is queued; a candidate's recipe goes home.
     name = payload["candidates"][0]["name"]
-    assert main(tiny(tiny_bert_dir, "--compare", "--seeds", "1", "--recipe", str(recipe),
-                     "--candidate", name)) == 0  # fmt: skip
-    assert "queued 0 of" in capsys.readouterr().err and len(RunsDB().list_runs()) == len(arms)
+    assert main(tiny(tiny_bert_dir, "--compare", "--design", "fixed", "--seeds", "1", "--recipe",
+                     str(recipe), "--candidate", name)) == 0  # fmt: skip
+    assert "queued 0 runs" in capsys.readouterr().err and len(RunsDB().list_runs()) == len(arms)
     assert (recipe / "recipe.json").is_file() or (recipe / "adapter_config.json").is_file()
+
+
+def test_sequential_rounds_go_on_in_the_worker_until_the_design_is_spent(tiny_bert_dir, capsys):
+    """The default design: every arm starts with 2 seeds here; the worker that records a run's
+    end queues the next round (one more seed to full and every undecided arm), up to 3. (Two
+    steps teach the tiny model nothing, so full fine-tuning may stay at chance: then the sentence
+    says so, whatever the rows.)"""
+    argv = tiny(tiny_bert_dir, "--compare", "--wait", "--seeds", "2", "--max-seeds", "3",
+                "--json", "-")  # fmt: skip
+    assert main(argv) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["design"] == {
+        "kind": "sequential", "r0": 2, "max_seeds": 3, "alpha": 0.025, "delta": 1.0,
+        "test": "paired", "boundary": "Bonferroni over 2 looks: c = t(1 − α/2, n − 1)",
+    }  # fmt: skip
+    rows = {row["arm"]: row for row in payload["comparison"]}
+    runs = RunsDB().list_runs()
+    assert set(runs["status"]) <= {"done", "cancelled"}
+    done = runs[runs["status"] == "done"]
+    assert done.groupby("group_key")["seed"].nunique().max() <= 3  # R_max at most
+    full = rows.pop("full fine-tuning")
+    assert full["status"] is None and full["n_seeds"] >= max(r["n_seeds"] for r in rows.values())
+    for row in rows.values():
+        if row["verdict"] == "no verdict: both at chance level":
+            continue
+        assert row["status"] in ("held up", "shown worse", "undecided", "not needed")
+        assert row["test"] == "paired"
+        if row["status"] != "not needed":  # judged: r₀ seeds at least
+            assert row["n_seeds"] >= 2
+        if row["status"] == "undecided":  # an undecided arm got every seed the design has
+            assert row["n_seeds"] == 3
+        if row["lo"] is not None:
+            assert row["lo"] <= row["diff_vs_full"] <= row["hi"]
+    assert payload["runs_trained"] == len(done)
+    said = payload["recommendation"]
+    assert said["final"] is True and said["branch"] in ("recommend", "none held up", "undecided",
+                                                        "full at chance")  # fmt: skip
 
 
 def test_a_lora_allocation_goes_home_as_the_lora_recipe_with_its_peft_config(

@@ -67,9 +67,11 @@ def test_the_comparison_shows_the_ratio_of_the_finished_runs():
                            "test_predictions": encode_predictions(labels, labels, "t", False)})  # fmt: skip
     rec = Recommendation(cfg, None, proposal, costs)
     arms = {a.name: a for a in rec.outcome(db.list_runs())[0]}
-    assert arms["layer 1"].step_time_ratio == pytest.approx(0.25)  # 0.05 / 0.20 over 3 seeds
-    assert arms["BitFit"].step_time_ratio == 0.7  # no step times: the timed steps' ratio
-    assert arms["full fine-tuning"].step_time_ratio == 1.0
+    assert arms["layer 1"].run_step_time_ratio == pytest.approx(0.25)  # 0.05 / 0.20, 3 seeds
+    assert arms["layer 1"].step_time_ratio == 0.5  # the timed ratio orders the arms
+    assert arms["BitFit"].run_step_time_ratio is None  # no step times: the timed ratio only
+    assert arms["BitFit"].step_time_ratio == 0.7
+    assert arms["full fine-tuning"].run_step_time_ratio == 1.0
     assert rec.costs["layer 1"].step_time_ratio == 0.5  # the candidates keep what was timed
 
 
@@ -129,7 +131,11 @@ def test_a_cost_is_keyed_by_model_method_options_batch_length_device_threads_and
     run = LAYER.config(cfg.base_run(0), seed=0)
     recipe = cost_recipe(run, loaded, load_data(cfg.data).fingerprint, 1, 2)
     assert recipe["run"]["model"] == loaded.identity()
-    assert recipe["run"]["method"] == "layers" and recipe["run"]["layers"] == [1, 1, 1]
+    assert (
+        recipe["run"]["method"] == "layers"
+        and recipe["run"]["layers"] == [1, 1]
+        and recipe["run"]["classifier_layer"] == 1
+    )
     assert recipe["run"]["batch_size"] == 4 and recipe["run"]["max_length"] == 32
     assert "fingerprint" in recipe["run"]["data"]
     assert not {"steps", "n_eval", "eval_every", "n_train"} & set(recipe["run"])

@@ -1,6 +1,6 @@
 """The comparison and the sentence on synthetic data: every branch of the δ rule, the budget,
-runs matched to their arm by run group and seed (never averaged across settings), and the
---json schema, key by key."""
+runs matched to their arm by run group and seed (never averaged across settings), the planned
+experiment's order and rounds, and the --json schema, key by key."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from analysis.recommend.outcome import (
     ArmOutcome,
     arm_outcomes,
     decide,
-    missing_runs,
-    planned_runs,
+    experiment_of,
     recommendation_json,
 )
 from analysis.runs.db import RunsDB
+from analysis.runs.planner import next_steps, standings
 
 
 def arm(name, diff, margin, ratio, share=0.1, n=3, role="alternative", verdict=None):
@@ -48,11 +48,8 @@ def test_the_cheapest_arm_that_held_up_is_recommended():
     decision = decide(arms, 1.0, trains={"b": "layers 2–4"})
     assert decision.branch == "recommend" and decision.candidate == "b"
     assert decision.sentence.startswith("Tune layers 2–4 (b): 0.30× full's step time")
-    assert "-0.1 ± 0.4 points against full fine-tuning" in decision.sentence
-    assert (
-        "(no difference shown (n seeds = 3, 3))" in decision.sentence
-        and "δ = 1 point" in decision.sentence
-    )
+    assert "-0.1 ± 0.4 points [-0.5, +0.3] against full fine-tuning" in decision.sentence
+    assert "n seeds = 3, 3" in decision.sentence and "δ = 1 point" in decision.sentence
 
 
 def test_ties_in_step_time_go_to_the_smaller_trainable_share():
@@ -60,17 +57,22 @@ def test_ties_in_step_time_go_to_the_smaller_trainable_share():
     assert decide(arms).candidate == "small"
 
 
-def test_too_few_seeds_when_an_interval_still_reaches_above_minus_delta():
+def test_undecided_arms_get_more_seeds_and_say_so_once_the_design_is_spent():
     arms = [
         FULL,
         arm("wide", -0.01, 0.03, 0.4),  # −4 .. +2 points: could still hold up
         arm("worse", -0.05, 0.01, 0.3),  # −6 .. −4: shown worse
         arm("one seed", -0.001, math.nan, 0.2, n=1),
     ]  # fmt: skip  (no interval at all)
-    decision = decide(arms)
-    assert decision.branch == "too few seeds" and decision.candidate is None
-    assert decision.waiting == ("one seed", "wide")
-    assert decision.sentence.startswith("Too few seeds to tell")
+    going = decide(arms, final=False, looks=8)
+    assert going.branch == "in progress" and going.candidate is None and not going.final
+    assert going.waiting == ("one seed", "wide")
+    assert going.sentence.startswith("Not decided yet: one seed no interval yet")
+    assert "adjusted for 8 looks" in going.sentence
+    spent = decide(arms, final=True, looks=8)
+    assert spent.branch == "undecided" and spent.sentence.startswith("Undecided after 3 seeds")
+    assert "wide -1.0 ± 3.0 points [-4.0, +2.0]" in spent.sentence
+    assert "a larger test part or a larger δ could settle it" in spent.sentence
 
 
 def test_no_cheaper_choice_held_up():
@@ -80,7 +82,7 @@ def test_no_cheaper_choice_held_up():
     assert decision.sentence.startswith(
         "No cheaper choice held up within δ = 1 point: fine-tune the whole model"
     )
-    assert "the best cheaper one, also worse, -3.0 ± 0.5 points" in decision.sentence
+    assert "the best, also worse, -3.0 ± 0.5 points [-3.5, -2.5]" in decision.sentence
 
 
 def test_a_wider_delta_lets_an_arm_hold_up():
@@ -147,30 +149,50 @@ def finish(db: RunsDB, config, accuracy: float) -> str:
     return run_id
 
 
+def planned(cfg, proposal, costs):
+    """(arm name, config) of every arm × seed of the first round."""
+    return [(arm.name, config) for arm, config in
+            next_steps(experiment_of(cfg, proposal, costs), RunsDB().list_runs()).queue]  # fmt: skip
+
+
+def outcomes(cfg, proposal, costs, runs):
+    stands = standings(experiment_of(cfg, proposal, costs), runs)
+    return arm_outcomes(cfg, proposal, costs, stands)
+
+
 def test_runs_are_matched_by_run_group_and_seed_and_never_averaged_across_settings():
     import dataclasses
 
     cfg, proposal, costs = small_proposal()
     db = RunsDB()
-    assert len(missing_runs(cfg, proposal, db.list_runs())) == 9
+    first = planned(cfg, proposal, costs)
+    assert len(first) == 9  # r₀ = 3 seeds of each of the three arms
+    # cheapest first after the reference: layer 1 (0.5×) before BitFit (0.7×)
+    assert [name for name, _ in first[::3]] == ["full fine-tuning", "layer 1", "BitFit"]
     score = {"full fine-tuning": 0.8, "layer 1": 0.78, "BitFit": 0.6}
-    for name, config in planned_runs(cfg, proposal):
-        finish(db, config, score[name] + 0.01 * config.seed)
+    for name, config in first:
+        finish(
+            db,
+            config,
+            score[name]
+            + 0.01 * config.seed
+            + (0.002 if name == "layer 1" and config.seed == 1 else 0),
+        )
     # a run of another setting (more steps) and a second run of one seed: neither counts
-    other = dataclasses.replace(planned_runs(cfg, proposal)[0][1], steps=50)
+    other = dataclasses.replace(first[0][1], steps=50)
     finish(db, other, 0.99)
-    finish(db, planned_runs(cfg, proposal)[0][1], 0.80)  # seed 0 of full again, newest
+    finish(db, first[0][1], 0.80)  # seed 0 of full again, newest
     runs = db.list_runs()
-    assert missing_runs(cfg, proposal, runs) == []
-    arms = {a.name: a for a in arm_outcomes(cfg, proposal, costs, runs)}
+    arms = {a.name: a for a in outcomes(cfg, proposal, costs, runs)}
     full = arms["full fine-tuning"]
     assert full.n_seeds == 3 and full.mean == pytest.approx(np.mean([0.80, 0.81, 0.82]))
-    assert arms["BitFit"].verdict == "full fine-tuning better"
+    assert arms["BitFit"].status == "shown worse" and arms["BitFit"].verdict == "shown worse"
     layer = arms["layer 1"]
-    assert layer.diff == pytest.approx(-0.02) and layer.n_seeds == 3
+    assert layer.diff == pytest.approx(-0.02 + 0.002 / 3) and layer.n_seeds == 3
+    assert layer.test == "paired" and layer.n_pairs == 3
     assert layer.lo <= layer.diff <= layer.hi  # the interval belongs to the value beside it
     assert arms["BitFit"].peak_mem_mb == pytest.approx(61.0)
-    assert [a.name for a in arm_outcomes(cfg, proposal, costs, runs) if a.frontier] == [
+    assert [a.name for a in outcomes(cfg, proposal, costs, runs) if a.frontier] == [
         "full fine-tuning",
         "layer 1",
     ]  # fmt: skip  (BitFit costs more than layer 1 and scores less)
@@ -180,28 +202,38 @@ def test_the_json_has_exactly_the_schema():
     cfg, proposal, costs = small_proposal()
     db = RunsDB()
     empty = recommendation_json(cfg, proposal, costs, None, decide([]))
-    assert set(empty) == {"model", "data", "budget", "candidates", "recommendation"}
+    assert set(empty) == {"model", "data", "budget", "design", "candidates", "runs_trained",
+                          "recommendation"}  # fmt: skip
+    assert empty["design"] == {
+        "kind": "sequential", "r0": 3, "max_seeds": 10, "alpha": 0.025, "delta": 1.0,
+        "test": "paired", "boundary": "Bonferroni over 8 looks: c = t(1 − α/8, n − 1)",
+    }  # fmt: skip
+    assert empty["runs_trained"] == 0
     assert [c["name"] for c in empty["candidates"]] == ["layer 1"]
     assert set(empty["candidates"][0]) == {"name", "method", "trains", "trainable_share",
                                            "step_time_ratio", "evidence", "lora"}  # fmt: skip
     assert empty["candidates"][0]["trainable_share"] == pytest.approx(0.3)
-    assert set(empty["recommendation"]) == {"candidate", "sentence"}
-    for name, config in planned_runs(cfg, proposal):
-        # a spread of 1 point per seed would leave the interval ±2.3 points wide (too few seeds
-        # to tell at δ = 1); 0.1 point holds up
+    assert set(empty["recommendation"]) == {"candidate", "sentence", "branch", "final"}
+    for name, config in planned(cfg, proposal, costs):
+        # layer 1 within a tenth of a point of full on every seed: it holds up at δ = 1
         finish(db, config, {"full fine-tuning": 0.8, "layer 1": 0.8, "BitFit": 0.5}[name]
-               + 0.001 * config.seed)  # fmt: skip
-    arms = arm_outcomes(cfg, proposal, costs, db.list_runs())
+               + 0.001 * config.seed + (0.0005 if name == "layer 1" and config.seed == 2 else 0))  # fmt: skip
+    arms = outcomes(cfg, proposal, costs, db.list_runs())
     decision = decide(arms, cfg.delta, cfg.budget)
     payload = recommendation_json(cfg, proposal, costs, arms, decision)
-    assert list(payload) == ["model", "data", "budget", "candidates", "comparison",
-                             "recommendation"]  # fmt: skip
+    assert list(payload) == ["model", "data", "budget", "design", "candidates", "comparison",
+                             "runs_trained", "recommendation"]  # fmt: skip
+    assert payload["runs_trained"] == 9
     for row in payload["comparison"]:
-        assert set(row) == {"arm", "mean", "se", "n_seeds", "diff_vs_full", "margin", "verdict",
-                            "step_time_ratio", "trainable_share"}  # fmt: skip
+        assert set(row) == {"arm", "mean", "se", "n_seeds", "diff_vs_full", "margin", "lo", "hi",
+                            "test", "status", "verdict", "step_time_ratio",
+                            "run_step_time_ratio", "trainable_share"}  # fmt: skip
     rows = {r["arm"]: r for r in payload["comparison"]}
     assert rows["full fine-tuning"]["diff_vs_full"] is None
-    assert rows["layer 1"]["diff_vs_full"] == pytest.approx(0.0)
+    assert rows["layer 1"]["diff_vs_full"] == pytest.approx(0.0005 / 3)
+    assert rows["layer 1"]["status"] == "held up" and rows["layer 1"]["test"] == "paired"
+    assert rows["layer 1"]["lo"] <= rows["layer 1"]["diff_vs_full"] <= rows["layer 1"]["hi"]
+    assert rows["full fine-tuning"]["status"] is None
     assert payload["recommendation"]["candidate"] == "layer 1"
     pd.Series(payload)  # plain JSON types throughout
     import json

@@ -206,7 +206,7 @@ def test_a_version_1_database_opens_upgraded_with_every_row_intact(tmp_path):
     path = tmp_path / "runs.sqlite"
     version_1_file(path)
     db = RunsDB(Workspace(tmp_path))  # the current code migrates it in place
-    assert db.pragma("user_version") == SCHEMA_VERSION == 3
+    assert db.pragma("user_version") == SCHEMA_VERSION == 4
     assert db.pragma("integrity_check") == "ok"
     with sqlite3.connect(path) as conn:
         assert [v for (v,) in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3]

@@ -18,6 +18,7 @@ from analysis.recommend.evidence import Evidence
 from analysis.recommend.outcome import arm_outcomes, planned_runs
 from analysis.recommend.recommendation import Recommendation
 from analysis.runs.db import RunsDB
+from analysis.runs.planner import standings
 from ui.figures.recommend import comparison_figure
 from ui.recommend.report import report_html
 
@@ -63,10 +64,10 @@ def test_the_report_is_one_self_contained_file_with_the_whole_answer():
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", rest)  # nothing loads
     assert rest.count("Plotly.newPlot") == 2  # the costs and the comparison, embedded
     for text in ("The question", "Settings", "Candidates and alternatives",
-                 "The comparison at equal budget", "full fine-tuning better",
+                 "The comparison at equal budget", "shown worse", "held up", "paired t",
                  "Tune layer 1 &lt;and&gt; the classifier (layer 1 (ℓ*))",
                  "ℓ* = 1, chosen in 4 of 5 repeats (2 in 1)",
-                 "The last 1 layer is layer 1 (ℓ*) itself.", "3 seeds per arm",
+                 "The last 1 layer is layer 1 (ℓ*) itself.", "3 seeds to start",
                  "not matched: 90 % fewer"):  # fmt: skip
         assert text in rest, text
 
@@ -80,7 +81,8 @@ def test_the_report_before_any_run_says_so():
 
 def test_the_comparison_figure_draws_every_interval_and_the_minus_delta_line():
     rec = recommendation()
-    arms = arm_outcomes(rec.cfg, rec.proposal, rec.costs, finished_runs(rec))
+    stands = standings(rec.experiment(), finished_runs(rec))
+    arms = arm_outcomes(rec.cfg, rec.proposal, rec.costs, stands)
     fig = comparison_figure(arms, 1.0, "accuracy")
     forest = fig.data[0]
     assert list(forest.y) == ["layer 1 (ℓ*)", "BitFit"]  # full is the reference, not a row

@@ -9,7 +9,7 @@ import sys
 import time
 
 from analysis.config import POOLINGS
-from analysis.recommend.config import Budget, RecommendConfig
+from analysis.recommend.config import DESIGN_KINDS, Budget, RecommendConfig
 from tunescope.commands.options import (
     TqdmProgress,
     add_executor_options,
@@ -50,9 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("timed_steps", type=int)
     parser.add_argument(
         "--compare", action="store_true",
-        help="queue every arm × seed against full fine-tuning (finished runs are reused)",
+        help="train the arms against full fine-tuning by the design (finished runs are reused)",
     )  # fmt: skip
+    add("design", choices=DESIGN_KINDS)
     add_seeds_flag(parser, RecommendConfig)
+    add("max_seeds", type=int)
     for name in ("steps", "batch_size", "n_train", "n_eval", "eval_every"):
         add(name, type=int)
     parser.add_argument(
@@ -78,7 +80,7 @@ def config_from_args(args: argparse.Namespace) -> RecommendConfig:
         budget=Budget.parse(args.budget), n=args.n, sample_seed=args.seed, pooling=args.pooling,
         max_length=args.max_length, repeats=args.repeats, heads_n=args.heads_n, k=args.k,
         lora_r=args.lora_r, lora_alpha=args.lora_alpha, seeds=seeds_of(args.seeds),
-        steps=args.steps, batch_size=args.batch_size, n_train=args.n_train, n_eval=args.n_eval,
+        design=args.design, max_seeds=args.max_seeds, steps=args.steps, batch_size=args.batch_size, n_train=args.n_train, n_eval=args.n_eval,
         eval_every=args.eval_every, delta=args.delta, timed_steps=args.timed_steps,
     )  # fmt: skip
 
@@ -172,55 +174,63 @@ def candidates_text(rec) -> str:
 
 
 def comparison_text(arms) -> str:
-    """The comparison as a plain table (differences and margins in points)."""
+    """The comparison as a plain table (differences, intervals and margins in points)."""
     lines = [
-        f"{'arm':<26} {'n':>2} {'score':>14} {'diff vs full':>17} {'step':>6} {'share':>8}  verdict"
+        f"{'arm':<26} {'n':>2} {'score':>14} {'diff vs full [interval]':>31} {'step':>6} "
+        f"{'share':>8}  verdict"
     ]
     for a in arms:
         score = "-" if a.n_seeds == 0 else f"{a.mean:.4f} ± {a.se:.4f}".replace("nan", "–")
         if a.role == "reference" or a.n_seeds == 0 or a.diff != a.diff:
             diff = "-"
+        elif a.margin != a.margin:
+            diff = f"{100 * a.diff:+.1f} ± – pt"
         else:
-            margin = "–" if a.margin != a.margin else f"{100 * a.margin:.1f}"
-            diff = f"{100 * a.diff:+.1f} ± {margin} pt"
+            diff = (f"{100 * a.diff:+.1f} ± {100 * a.margin:.1f} "
+                    f"[{100 * a.lo:+.1f}, {100 * a.hi:+.1f}] pt")  # fmt: skip
         step = "-" if a.step_time_ratio is None else f"{a.step_time_ratio:.2f}×"
         share = "-" if a.trainable_share is None else f"{100 * a.trainable_share:.2f}%"
         lines.append(
-            f"{a.name:<26} {a.n_seeds:>2} {score:>14} {diff:>17} {step:>6} {share:>8}  {a.verdict}"
+            f"{a.name:<26} {a.n_seeds:>2} {score:>14} {diff:>31} {step:>6} {share:>8}  {a.verdict}"
         )
-    lines.append("(± in the score: s.e. over seeds; ± in diff: the margin t·se, t at 97.5 % with "
-                 "Welch degrees of freedom)")  # fmt: skip
+    tests = {a.test for a in arms if a.test}
+    test = "the paired t over the seeds both have" if tests == {"paired"} else "Welch's t"
+    lines.append(f"(± in the score: s.e. over seeds; ± in diff: c·se, {test}, c adjusted for "
+                 "every look the design may take)")  # fmt: skip
     return "\n".join(lines)
 
 
 def _drive(db, rec, executor, wait: bool, poll: float) -> None:
-    """Queue the missing runs once, then — with ``wait`` — poll (a bar of runs done) until no
-    planned run is queued or running. What it says goes to stderr."""
-    from analysis.recommend.outcome import progress_counts, run_status
+    """Queue the comparison's first round (or its whole grid), then — with ``wait`` — poll (a bar
+    of the planned runs done, the round and the arms decided) until the answer is final or no
+    planned run is queued or running. Later rounds are queued as runs end (by the process that
+    records them; here too, should a round fall between two looks). What it says goes to
+    stderr."""
     from analysis.recommend.recommendation import queue
-    from analysis.runs.launch import launch
+    from analysis.runs.launch import launch, new_sweep_id
+    from analysis.runs.planner import advance
 
     cfg = rec.cfg
     runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
-    sweep_id = "recommend-" + time.strftime("%Y%m%d-%H%M%S")
+    sweep_id = new_sweep_id("recommend")
     launched = queue(db, rec, runs, executor, sweep_id)
-    total = len(rec.proposal.choices) * len(cfg.seeds)
+    state = rec.progress(db.list_runs(model=cfg.model.name, data=cfg.data.name))
     print(
-        f"queued {len(launched.ids)} of {total} runs ({len(rec.proposal.choices)} arms × "
-        f"{len(cfg.seeds)} seeds; finished ones reused), {launched.how}",
+        f"queued {len(launched.ids)} runs ({cfg.design} design, {len(rec.proposal.choices)} arms; "
+        f"finished ones reused): {state.text()}; {launched.how}",
         file=sys.stderr,
     )
     if not wait:
         return
-    bar = TqdmProgress(f"{total} runs")
+    bar = TqdmProgress("comparison")
     try:
         while True:
             db.reap_dead()
             runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
-            counts = progress_counts(run_status(cfg, rec.proposal, runs))
-            bar(counts["done"] / total, f"{counts['running']} running, {counts['queued']} queued, "
-                f"{counts['failed'] + counts['cancelled']} failed or cancelled")  # fmt: skip
-            if not counts["running"] and not counts["queued"]:
+            state = rec.progress(runs)
+            bar(state.counts["done"] / max(state.planned, 1), state.text())
+            idle = not state.counts["running"] and not state.counts["queued"]
+            if idle and not advance(db, sweep_id):  # nothing more to train: the answer stands
                 return
             launch(db, [], executor, sweep_id)  # keeps a worker serving the queued runs
             time.sleep(poll)

@@ -11,10 +11,10 @@ import json
 
 import streamlit as st
 
-from analysis.compare import compare
 from analysis.io import json_ready
 from analysis.runs import results
 from analysis.runs.chance import BOTH_AT_CHANCE, flags_of, groups_at_chance, page_baseline
+from analysis.runs.planner import planned_compare
 from analysis.runs.record import runs_of
 from ui import verdicts
 from ui.figures import finetune as figures
@@ -134,7 +134,7 @@ def comparisons_view(table, summary, runs, metric: str) -> None:
         if b in refs.index and g != refs[b]
     ]
     withheld = [p for p in pairs if set(p) <= at_chance]
-    against_full = [compare(arms[a], arms[b]) for a, b in pairs if (a, b) not in withheld]
+    against_full = [planned_compare(arms[a], arms[b]) for a, b in pairs if (a, b) not in withheld]
     verdicts.explain()
     if against_full:
         verdicts.show(against_full, metric, "ft_vs_full")
@@ -148,7 +148,7 @@ def comparisons_view(table, summary, runs, metric: str) -> None:
         if a != b and {a, b} <= at_chance:
             verdicts.withheld([BOTH_AT_CHANCE.format(a=labels[a], b=labels[b])])
         elif a != b:
-            verdicts.show([compare(arms[a], arms[b])], metric, "ft_pair")
+            verdicts.show([planned_compare(arms[a], arms[b])], metric, "ft_pair")
 
 
 def chance_note(table, baseline) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis.io import atomic_write_text
-from analysis.recommend.outcome import POINTS, ArmOutcome, Decision
+from analysis.recommend.outcome import POINTS, ArmOutcome, Decision, design_of
 from ui.figures.recommend import comparison_figure, cost_figure
 
 if TYPE_CHECKING:
@@ -84,14 +84,7 @@ def report_html(rec: Recommendation, runs: pd.DataFrame) -> str:
         "<h2>The comparison at equal budget</h2>",
         _comparison_section(arms, decision, cfg.delta, evidence.metric),
         "<h2>How the sentence is decided</h2>",
-        f"<p>Each arm against full fine-tuning: diff = mean − mean<sub>full</sub> of the test "
-        f"scores over seeds, se = √(se² + se<sub>full</sub>²), margin = t · se with t the 97.5 % "
-        "quantile of Student's t at the Welch degrees of freedom; verdict “better” when |diff| > "
-        "t · se, else “no difference shown”. The recommendation is the cheapest arm (step time, "
-        f"then trainable share) whose interval's lower end diff − t · se is at least −δ = "
-        f"−{cfg.delta:g} point (1 point = 0.01 of the metric); if none, either too few seeds to "
-        "tell or no cheaper choice held up. Only runs identical in every setting but the seed are "
-        "averaged.</p>",
+        f"<p>{_e(rule_words(cfg))}</p>",
     ]
     body = "\n".join(parts)
     return (
@@ -100,6 +93,31 @@ def report_html(rec: Recommendation, runs: pd.DataFrame) -> str:
         f"<style>{STYLE}</style>"
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>'
         f"</head><body>\n{body}\n</body></html>\n"
+    )
+
+
+def rule_words(cfg) -> str:
+    """The comparison's rule in words, with the design's numbers."""
+    design = design_of(cfg)
+    plan = {
+        "sequential": f"in rounds, cheapest arm first: every arm starts with {design.r0} seeds, "
+        f"each round adds one seed to full fine-tuning and to every arm still undecided, up to "
+        f"{design.r_max}, and once an arm holds up, costlier arms get no more",
+        "fixed": f"every arm × {len(cfg.seeds)} seeds, judged once at the end",
+        "whole-table": f"every arm to {design.r_max} seeds",
+    }[cfg.design]
+    return (
+        f"Every arm is trained with full fine-tuning's seeds (common random numbers), {plan}. "
+        "Each arm against full: d = score(arm, s) − score(full, s) over the seeds both have; the "
+        "interval is d̄ ± c · se, the paired t with c = t(1 − α/K, n − 1) adjusted for the "
+        f"K = {design.looks} look{'s' if design.looks != 1 else ''} the design may take "
+        f"(Bonferroni over looks, α = {design.alpha:g} one-sided). An arm holds up when its "
+        f"interval's lower end is at least −δ = −{cfg.delta:g} point (1 point = 0.01 of the "
+        "metric), is shown worse when its upper end is below −δ, else stays undecided. The "
+        "recommendation is the cheapest arm (step time, then trainable share) that held up; if "
+        "none: 'fine-tune the whole model' when every cheaper arm was shown worse, else "
+        "'undecided', with each interval. Only runs identical in every setting but the seed are "
+        "averaged."
     )
 
 
@@ -113,7 +131,8 @@ def _settings_table(rec: Recommendation) -> str:
                      f"≤ {cfg.max_length} tokens); {_e(evidence.l_star_words())}; heads on "
                      f"n = {cfg.heads_n} examples"],
         ["budget", _e(cfg.budget.text())],
-        ["runs", f"{len(cfg.seeds)} seeds per arm ({', '.join(map(str, cfg.seeds))}), "
+        ["runs", f"{cfg.design} design, {len(cfg.seeds)} seeds to start "
+                 f"({', '.join(map(str, cfg.seeds))}), at most {cfg.max_seeds}, "
                  f"{cfg.steps} steps of batch {cfg.batch_size}, test part ≤ {cfg.n_eval} "
                  "examples, each method's default learning rate, classifier 1e-3"],
         ["step time", f"median of {cfg.timed_steps} timed steps on one batch, as a share of full "
@@ -144,7 +163,8 @@ def _comparison_section(arms: list[ArmOutcome], decision: Decision, delta: float
     rows = []
     for a in arms:
         diff = "–" if a.role == "reference" else (
-            f"{_num(POINTS * a.diff, '+.1f')} ± {_num(POINTS * a.margin, '.1f')}"
+            f"{_num(POINTS * a.diff, '+.1f')} ± {_num(POINTS * a.margin, '.1f')} "
+            f"[{_num(POINTS * a.lo, '+.1f')}, {_num(POINTS * a.hi, '+.1f')}]"
         )  # fmt: skip
         rows.append([
             _e(a.name), str(a.n_seeds), f"{_num(a.mean, '.4f')} ± {_num(a.se, '.4f')}", diff,
@@ -152,7 +172,8 @@ def _comparison_section(arms: list[ArmOutcome], decision: Decision, delta: float
             _num(None if a.trainable_share is None else 100 * a.trainable_share, ".2f") + " %",
             _num(a.peak_mem_mb, ".0f"), "yes" if a.frontier else "",
         ])  # fmt: skip
-    header = ["arm", "n seeds", f"test {metric} (mean ± s.e.)", "diff vs full (points, ± t·se)",
+    header = ["arm", "n seeds", f"test {metric} (mean ± s.e.)",
+              "diff vs full (points, ± c·se [interval])",
               "verdict", "step time", "trainable", "peak MB", "frontier"]  # fmt: skip
     fig = comparison_figure(arms, delta, metric)
     return _table(header, rows, numeric={1, 2, 3, 5, 6, 7}) + fig.to_html(

@@ -10,10 +10,11 @@ from ui.cancel import cancel_rest
 
 if TYPE_CHECKING:
     from analysis.runs.db import RunsDB
+    from analysis.runs.planner import Stand
 
 
-def cancel_rest_view(db: RunsDB, status: Mapping[str, Mapping[int, tuple[str, str]]]) -> None:
-    """``status``: arm → seed → (status, run id) of the runs that stand for the comparison
-    (`analysis.recommend.outcome.run_status`)."""
-    statuses = {run_id: state for by_seed in status.values() for state, run_id in by_seed.values()}
+def cancel_rest_view(db: RunsDB, stands: Mapping[str, Mapping[int, Stand]]) -> None:
+    """``stands``: arm → seed → the run that stands for it in the comparison
+    (`analysis.runs.planner.standings`). Cancelling stops its rounds too."""
+    statuses = {s.run_id: s.status for by_seed in stands.values() for s in by_seed.values()}
     cancel_rest(db, statuses, "rec_cancel_rest")

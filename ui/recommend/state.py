@@ -12,7 +12,7 @@ import dataclasses
 import streamlit as st
 
 from analysis.cache import canonical_json
-from analysis.config import ExtractConfig, default_of
+from analysis.config import ExtractConfig, default_of, help_of
 from analysis.progress import Progress, scaled
 from analysis.recommend.config import Budget, RecommendConfig
 from analysis.recommend.evidence import layer_evidence
@@ -27,7 +27,9 @@ BUDGETS = {"none": "no limit: the cheapest that holds up", "params": "trainable 
            "time": "step time (× full) ≤"}  # fmt: skip
 # The form's settings with RecommendConfig's defaults (the command line's too).
 SETTINGS = ("steps", "batch_size", "n_eval", "eval_every", "delta", "repeats", "heads_n",
-            "lora_r", "timed_steps")  # fmt: skip
+            "lora_r", "timed_steps", "design", "max_seeds")  # fmt: skip
+DESIGNS = {"sequential": "sequential rounds, cheapest first", "fixed": "fixed grid",
+           "whole-table": "every arm to the most seeds"}  # fmt: skip
 DEFAULTS = {
     "rec_budget": "none", "rec_budget_value": 10.0,
     "rec_seeds": len(default_of(RecommendConfig, "seeds")),  # seeds 0 … n − 1
@@ -43,7 +45,7 @@ def settings_form(base: ExtractConfig) -> RecommendConfig:
     for key, value in DEFAULTS.items():
         state.setdefault(key, value)
     with st.form("rec_form"):
-        b1, b2, c1, c2, c3 = st.columns([2, 1, 1, 1, 1])
+        b1, b2, c0, c1, c4, c2, c3 = st.columns([2, 1, 1.4, 1, 1, 1, 1])
         b1.radio("Budget", list(BUDGETS), format_func=BUDGETS.get, key="rec_budget",
                  persist_state=KEEP, horizontal=True)  # fmt: skip
         b2.number_input(
@@ -51,9 +53,13 @@ def settings_form(base: ExtractConfig) -> RecommendConfig:
             help="Trainable parameters as a % of the model's, or step time as a % of full "
             "fine-tuning's; ignored without a budget.",
         )  # fmt: skip
-        c1.number_input("seeds per arm", 1, 10, key="rec_seeds", persist_state=KEEP,
-                        help="A verdict needs ≥ 2 seeds a side; 3 is the default "
-                        "(t ≈ 2.8–4.3 with 3 a side).")  # fmt: skip
+        c0.selectbox("design", list(DESIGNS), format_func=DESIGNS.get, key="rec_design",
+                     persist_state=KEEP, help=help_of(RecommendConfig, "design"))  # fmt: skip
+        c1.number_input("seeds to start", 1, 50, key="rec_seeds", persist_state=KEEP,
+                        help="r₀: the seeds every arm starts with (the sequential designs need "
+                        "≥ 2; a fixed grid's seeds).")  # fmt: skip
+        c4.number_input("most seeds", 2, 50, key="rec_max_seeds", persist_state=KEEP,
+                        help=help_of(RecommendConfig, "max_seeds"))  # fmt: skip
         c2.number_input("steps per run", 1, 100_000, step=50, key="rec_steps", persist_state=KEEP)
         c3.number_input(
             "δ (points)", 0.1, 50.0, step=0.5, key="rec_delta", persist_state=KEEP,
@@ -89,15 +95,16 @@ def settings_form(base: ExtractConfig) -> RecommendConfig:
         steps=int(state["rec_steps"]), batch_size=int(state["rec_batch_size"]),
         n_train=int(state["rec_n_train"]) or None, n_eval=int(state["rec_n_eval"]),
         eval_every=int(state["rec_eval_every"]), delta=float(state["rec_delta"]),
-        timed_steps=int(state["rec_timed_steps"]),
+        timed_steps=int(state["rec_timed_steps"]), design=str(state["rec_design"]),
+        max_seeds=max(int(state["rec_max_seeds"]), int(state["rec_seeds"])),
     )  # fmt: skip
 
 
 def get_recommendation(cfg: RecommendConfig) -> Recommendation:
     """The analyses (disk-cached), the choices and their measured costs (disk-cached), once per
-    settings, with a progress bar. The comparison's seeds and δ change nothing here, so they are
-    left out of the key."""
-    key = dataclasses.replace(cfg, seeds=(0,), delta=1.0)
+    settings, with a progress bar. The comparison's seeds, design and δ change nothing here, so
+    they are left out of the key."""
+    key = dataclasses.replace(cfg, seeds=(0,), delta=1.0, design="fixed", max_seeds=1)
     rec = _RECOMMENDATIONS.get(
         canonical_json(dataclasses.asdict(key)),
         "Analyses, candidates and their costs",

@@ -8,15 +8,16 @@ from __future__ import annotations
 import io
 import json
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from analysis.recommend.outcome import comparison_frame, missing_runs, progress_counts, run_status
+from analysis.recommend.outcome import comparison_frame
 from analysis.recommend.recommendation import Recommendation, queue, take_home
+from analysis.runs.launch import new_sweep_id
+from analysis.runs.planner import next_steps, standings
 from ui.figures.recommend import comparison_figure, cost_figure
 from ui.finetune.executor import chosen_executor
 from ui.finetune.state import get_db
@@ -27,8 +28,9 @@ from ui.tables import MISSING
 REFRESH_S = 5
 # How each number of the two tables is written (a missing one reads "–").
 FORMATS = {"score": "{:.4f}", "se": "{:.4f}", "diff vs full (points)": "{:+.1f}",
-           "margin t·se (points)": "{:.1f}", "step time ×full": "{:.2f}", "trainable %": "{:.2f}",
-           "peak MB": "{:.0f}"}  # fmt: skip
+           "margin c·se (points)": "{:.1f}", "lo (points)": "{:+.1f}", "hi (points)": "{:+.1f}",
+           "step time ×full": "{:.2f}", "step time ×full (runs)": "{:.2f}",
+           "trainable %": "{:.2f}", "peak MB": "{:.0f}"}  # fmt: skip
 
 
 def formatted(frame: pd.DataFrame) -> pd.DataFrame:
@@ -80,31 +82,21 @@ def comparison_view(rec: Recommendation) -> None:
     db.reap_dead()
     runs = db.list_runs(model=rec.cfg.model.name, data=rec.cfg.data.name)
     st.subheader("Test these: the comparison at equal budget")
-    status = run_status(rec.cfg, rec.proposal, runs)
-    counts = progress_counts(status)
-    planned = len(rec.proposal.choices) * len(rec.cfg.seeds)
-    missing = missing_runs(rec.cfg, rec.proposal, runs)
-    arms_n, seeds_n = len(rec.proposal.choices), len(rec.cfg.seeds)
-    st.markdown(
-        f"{arms_n} arms × {seeds_n} seeds = **{planned} runs** of {rec.cfg.steps} steps "
-        f"(batch {rec.cfg.batch_size}); finished runs with the same settings are reused. "
-        f"Done {counts['done']}, training {counts['running']}, queued {counts['queued']}"
-        + (f", failed or cancelled {counts['failed'] + counts['cancelled']}" if
-           counts["failed"] + counts["cancelled"] else "") + "."
-    )  # fmt: skip
-    cancel_rest_view(db, status)
-    if missing and st.button(f"Test these ({len(missing)} runs to queue)", type="primary",
-                             key="rec_test"):  # fmt: skip
+    experiment = rec.experiment()
+    st.markdown(design_words(rec))
+    cancel_rest_view(db, standings(experiment, runs))
+    to_queue = next_steps(experiment, runs).queue
+    if to_queue and st.button(test_label(rec, len(to_queue)), type="primary", key="rec_test"):
         try:
-            sweep = "recommend-" + time.strftime("%Y%m%d-%H%M%S")
-            launched = queue(db, rec, runs, chosen_executor(), sweep)
+            launched = queue(db, rec, runs, chosen_executor(), new_sweep_id("recommend"))
         except ValueError as exc:
             show_error(exc)
         else:
             st.success(f"Queued {len(launched.ids)} run(s); they train {launched.how}.")
             runs = db.list_runs(model=rec.cfg.model.name, data=rec.cfg.data.name)
-    if planned:
-        st.progress(counts["done"] / planned, text=f"{counts['done']} of {planned} runs done")
+    state = rec.progress(runs)
+    if state.planned:
+        st.progress(state.counts["done"] / state.planned, text=state.text())
     arms, decision = rec.outcome(runs)
     (st.success if decision.branch == "recommend" else st.info)(decision.sentence)
     if any(a.n_seeds for a in arms):
@@ -113,6 +105,28 @@ def comparison_view(rec: Recommendation) -> None:
         st.plotly_chart(comparison_figure(arms, rec.cfg.delta, rec.evidence.metric),
                         width="stretch", key="rec_figure")  # fmt: skip
     take_home_view(rec, runs, decision.candidate)
+
+
+def design_words(rec: Recommendation) -> str:
+    """What the comparison trains, in one paragraph (the design, the seeds, the runs' budget)."""
+    cfg, n_arms = rec.cfg, len(rec.proposal.choices)
+    runs = f"of {cfg.steps} steps (batch {cfg.batch_size}); finished runs with the same settings are reused."
+    if cfg.design == "fixed":
+        return f"{n_arms} arms × {len(cfg.seeds)} seeds = **{n_arms * len(cfg.seeds)} runs** {runs}"
+    if cfg.design == "whole-table":
+        return f"{n_arms} arms × {cfg.max_seeds} seeds = **{n_arms * cfg.max_seeds} runs** {runs}"
+    return (
+        f"**Sequential rounds**, cheapest arm first: every arm starts with {len(cfg.seeds)} seeds; "
+        f"each round adds one seed to full fine-tuning and to every arm still undecided, up to "
+        f"{cfg.max_seeds}; once an arm holds up, costlier arms get no more. At most "
+        f"{n_arms * cfg.max_seeds} runs {runs}"
+    )
+
+
+def test_label(rec: Recommendation, n: int) -> str:
+    """The button that starts the comparison: what it queues now."""
+    first = "" if rec.cfg.design != "sequential" else " (the first round)"
+    return f"Test these: {n} run{'s' if n != 1 else ''} to queue{first}"
 
 
 def take_home_view(rec: Recommendation, runs: pd.DataFrame, chosen: str | None) -> None:
