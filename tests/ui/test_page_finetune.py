@@ -357,3 +357,24 @@ def test_the_rest_of_a_sweep_is_cancelled_from_the_live_queue(tiny_bert_dir, mon
     assert db.get_run(done)["result"]["score"] == 0.6  # finished: left alone
     assert db.get_run(other)["status"] == "queued"  # the other sweep
     assert any("2 queued run(s) cancelled, 1 running asked to stop" in t.value for t in at.toast)
+
+
+def test_queueing_the_same_runs_again_reuses_them(tiny_bert_dir, monkeypatch):
+    """The form's runs are a planned grid (`analysis.runs.planner`): a run of the same setting
+    and seed that is done, training or queued stands for it, so a second press queues only what
+    is new."""
+    import analysis.runs.worker as worker
+
+    monkeypatch.setattr(worker, "start_workers", lambda executor, root: "no worker in this test")
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
+    fill_form(at, steps=3, seeds="0,1,2")
+    widget(at.button, "Queue").click().run()
+    assert not errors(at), errors(at)
+    first = RunsDB().list_runs()
+    assert len(first) == 3  # one run per seed
+    widget(at.text_input, "Seeds").set_value("0,1,2,3")
+    widget(at.button, "Queue").click().run()
+    assert not errors(at), errors(at)
+    after = RunsDB().list_runs()
+    assert len(after) == 4 and sorted(after["seed"]) == [0, 1, 2, 3]
+    assert any("3 already trained or training: reused" in s.value for s in at.success)

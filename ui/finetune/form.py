@@ -10,20 +10,22 @@ data set or model starts on its own ℓ*.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from analysis.cache import canonical_json
 from analysis.config import default_of, help_of, parse_ints
 from analysis.finetune.config import FinetuneConfig, canonical, grid_factors, lr_scaled
 from analysis.finetune.registry import default_lrs_text, method_names, method_spec
 from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID
 from analysis.heads.selection_file import HeadSelection
+from analysis.runs.planner import FIXED, Experiment, PlannedArm
 from analysis.strategies import middle_layer, strategy_names, sweep_strategies
 from ui.finetune.estimate import show_estimate
 from ui.finetune.executor import executor_picker
@@ -359,12 +361,34 @@ def _config(
 
 
 def _queue(db: RunsDB, configs: list, sweep: bool, executor: ExecutorChoice) -> None:
-    from analysis.runs.launch import launch
+    """Queue the form's runs as one planned grid (`analysis.runs.planner`): every strategy ×
+    seed that no done, running or queued run of the same setting stands for."""
+    from analysis.runs.launch import launch_experiment, new_sweep_id
 
-    sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S") if sweep else None
-    runs = [(cfg, None if family == "single" else family) for family, cfg in configs]
-    launched = launch(db, runs, executor, sweep_id)  # an unreachable cluster: nothing queued
+    experiment = sweep_experiment(configs)
+    config = configs[0][1]
+    runs = db.list_runs(model=config.model.name, data=config.data.name)
+    sweep_id = new_sweep_id("sweep") if sweep else None
+    # an unreachable cluster: nothing queued
+    launched = launch_experiment(db, experiment, runs, executor, sweep_id)
+    reused = len(configs) - len(launched.ids)
     st.success(
-        f"Queued {len(launched.ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. They train "
-        f"{launched.how} ({launched.workers}); you can switch pages or close the tab."
+        f"Queued {len(launched.ids)} run(s){f' as {sweep_id}' if sweep else ''}"
+        + (f" ({reused} already trained or training: reused)" if reused else "")
+        + f". They train {launched.how} ({launched.workers}); you can switch pages or close the "
+        "tab."
     )
+
+
+def sweep_experiment(configs: list[tuple[str, FinetuneConfig]]) -> Experiment:
+    """The form's runs ((family, config) per strategy × seed) as a planned grid: one arm per
+    setting, its family kept ("single" for one run per seed: none), the form's seeds."""
+    arms: dict[str, PlannedArm] = {}
+    seeds: list[int] = []
+    for family, cfg in configs:
+        base = dataclasses.replace(cfg, seed=0)
+        name = canonical_json(base.to_dict())  # one arm a setting (the first family names it)
+        arms.setdefault(name, PlannedArm(name, base, family=None if family == "single" else family))
+        if cfg.seed not in seeds:
+            seeds.append(cfg.seed)
+    return Experiment(tuple(arms.values()), seeds=tuple(seeds), policy=FIXED)
