@@ -14,13 +14,13 @@ CHART = '[data-testid="stPlotlyChart"]'
 
 
 def test_home_then_data_page(page):
-    assert "tunescope" in page.locator("h1").first.inner_text()
+    expect(page.locator("h1").first).to_contain_text("tunescope")
     assert_no_exception(page)
     screenshot_for_docs(page, "home")
     goto_page(page, "Data")
     assert_no_exception(page)
     expect(page.locator(CHART).nth(1)).to_be_visible(timeout=60_000)  # at least two figures
-    assert page.locator('[data-testid="stMetric"]').count() >= 3
+    expect(page.locator('[data-testid="stMetric"]').nth(2)).to_be_visible()  # at least three
     screenshot_for_docs(page, "data")
 
 
@@ -28,7 +28,7 @@ def test_layers_metrics_and_layer_slider(page):
     goto_page(page, "Layers")
     expect(page.locator(CHART).first).to_be_visible(timeout=180_000)
     assert_no_exception(page)
-    assert page.get_by_text("ℓ*").count() > 0
+    expect(page.get_by_text("ℓ*").first).to_be_visible()
     screenshot_for_docs(page, "layers")
     page.get_by_role("tab", name="Layer picture").click()
     slider = page.get_by_role("slider").first
@@ -39,7 +39,7 @@ def test_layers_metrics_and_layer_slider(page):
     wait_idle(page)
     expect(page.get_by_role("slider").first).not_to_have_attribute("aria-valuenow", before or "")
     assert_no_exception(page)
-    assert page.locator(CHART).count() >= 1  # the layer picture
+    expect(page.locator(CHART).first).to_be_visible(timeout=60_000)  # the layer picture
 
 
 def test_heads_heatmap(page):
