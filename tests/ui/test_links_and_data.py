@@ -298,3 +298,43 @@ def test_the_data_page_shows_the_caches_size_and_where_it_is(tiny_bert_dir, monk
     line = next(c.value for c in at.caption if c.value.startswith("The cache folder"))
     assert f"The cache folder `{root}` holds 2.5 kB; its disk has " in line
     assert " free. `tunescope cache` lists" in line
+
+
+def test_a_hub_id_is_refused_at_once_with_the_hub_off(tiny_bert_dir, monkeypatch):
+    import time
+
+    from analysis.models import OFFLINE_ENV
+
+    for name in OFFLINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["model"] = "no-such-model-xyz"
+    at.run()
+    started = time.perf_counter()
+    at.switch_page("views/layers.py").run()
+    assert time.perf_counter() - started < 15  # (the hub client's retries alone waited 25 s)
+    (message,) = errors(at)
+    assert message.startswith("Model 'no-such-model-xyz' is neither a built-in model nor a "
+                              "folder, and the model hub is off"), message  # fmt: skip
+    assert not at.sidebar.info  # said once, on the page
+
+
+def test_a_hub_id_with_the_hub_allowed_is_said_to_be_looked_for_there(tiny_bert_dir, monkeypatch):
+    import huggingface_hub.constants
+
+    from analysis.models import OFFLINE_ENV
+
+    for name in OFFLINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # closed
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["model"] = "no-such-model-xyz"
+    at.run()
+    assert [i.value for i in at.sidebar.info] == [
+        "'no-such-model-xyz' is neither a built-in model nor a folder: it is looked for on the "
+        "model hub (http://127.0.0.1:9), which has 10 s to answer."
+    ]
+    at.switch_page("views/layers.py").run()
+    (message,) = errors(at)
+    assert "the model hub (http://127.0.0.1:9) could not say within 10 s" in message, message
