@@ -31,7 +31,7 @@ def recommend_page(tiny_bert_dir, monkeypatch, **state):
 
 def frame(at, column: str):
     """The table that has ``column`` (choice: the candidates; arm: the comparison)."""
-    return next(d.value for d in at.dataframe if column in getattr(d.value, "columns", []))
+    return next(t.value for t in at.table if column in getattr(t.value, "columns", []))
 
 
 def test_the_page_proposes_candidates_with_cost_and_evidence_and_queues_the_comparison(
