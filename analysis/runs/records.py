@@ -315,8 +315,9 @@ class RunRecords(RunsFile):
         users = self._runs_using(run_id, folders)
         if users:
             raise ValueError(
-                f"Run(s) {', '.join(users)} still need the files of run {run_id} (they train in its "
-                "subspace or zero weights listed there): wait for them or cancel them first."
+                f"{'Run' if len(users) == 1 else 'Runs'} {', '.join(users)} still "
+                f"{'needs' if len(users) == 1 else 'need'} the files of run {run_id} (they train in "
+                "its subspace or zero weights listed there): wait for them or cancel them first."
             )
         return [folder for folder in folders if remove_folder(folder)]
 

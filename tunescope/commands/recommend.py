@@ -9,6 +9,7 @@ import sys
 import time
 
 from analysis.config import POOLINGS
+from analysis.words import counted
 from tunescope.commands.options import (
     TqdmProgress,
     add_executor_options,
@@ -157,7 +158,9 @@ def run(args: argparse.Namespace) -> int:
             files = take_home(rec, name, args.recipe, loaded)
         except KeyError:
             raise ValueError(f"No choice named {name!r}.") from None
-        print(f"recipe of {name!r} written to {args.recipe} ({len(files)} files)", file=out)
+        print(
+            f"recipe of {name!r} written to {args.recipe} ({counted(len(files), 'file')})", file=out
+        )
     if args.json and args.json != "-":
         print(f"JSON written to {args.json}", file=out)
     print(f"total {time.perf_counter() - started:.0f} s", file=out)
@@ -219,13 +222,14 @@ def _drive(db, rec, executor, wait: bool, poll: float) -> None:
     launched = queue(db, rec, runs, executor, sweep_id)
     total = len(rec.proposal.choices) * len(cfg.seeds)
     print(
-        f"queued {len(launched.ids)} of {total} runs ({len(rec.proposal.choices)} arms × "
-        f"{len(cfg.seeds)} seeds; finished ones reused), {launched.how}",
+        f"queued {len(launched.ids)} of {counted(total, 'run')} "
+        f"({counted(len(rec.proposal.choices), 'arm')} × {counted(len(cfg.seeds), 'seed')}; "
+        f"finished ones reused), {launched.how}",
         file=sys.stderr,
     )
     if not wait:
         return
-    bar = TqdmProgress(f"{total} runs")
+    bar = TqdmProgress(counted(total, "run"))
     try:
         while True:
             db.reap_dead()

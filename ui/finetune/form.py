@@ -25,6 +25,7 @@ from analysis.finetune.registry import default_lrs_text, method_names, method_sp
 from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID
 from analysis.heads.selection_file import HeadSelection
 from analysis.strategies import middle_layer, strategy_names, sweep_strategies
+from analysis.words import counted
 from ui.finetune.estimate import show_estimate
 from ui.finetune.executor import executor_picker
 from ui.finetune.method_fields import option_widgets
@@ -365,6 +366,6 @@ def _queue(db: RunsDB, configs: list, sweep: bool, executor: ExecutorChoice) -> 
     runs = [(cfg, None if family == "single" else family) for family, cfg in configs]
     launched = launch(db, runs, executor, sweep_id)  # an unreachable cluster: nothing queued
     st.success(
-        f"Queued {len(launched.ids)} run(s){f' as {sweep_id}' if sweep_id else ''}. They train "
-        f"{launched.how} ({launched.workers}); you can switch pages or close the tab."
+        f"Queued {counted(len(launched.ids), 'run')}{f' as {sweep_id}' if sweep_id else ''}. "
+        f"They train {launched.how} ({launched.workers}); you can switch pages or close the tab."
     )

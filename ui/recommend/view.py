@@ -17,6 +17,7 @@ import streamlit as st
 
 from analysis.recommend.outcome import comparison_frame, missing_runs, progress_counts, run_status
 from analysis.recommend.recommendation import Recommendation, queue, take_home
+from analysis.words import counted
 from ui.figures.recommend import comparison_figure, cost_figure
 from ui.finetune.executor import chosen_executor
 from ui.finetune.state import get_db
@@ -81,24 +82,27 @@ def comparison_view(rec: Recommendation) -> None:
     missing = missing_runs(rec.cfg, rec.proposal, runs)
     arms_n, seeds_n = len(rec.proposal.choices), len(rec.cfg.seeds)
     st.markdown(
-        f"{arms_n} arms × {seeds_n} seeds = **{planned} runs** of {rec.cfg.steps} steps "
+        f"{counted(arms_n, 'arm')} × {counted(seeds_n, 'seed')} = **{counted(planned, 'run')}** of "
+        f"{counted(rec.cfg.steps, 'step')} "
         f"(batch {rec.cfg.batch_size}); finished runs with the same settings are reused. "
         f"Done {counts['done']}, training {counts['running']}, queued {counts['queued']}"
         + (f", failed or cancelled {counts['failed'] + counts['cancelled']}" if
            counts["failed"] + counts["cancelled"] else "") + "."
     )  # fmt: skip
-    if missing and st.button(f"Test these ({len(missing)} runs to queue)", type="primary",
-                             key="rec_test"):  # fmt: skip
+    label = f"Test these ({counted(len(missing), 'run')} to queue)"
+    if missing and st.button(label, type="primary", key="rec_test"):
         try:
             sweep = "recommend-" + time.strftime("%Y%m%d-%H%M%S")
             launched = queue(db, rec, runs, chosen_executor(), sweep)
         except ValueError as exc:
             show_error(exc)
         else:
-            st.success(f"Queued {len(launched.ids)} run(s); they train {launched.how}.")
+            st.success(f"Queued {counted(len(launched.ids), 'run')}; they train {launched.how}.")
             runs = db.list_runs(model=rec.cfg.model.name, data=rec.cfg.data.name)
     if planned:
-        st.progress(counts["done"] / planned, text=f"{counts['done']} of {planned} runs done")
+        st.progress(
+            counts["done"] / planned, text=f"{counts['done']} of {counted(planned, 'run')} done"
+        )
     arms, decision = rec.outcome(runs)
     (st.success if decision.branch == "recommend" else st.info)(decision.sentence)
     if any(a.n_seeds for a in arms):
