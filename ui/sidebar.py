@@ -29,6 +29,7 @@ from ui.datasets import (
     file_columns,
     fitted_sample,
     named,
+    names_upload,
     normalised,
     option_label,
     save_upload,
@@ -255,6 +256,9 @@ def render_sidebar() -> None:
         if st.session_state.get(_trust_key(model)):
             side.warning("trust_remote_code is on: the model's own code will run.")
 
+    typed = st.session_state.get("data")
+    if isinstance(typed, str) and typed != UPLOAD and names_upload(typed):
+        st.session_state["data"] = UPLOAD  # the entry's words typed: the entry, not a file
     options = _data_options()
     side.selectbox(
         "Dataset", options, index=options.index(default_data()) if default_data() in options else 0,

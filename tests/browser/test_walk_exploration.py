@@ -125,8 +125,14 @@ def test_an_upload_is_known_by_its_file_name(page, tmp_path):
     upload = tmp_path / "my reviews.csv"
     upload.write_text("\n".join(lines) + "\n")
     goto_page(page, "Data")
-    choose(page, "Dataset", "upload a file…")
+    box = dataset_box(page)  # the entry's words typed (not picked) choose the entry too
+    box.click()
+    box.fill("upload a file")
+    box.press("Enter")
+    wait_idle(page)
     expect(page.get_by_text("Upload a CSV, TSV, JSON lines or Parquet file").first).to_be_visible()
+    expect(box).to_have_value("upload a file…")
+    expect(page.get_by_text("Unknown data set")).to_have_count(0)
     page.locator(f'{SIDEBAR} input[type="file"]').set_input_files(str(upload))
     wait_idle(page, timeout_s=120)
     assert_no_exception(page)

@@ -351,3 +351,17 @@ def test_a_small_upload_warns_that_its_scores_move_in_coarse_steps(tiny_bert_dir
         "noise. A file with more rows gives finer scores."
     ]
     assert not [w for w in at.main.warning if "steps of" in w.value]  # said once
+
+
+@pytest.mark.parametrize("typed", ["upload a file", "Upload a file...", " upload a file… "])
+def test_typing_the_upload_entry_chooses_it(tiny_bert_dir, monkeypatch, typed):
+    assert normalised(typed) == UPLOAD  # what the picker's callback makes of the typed text
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.session_state["data"] = typed  # typed as a new option (AppTest cannot type one)
+    at.run()
+    assert at.session_state["data"] == UPLOAD
+    options = at.sidebar.selectbox(key="data").options
+    assert [o for o in options if "upload a file" in o.lower()] == [UPLOAD]  # no option of its own
+    at.switch_page("views/data.py").run()
+    assert not errors(at), errors(at)  # was: "Unknown data set '…/upload a file'"
+    assert any("Upload a CSV" in i.value for i in at.info)
