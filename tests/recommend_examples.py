@@ -61,5 +61,3 @@ CROWDED = {
 def crowded_cost_figure():
     roles, shares, ratios = zip(*CROWDED.values(), strict=True)
     return cost_figure(list(CROWDED), list(shares), list(ratios), list(roles))
-
-

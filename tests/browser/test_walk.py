@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_utils import assert_no_exception, goto_page, screenshot_for_docs, wait_idle
+from browser_utils import (
+    FALLBACK_FONT,
+    assert_no_exception,
+    cut_texts,
+    goto_page,
+    screenshot_for_docs,
+    wait_idle,
+)
 from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
@@ -49,7 +56,26 @@ def test_heads_heatmap(page):
     assert_no_exception(page)
     heatmaps = page.locator(f"{CHART} .heatmaplayer")
     expect(heatmaps.first).to_be_attached(timeout=30_000)
+
     screenshot_for_docs(page, "heads")
+
+
+def test_heads_form_and_figures_read_whole_at_1400_px(page):
+    """Every label and choice of the Heads form and its numbers reads whole at 1,400 px, in the
+    app's font and in a wider fallback one, with the longest selector chosen."""
+    goto_page(page, "Heads")
+    shown = '[data-testid="stForm"], [data-testid="stMetric"]'
+    expect(page.locator('[data-testid="stMetric"]').nth(3)).to_be_visible(timeout=300_000)
+    selector = page.locator('[data-testid="stSelectbox"]').filter(has_text="selector").first
+    selector.locator("input").first.click()
+    page.get_by_role("option", name="w/o info: top-k total correlation", exact=True).click()
+    expect(selector.locator("input").first).to_have_value("w/o info: top-k total correlation")
+    assert cut_texts(page, shown) == []
+    page.add_style_tag(content=FALLBACK_FONT)
+    expect(page.locator("label", has_text="selector").first).to_have_css(
+        "font-family", re.compile("DejaVu Sans")
+    )
+    assert cut_texts(page, shown) == []
 
 
 def _fill(page, label: str, value: str) -> None:
