@@ -121,7 +121,8 @@ case "$task" in
     site="$(mktemp -d)"
     trap 'rm -rf "$site"' EXIT
     "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$site"
-    TUNESCOPE_SITE_DIR="$site" "$PY" -m pytest "$@"
+    # --durations: the 25 slowest tests, printed at the end of every run (CI shows them).
+    TUNESCOPE_SITE_DIR="$site" "$PY" -m pytest --durations=25 "$@"
     ;;
   bench)
     setup

@@ -5,7 +5,9 @@ A model is named by
   works offline; ``mpnet``: all-mpnet-base-v2, 12 layers, shipped as a zip split in five packages
   and checked by its SHA-256, see `analysis.packaged`),
 - a local folder holding a transformers checkpoint (config.json, weights, tokenizer), or
-- a hub id (``bert-base-uncased``), used as is when the model hub is reachable.
+- a hub id (``bert-base-uncased``), looked up once on the model hub (`hub_source`, answered
+  within `HUB_TIMEOUT_S` or refused) and loaded from there, or from this machine's hub cache
+  when the hub is off (``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``) or does not answer.
 
 Only bidirectional encoders of the supported families are accepted; anything else is refused with a
 message that says why. The loaded model is the base encoder (no task classifier), in eval mode, with
@@ -18,6 +20,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.resources
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +88,8 @@ LAYER_PARTS: dict[str, dict[str, str]] = {
     },
 }
 FAMILIES = tuple(LAYER_PARTS)
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # either one turns the model hub off
+HUB_TIMEOUT_S = 10.0  # how long the one look-up of a hub id waits for the hub's answer
 _DECODER_HINTS = (
     "gpt",
     "llama",
@@ -154,6 +159,60 @@ def resolve_source(name: str) -> tuple[str, str]:
     return name, "hub"
 
 
+def hub_offline() -> bool:
+    """Whether the model hub is off for this process (`OFFLINE_ENV`, read now, as the hub's own
+    client reads it: 1, ON, YES or TRUE)."""
+    return any(os.environ.get(var, "").upper() in {"1", "ON", "YES", "TRUE"} for var in OFFLINE_ENV)
+
+
+def hub_endpoint() -> str:
+    """The model hub's address (``HF_ENDPOINT``, as the hub's client read it)."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def hub_source(name: str) -> bool:
+    """Where hub id ``name`` loads from: True for this machine's hub cache, False for the hub.
+
+    The hub is asked once, answering within `HUB_TIMEOUT_S` (no retries); a ModelError says why
+    the model cannot load — at once when the hub is off and the model is not cached.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
+    known = f"Built-in models: {', '.join(BUILTIN_MODELS)}; or give a checkpoint's folder."
+    if hub_offline():
+        if cached:
+            return True
+        raise ModelError(
+            f"Model '{name}' is neither a built-in model nor a folder, and the model hub is off "
+            f"({' / '.join(OFFLINE_ENV)} is set) with no copy of it in this machine's hub "
+            f"cache. {known}"
+        )
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    endpoint = hub_endpoint()
+    try:
+        HfApi(endpoint=endpoint).model_info(name, timeout=HUB_TIMEOUT_S)
+    except RepositoryNotFoundError as exc:
+        raise ModelError(
+            f"Model '{name}' is neither a built-in model nor a folder, and the model hub "
+            f"({endpoint}) has no model of that name that this machine may read. {known}"
+        ) from exc
+    except Exception as exc:  # the hub's client raises its HTTP library's errors: no answer
+        if cached:
+            return True
+        raise ModelError(
+            f"Model '{name}' is neither a built-in model nor a folder, and the model hub "
+            f"({endpoint}) could not say within {HUB_TIMEOUT_S:g} s whether it has it "
+            f"({_first_line(exc)}). "
+            f"{known} HF_HUB_OFFLINE=1 stops looking on the hub."
+        ) from exc
+    return False
+
+
 def check_family(config: PretrainedConfig) -> str:
     """The family name, or a ModelError that says why this model is not a supported encoder."""
     model_type = getattr(config, "model_type", "") or ""
@@ -190,22 +249,20 @@ def load_model(spec: ModelSpec, device: torch.device | str | None = None) -> Loa
 
 
 def _load_model(spec: ModelSpec, device: torch.device | str | None) -> LoadedModel:
+    source, kind = resolve_source(spec.name)
+    remote = {"trust_remote_code": spec.trust_remote_code}
+    if kind == "hub" and hub_source(
+        spec.name
+    ):  # (before transformers' imports: a refusal is quick)
+        remote["local_files_only"] = True  # the hub is off or silent: its copy on this machine
+
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-
-    source, kind = resolve_source(spec.name)
-    remote = {"trust_remote_code": spec.trust_remote_code}
     try:
         config = AutoConfig.from_pretrained(source, **remote)
     except (OSError, ValueError) as exc:
-        if kind == "hub":
-            raise ModelError(
-                f"Model '{spec.name}' was found neither as a local folder nor on the model hub "
-                f"(the hub may be unreachable from this machine). Built-in models: "
-                f"{', '.join(BUILTIN_MODELS)}. Details: {_first_line(exc)}"
-            ) from exc
         raise ModelError(
             f"Cannot read the config of model '{spec.name}': {_first_line(exc)}"
         ) from exc

@@ -158,7 +158,10 @@ class TwoNodes:
 def start_two_nodes(temp_dir: Path, num_cpus: int = 1) -> TwoNodes:
     """`TwoNodes` in ``temp_dir``, once both nodes are up."""
     token = secrets.token_hex(16)
-    env = token_env(token, **{LOOPBACK_ENV: "0", "RAY_USAGE_STATS_ENABLED": "0"})
+    # RAY_TMPDIR: where `Cluster` writes its address (ray/ray_current_cluster), the test's folder
+    # rather than the machine's, where a plain ray.init() would find this test's cluster.
+    extra = {LOOPBACK_ENV: "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(temp_dir)}
+    env = token_env(token, **extra)
     env.pop("RAY_ADDRESS", None)
     command = [sys.executable, str(Path(__file__)), str(temp_dir), str(num_cpus)]
     helper = subprocess.Popen(
@@ -177,10 +180,13 @@ def main(argv: list[str]) -> None:
     """``python tests/ray_head_node.py TEMP_DIR NUM_CPUS``: build `TwoNodes`' cluster, print its
     address, worker node id and worker raylet pid as one JSON line, and hold it until stdin
     closes."""
+    from ray._common.utils import get_default_ray_temp_dir
     from ray._private import ray_constants
     from ray.cluster_utils import Cluster
 
     temp_dir, num_cpus = argv[0], int(argv[1])
+    # Every node's files go to temp_dir, so nothing creates the folder of the address file.
+    Path(get_default_ray_temp_dir()).mkdir(parents=True, exist_ok=True)
     common = {"node_ip_address": "127.0.0.1", "num_cpus": num_cpus, "num_gpus": 0}
     head_node_args = {**common, "temp_dir": temp_dir, "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args=head_node_args)

@@ -99,3 +99,11 @@ def test_tunescope_app_without_the_dashboard_is_one_clear_error(tmp_path, monkey
         main(["info", "--no-such-flag"])
     assert stop.value.code == 2
     assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
+def test_the_test_command_reports_the_slowest_tests():
+    """``./tasks.sh test`` (and so CI) ends with pytest's list of the slowest tests."""
+    tasks = (ROOT / "tasks.sh").read_text()
+    test_task = tasks.split("\n  test)\n", 1)[1].split(";;", 1)[0]
+    (call,) = [line for line in test_task.splitlines() if " -m pytest " in line]
+    assert re.search(r"--durations=\d+", call), call

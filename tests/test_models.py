@@ -6,7 +6,9 @@ import transformers as tf
 
 from analysis.config import ModelError, ModelSpec
 from analysis.models import (
+    HUB_TIMEOUT_S,
     LAYER_PARTS,
+    OFFLINE_ENV,
     check_family,
     encoder_layers,
     layer_modules,
@@ -117,16 +119,65 @@ def test_tokenizer_model_mismatch(tmp_path, tiny_bert_dir):
         load_model(ModelSpec(str(folder)))
 
 
-def test_unreachable_hub_id_names_the_model(monkeypatch):
-    import huggingface_hub.constants
+@pytest.mark.parametrize("variable", ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"])
+def test_a_hub_id_with_the_hub_off_is_refused_at_once(monkeypatch, capsys, variable):
+    """Not built in, not a folder, the hub off: one message, before anything is tried."""
+    import time
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time
-    with pytest.raises(
-        ModelError,
-        match=r"no-such-org/no-such-model.*neither as a local folder nor on the model hub",
-    ):
+    from tunescope.cli import main
+
+    for name in OFFLINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, "1")
+    started = time.perf_counter()
+    with pytest.raises(ModelError) as refused:
         load_model(ModelSpec("no-such-org/no-such-model"))
+    assert time.perf_counter() - started < 3.0  # (the hub client's imports, on a busy machine)
+    assert str(refused.value).startswith(
+        "Model 'no-such-org/no-such-model' is neither a built-in model nor a folder, and the "
+        "model hub is off (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE is set) with no copy of it in "
+        "this machine's hub cache. Built-in models: minilm, mpnet"
+    ), refused.value
+    assert main(["layers", "--model", "no-such-model-xyz", "--n", "40"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: Model 'no-such-model-xyz' is neither a built-in"), err
+    assert "the model hub is off" in err[-1]
+
+
+SILENT_HUB = """
+import time
+from analysis.config import ModelError, ModelSpec
+from analysis.models import load_model
+started = time.perf_counter()
+try:
+    load_model(ModelSpec("no-such-model-xyz"))
+except ModelError as exc:
+    print(f"{time.perf_counter() - started:.2f}")
+    print(exc)
+"""
+
+
+def test_a_hub_id_is_looked_up_once_within_a_bounded_time(tmp_path):
+    """The hub allowed but silent (a closed port on loopback): one look-up, no retries (the hub
+    client's own retries waited about 25 s here), then one message naming the hub."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in OFFLINE_ENV}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    done = subprocess.run(
+        [sys.executable, "-c", SILENT_HUB], cwd=Path(__file__).resolve().parent.parent,
+        env=env, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    seconds, message = done.stdout.strip().splitlines()[-2:]
+    assert float(seconds) < 5.0, done.stdout + done.stderr
+    assert message.startswith(
+        "Model 'no-such-model-xyz' is neither a built-in model nor a folder, and the model hub "
+        f"(http://127.0.0.1:9) could not say within {HUB_TIMEOUT_S:g} s whether it has it ("
+    ), message
+    assert "Retrying" not in done.stderr, done.stderr
 
 
 RACE = """

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
+from analysis.words import counted
+
 if TYPE_CHECKING:
     from analysis.runs.db import RunsDB
 
@@ -39,7 +41,7 @@ def cancel_rest(
                   args=(sure,))  # fmt: skip
         return
     st.warning(
-        f"Cancel {n_queued} queued run(s) and stop {n_running} running one(s) at their next "
+        f"Cancel {counted(n_queued, 'queued run')} and stop {counted(n_running, 'running one')} at their next "
         "step? Finished runs, their results and curves stay.",
         icon=":material/cancel:",
     )

@@ -93,9 +93,18 @@ def upload_value(path: Path | str) -> str | None:
     return f"{UPLOAD_PREFIX}{rel.as_posix()}" if len(rel.parts) == 2 else None
 
 
+def names_upload(value: str) -> bool:
+    """Whether typed text names the upload entry: "upload a file", in any case, with or without
+    its dots."""
+    return value.strip().rstrip(".…").strip().casefold() == UPLOAD.rstrip("…").casefold()
+
+
 def normalised(value: str) -> str:
     """A typed path to a file of the data folder, as its path relative to that folder
-    (``data/amazon.csv`` → ``amazon.csv``); anything else unchanged."""
+    (``data/amazon.csv`` → ``amazon.csv``); the upload entry's words, as the entry; anything
+    else unchanged."""
+    if value and names_upload(value):
+        return UPLOAD
     if not value or named(value) or value == UPLOAD or value.startswith(UPLOAD_PREFIX):
         return value
     relative = relative_to_data(resolve_typed(value))

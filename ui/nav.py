@@ -9,6 +9,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from analysis.words import counted
+
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"  # app.py and views/
 
 
@@ -108,6 +110,6 @@ def lesson_link() -> None:
         return
     st.markdown(
         f'<a href="{lesson.link(1)}" target="_self">▶ Take the lesson: {lesson.title}</a> '
-        f"({len(lesson)} steps; a teacher presents it from the **Lessons** page)",
+        f"({counted(len(lesson), 'step')}; a teacher presents it from the **Lessons** page)",
         unsafe_allow_html=True,
     )

@@ -29,6 +29,7 @@ from ui.datasets import (
     file_columns,
     fitted_sample,
     named,
+    names_upload,
     normalised,
     option_label,
     save_upload,
@@ -246,6 +247,7 @@ def render_sidebar() -> None:
     )  # fmt: skip
     model = st.session_state.get("model") or ""
     if model and model not in BUILTIN_MODELS and model != default_model():
+        _hub_note(side, model)
         side.checkbox(
             "Trust the model's own code", key=_trust_key(model),
             help="Runs Python code shipped with the model. Only for models you trust; never "
@@ -254,6 +256,9 @@ def render_sidebar() -> None:
         if st.session_state.get(_trust_key(model)):
             side.warning("trust_remote_code is on: the model's own code will run.")
 
+    typed = st.session_state.get("data")
+    if isinstance(typed, str) and typed != UPLOAD and names_upload(typed):
+        st.session_state["data"] = UPLOAD  # the entry's words typed: the entry, not a file
     options = _data_options()
     side.selectbox(
         "Dataset", options, index=options.index(default_data()) if default_data() in options else 0,
@@ -286,6 +291,24 @@ def render_sidebar() -> None:
                help=help_of(ExtractConfig, "pooling"))  # fmt: skip
     side.number_input("Max length (tokens)", value=128, step=8, key="max_length", bind=links.BIND)
     _inline_error(side, _max_length)
+
+
+def _hub_note(side, model: str) -> None:
+    """A hub id, the hub allowed: say that it is looked for there (with the hub off, the page
+    says at once why it cannot load)."""
+    from analysis.models import HUB_TIMEOUT_S, hub_endpoint, hub_offline, resolve_source
+
+    if looks_like_path(model) or hub_offline():
+        return
+    try:
+        if resolve_source(model)[1] != "hub":
+            return
+    except ValueError:
+        return  # the page says why
+    side.info(
+        f"'{model}' is neither a built-in model nor a folder: it is looked for on the model hub "
+        f"({hub_endpoint()}), which has {HUB_TIMEOUT_S:g} s to answer."
+    )
 
 
 def _inline_error(side, check) -> None:

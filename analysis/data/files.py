@@ -15,7 +15,14 @@ import pandas as pd
 
 from analysis.config import DataSpec
 from analysis.data.builtin import BUILTIN_DATA, GLUE_DATA
-from analysis.data.parts import DataError, TaskData, clean_texts, fingerprint, split_rows
+from analysis.data.parts import (
+    DataError,
+    TaskData,
+    clean_texts,
+    fingerprint,
+    small_part_warnings,
+    split_rows,
+)
 
 MAX_FILE_BYTES = 200 * 1_000_000
 MAX_FILE_ENV = "TUNESCOPE_MAX_FILE_MB"
@@ -326,13 +333,15 @@ def task_from_bytes(spec: DataSpec, raw: bytes, path: Path) -> TaskData:
     elif np.all(labels == labels[0]):
         raise DataError(f"Label column {label_col!r} has the same value on every row.")
 
+    parts = split_rows(frame, stratify=task_type == "classification", seed=spec.split_seed)
+    metric = "accuracy" if task_type == "classification" else "spearman"
     return TaskData(
         spec=spec,
         title=path.name,
-        parts=split_rows(frame, stratify=task_type == "classification", seed=spec.split_seed),
+        parts=parts,
         label_names=label_names,
         task_type=task_type,
-        metric="accuracy" if task_type == "classification" else "spearman",
+        metric=metric,
         fingerprint=fingerprint(
             hashlib.sha256(raw).hexdigest(),
             path.suffix.lower(),
@@ -342,5 +351,5 @@ def task_from_bytes(spec: DataSpec, raw: bytes, path: Path) -> TaskData:
             spec.split_seed,
         ),
         notes=tuple(notes),
-        warnings=tuple(column_warnings),
+        warnings=(*column_warnings, *small_part_warnings(parts, metric)),
     )

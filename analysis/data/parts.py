@@ -17,6 +17,8 @@ DATA_VERSION = "1"
 
 DEV_SHARE = 0.1
 TEST_SHARE = 0.1
+# Below this many examples one dev or test example moves the accuracy by more than a point.
+SMALL_PART = 100
 
 
 class DataError(ValueError):
@@ -107,6 +109,25 @@ def split_rows(frame: pd.DataFrame, stratify: bool, seed: int) -> dict[str, pd.D
             "the 80/10/10 split needs about 10 examples of each class."
         )
     return {name: tidy(frame.iloc[rows]) for name, rows in parts.items()}
+
+
+def small_part_warnings(parts: dict[str, pd.DataFrame], metric: str) -> tuple[str, ...]:
+    """A warning when the dev or test part is under `SMALL_PART` examples: its accuracy moves in
+    steps of 100 / n points (one example), coarser than the differences the runs are judged by."""
+    small = {name: len(parts[name]) for name in ("dev", "test") if len(parts[name]) < SMALL_PART}
+    if metric != "accuracy" or not small:
+        return ()
+    names = " and ".join(small)
+    sizes = sorted(set(small.values()))
+    held = (f"{sizes[0]:,} examples" + (" each" if len(small) > 1 else "") if len(sizes) == 1
+            else " and ".join(f"{n:,}" for n in small.values()) + " examples")  # fmt: skip
+    steps = " and ".join(f"{100 / n:.3g}" for n in sizes)
+    return (
+        f"The {names} {'parts hold' if len(small) > 1 else 'part holds'} only {held}: accuracy "
+        f"on {'them' if len(small) > 1 else 'it'} moves in steps of {steps} points (100 / n: one "
+        "example), so a difference of a few such steps between runs is noise. A file with more "
+        "rows gives finer scores.",
+    )
 
 
 def tidy(frame: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from analysis.io import atomic_write_json, atomic_write_text, parse_json, read_json
+from analysis.words import counted
 
 FORMAT = 1
 BUILTIN = Path(__file__).resolve().parent / "builtin"
@@ -125,7 +126,8 @@ class Lesson:
         """Step ``number``, counted from 1 as the bar shows it."""
         if not 1 <= number <= len(self.steps):
             raise ValueError(
-                f"The lesson '{self.title}' has {len(self.steps)} step(s); there is no step {number}."
+                f"The lesson '{self.title}' has {counted(len(self.steps), 'step')}; there is no step "
+                f"{number}."
             )
         return self.steps[number - 1]
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from analysis.progress import Progress, no_progress
+from analysis.words import counted
 from analysis.workspace import Workspace
 
 
@@ -60,7 +61,7 @@ class LessonRuns:
             if missing:
                 hit = False
                 seconds, _ = claims.estimate_seconds(missing, runs)
-                self.say(f"queueing {len(missing)} fine-tuning run(s)"
+                self.say(f"queueing {counted(len(missing), 'fine-tuning run')}"
                          + ("" if seconds is None else f", about {seconds / 60:.0f} min of training"))  # fmt: skip
                 claims.queue_runs(db, missing, f"lesson-{int(time.time())}")
                 queued.update(p.key for p in missing)

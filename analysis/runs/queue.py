@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from analysis.runs.record import setting_key
 from analysis.runs.records import run_label
 from analysis.runs.schema import RunNotFound, RunsFile, row_dict
+from analysis.words import counted
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -69,7 +70,7 @@ class Cancelled:
 
     def describe(self) -> str:
         return (
-            f"{len(self.cancelled)} queued run(s) cancelled, {len(self.stopping)} running asked "
+            f"{counted(len(self.cancelled), 'queued run')} cancelled, {len(self.stopping)} running asked "
             f"to stop at their next step, {len(self.finished)} finished left alone"
         )
 

@@ -79,6 +79,7 @@ from analysis.runs.ray_cluster import (
     terminate_at_once,
 )
 from analysis.runs.record import Run
+from analysis.words import counted
 
 if TYPE_CHECKING:
     from analysis.finetune.config import FinetuneConfig
@@ -225,15 +226,16 @@ class ClusterInfo:
         return min(self.slots, self._runs_in(self.free_cpus, self.free_gpus or 0.0) + held)
 
     def per_run(self) -> str:
-        return "one GPU each" if self.gpus >= 1 else f"{self.cpus_per_run} CPU(s) each"
+        return "one GPU each" if self.gpus >= 1 else f"{counted(self.cpus_per_run, 'CPU')} each"
 
     def describe(self) -> str:
         where = (
             "a local Ray cluster on this machine" if self.address == LOCAL_CLUSTER else self.address
         )
         return (
-            f"{where}: {self.nodes} node(s), {self.cpus:g} CPUs, {self.gpus:g} GPUs → "
-            f"trains {self.slots} run(s) at once ({self.per_run()})"
+            f"{where}: {counted(self.nodes, 'node')}, {counted(self.cpus, 'CPU')}, "
+            f"{counted(self.gpus, 'GPU')} → trains {counted(self.slots, 'run')} at once "
+            f"({self.per_run()})"
         )
 
     def check(self) -> None:

@@ -312,7 +312,7 @@ class RunRecords(RunsFile):
             ).fetchall()
             if crowded:
                 raise ValueError(
-                    f"At most {MAX_TAGS} tags per run: run(s) {', '.join(r for (r,) in crowded)} "
+                    f"At most {MAX_TAGS} tags per run: runs {', '.join(r for (r,) in crowded)} "
                     "would carry more; remove some of their tags first."
                 )
         return chosen
@@ -364,8 +364,9 @@ class RunRecords(RunsFile):
         users = self._runs_using(run_id, folders)
         if users:
             raise ValueError(
-                f"Run(s) {', '.join(users)} still need the files of run {run_id} (they train in its "
-                "subspace or zero weights listed there): wait for them or cancel them first."
+                f"{'Run' if len(users) == 1 else 'Runs'} {', '.join(users)} still "
+                f"{'needs' if len(users) == 1 else 'need'} the files of run {run_id} (they train in "
+                "its subspace or zero weights listed there): wait for them or cancel them first."
             )
         return folders
 

@@ -32,6 +32,7 @@ from analysis.runs.db import RunsDB
 from analysis.runs.record import Run, runs_of, setting_digest, setting_key
 from analysis.runs.records import RESULT_COLUMNS, run_label
 from analysis.strategies import family_of, n_tuned_layers
+from analysis.words import counted
 
 # What makes two runs' costs and scores comparable across methods: the same task and budget.
 BUDGET = ("model", "data", "steps", "batch_size", "max_length", "n_train", "n_eval",
@@ -366,14 +367,17 @@ def estimate_step_time(
     done = done[pd.to_numeric(done["step_time_s"], errors="coerce").notna()]
     candidates = []
     if label is not None:
-        candidates.append((f"earlier run(s) of {label}", done[done["label"] == label]))
-    candidates.append((f"earlier {method} run(s)", done[done["method"] == method]))
-    candidates.append(("earlier run(s) of other methods on this model", done))
-    for what, subset in candidates:
+        candidates.append(
+            ("earlier run", "earlier runs", f" of {label}", done[done["label"] == label])
+        )
+    candidates.append(
+        (f"earlier {method} run", f"earlier {method} runs", "", done[done["method"] == method])
+    )
+    candidates.append(("earlier run", "earlier runs", " of other methods on this model", done))
+    for one, many, of, subset in candidates:
         if not subset.empty:
-            return float(
-                subset["step_time_s"].median()
-            ), f"measured: median of {len(subset)} {what}"
+            median = float(subset["step_time_s"].median())
+            return median, f"measured: median of {counted(len(subset), one, many)}{of}"
     return None, "no earlier run of this model"
 
 

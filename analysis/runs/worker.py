@@ -49,6 +49,7 @@ from analysis.runs.ray_executor import (
     write_status,
 )
 from analysis.runs.record import Run
+from analysis.words import counted
 from analysis.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -380,7 +381,8 @@ def start_workers(
         workers, threads = cpu_packing(n_params, workers=choice.cpu_workers)
         pids = ensure_workers(root, idle_timeout, (workers, threads))
         if workers > 1:
-            return f"{workers} CPU workers × {threads} thread(s), pids {', '.join(map(str, pids))}"
+            workers_words = f"{counted(workers, 'CPU worker')} × {counted(threads, 'thread')}"
+            return f"{workers_words}, pids {', '.join(map(str, pids))}"
     else:
         pids = ensure_workers(root, idle_timeout)
     return f"worker pid {', '.join(map(str, pids))}"
@@ -524,7 +526,7 @@ def serve(
         if runner is not None:
             runner.close()
         lock.release()
-        _log(f"exiting after {ran} run(s)")
+        _log(f"exiting after {counted(ran, 'run')}")
     return ran
 
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from analysis.io import atomic_save_tensors, atomic_write_json
 from analysis.models import LAYER_PARTS
+from analysis.words import counted
 
 FORMAT = "tunescope-trajectory"
 FORMAT_VERSION = 1
@@ -320,8 +321,8 @@ def open_trajectory(folder: Path | str) -> Trajectory:
     snaps = index.get("snapshots", [])
     if len(snaps) < 2:
         raise TrajectoryError(
-            f"The trajectory in {folder} has {len(snaps)} snapshot(s); the SVD needs θ_0 and at "
-            "least one trained snapshot (train longer or record more often)."
+            f"The trajectory in {folder} has {counted(len(snaps), 'snapshot')}; the SVD needs θ_0 "
+            "and at least one trained snapshot (train longer or record more often)."
         )
     for snap in snaps:
         if not (folder / snap["file"]).is_file():

@@ -214,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(args.logs.glob("*.log")):
         today = dt.date.today().isoformat()
         recorded = record(args.logs, data, limit_gflops(), machine(), today, commit())
-        print(f"recorded the last line of {len(recorded)} benchmark(s): {', '.join(recorded)}")
+        which = "benchmark" if len(recorded) == 1 else "benchmarks"
+        print(f"recorded the last line of {len(recorded)} {which}: {', '.join(recorded)}")
     args.data.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     args.page.write_text(render(data, args.bench), encoding="utf-8")
     print(f"wrote {args.page}")

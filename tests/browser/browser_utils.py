@@ -32,6 +32,22 @@ def wait_idle(pg, timeout_s: float = 120) -> None:
     raise AssertionError("the app kept running past the timeout")
 
 
+CUT = """selector => [...document.querySelectorAll(selector)].flatMap(box =>
+  [...box.querySelectorAll('*')].filter(e => (e.tagName === 'INPUT'
+    || getComputedStyle(e).textOverflow === 'ellipsis') && e.scrollWidth > e.clientWidth + 1
+  ).map(e => (e.tagName === 'INPUT' ? e.value : e.textContent).trim()).filter(text => text))"""
+# Debian's default sans-serif, wider than the app's own font: what a page shows where that font
+# does not apply (icons keep theirs).
+FALLBACK_FONT = """[data-testid="stMain"] :is(p, div, span, label, input):not(
+  [data-testid="stIconMaterial"]) { font-family: "DejaVu Sans", sans-serif !important; }"""
+
+
+def cut_texts(pg, selector: str = '[data-testid="stMain"]') -> list[str]:
+    """Texts inside the elements of ``selector`` that the browser cuts with an ellipsis (their
+    rendered width is more than their box's)."""
+    return pg.evaluate(CUT, selector)
+
+
 def goto_page(pg, title: str) -> None:
     pg.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
     wait_idle(pg)

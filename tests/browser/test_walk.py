@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_utils import assert_no_exception, goto_page, screenshot_for_docs, wait_idle
+from browser_utils import (
+    FALLBACK_FONT,
+    assert_no_exception,
+    cut_texts,
+    goto_page,
+    screenshot_for_docs,
+    wait_idle,
+)
 from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
@@ -14,13 +21,13 @@ CHART = '[data-testid="stPlotlyChart"]'
 
 
 def test_home_then_data_page(page):
-    assert "tunescope" in page.locator("h1").first.inner_text()
+    expect(page.locator("h1").first).to_contain_text("tunescope")
     assert_no_exception(page)
     screenshot_for_docs(page, "home")
     goto_page(page, "Data")
     assert_no_exception(page)
     expect(page.locator(CHART).nth(1)).to_be_visible(timeout=60_000)  # at least two figures
-    assert page.locator('[data-testid="stMetric"]').count() >= 3
+    expect(page.locator('[data-testid="stMetric"]').nth(2)).to_be_visible()  # at least three
     screenshot_for_docs(page, "data")
 
 
@@ -28,7 +35,7 @@ def test_layers_metrics_and_layer_slider(page):
     goto_page(page, "Layers")
     expect(page.locator(CHART).first).to_be_visible(timeout=180_000)
     assert_no_exception(page)
-    assert page.get_by_text("ℓ*").count() > 0
+    expect(page.get_by_text("ℓ*").first).to_be_visible()
     screenshot_for_docs(page, "layers")
     page.get_by_role("tab", name="Layer picture").click()
     slider = page.get_by_role("slider").first
@@ -39,7 +46,7 @@ def test_layers_metrics_and_layer_slider(page):
     wait_idle(page)
     expect(page.get_by_role("slider").first).not_to_have_attribute("aria-valuenow", before or "")
     assert_no_exception(page)
-    assert page.locator(CHART).count() >= 1  # the layer picture
+    expect(page.locator(CHART).first).to_be_visible(timeout=60_000)  # the layer picture
 
 
 def test_heads_heatmap(page):
@@ -49,7 +56,26 @@ def test_heads_heatmap(page):
     assert_no_exception(page)
     heatmaps = page.locator(f"{CHART} .heatmaplayer")
     expect(heatmaps.first).to_be_attached(timeout=30_000)
+
     screenshot_for_docs(page, "heads")
+
+
+def test_heads_form_and_figures_read_whole_at_1400_px(page):
+    """Every label and choice of the Heads form and its numbers reads whole at 1,400 px, in the
+    app's font and in a wider fallback one, with the longest selector chosen."""
+    goto_page(page, "Heads")
+    shown = '[data-testid="stForm"], [data-testid="stMetric"]'
+    expect(page.locator('[data-testid="stMetric"]').nth(3)).to_be_visible(timeout=300_000)
+    selector = page.locator('[data-testid="stSelectbox"]').filter(has_text="selector").first
+    selector.locator("input").first.click()
+    page.get_by_role("option", name="w/o info: top-k total correlation", exact=True).click()
+    expect(selector.locator("input").first).to_have_value("w/o info: top-k total correlation")
+    assert cut_texts(page, shown) == []
+    page.add_style_tag(content=FALLBACK_FONT)
+    expect(page.locator("label", has_text="selector").first).to_have_css(
+        "font-family", re.compile("DejaVu Sans")
+    )
+    assert cut_texts(page, shown) == []
 
 
 def _fill(page, label: str, value: str) -> None:

@@ -28,9 +28,10 @@ def sidebar_select(page, label: str):
     return page.locator(f'{SIDEBAR} [data-testid="stSelectbox"]').filter(has_text=label).first
 
 
-def shown(page, label: str) -> str:
-    """What the sidebar picker ``label`` shows (a picker is a combo box: its input's value)."""
-    return sidebar_select(page, label).locator("input").first.input_value()
+def dataset_box(page):
+    """The sidebar's Dataset picker's input (a picker is a combo box: what it shows is the
+    input's value)."""
+    return sidebar_select(page, "Dataset").locator("input").first
 
 
 def choose(page, label: str, option: str) -> None:
@@ -57,9 +58,9 @@ def test_a_copied_link_reproduces_the_view_in_a_new_browser(browser, server):
     try:
         expect(page.locator(CHART).first).to_be_visible(timeout=180_000)
         assert_no_exception(page)
-        assert "trec6" in shown(page, "Dataset")
-        assert page.get_by_role("spinbutton", name="N examples").input_value() == "500"
-        assert query(page)["data"] == ["trec6"]
+        expect(dataset_box(page)).to_have_value(re.compile("trec6"))
+        expect(page.get_by_role("spinbutton", name="N examples")).to_have_value("500")
+        page.wait_for_url(re.compile(r"[?&]data=trec6(&|$)"))  # in the link
         copied = page.evaluate("location.href")
     finally:
         context.close()
@@ -67,10 +68,8 @@ def test_a_copied_link_reproduces_the_view_in_a_new_browser(browser, server):
     try:
         assert "/layers" in page.evaluate("location.href")
         expect(page.locator(CHART).first).to_be_visible(timeout=60_000)
-        wait_for(
-            lambda: "trec6" in shown(page, "Dataset"), 30, f"trec6 in {shown(page, 'Dataset')!r}"
-        )
-        assert page.get_by_role("spinbutton", name="N examples").input_value() == "500"
+        expect(dataset_box(page)).to_have_value(re.compile("trec6"))
+        expect(page.get_by_role("spinbutton", name="N examples")).to_have_value("500")
     finally:
         context.close()
 
@@ -83,7 +82,7 @@ def test_l_star_of_one_data_set_is_never_offered_for_another(page):
     choose(page, "Dataset", "trec6")
     assert_no_exception(page)
     expect(page.get_by_text("No ℓ* found yet for this model, data and sample")).to_be_visible()
-    assert page.get_by_text("from the Layers analysis (lowest ν)").count() == 0
+    expect(page.get_by_text("from the Layers analysis (lowest ν)")).to_have_count(0)
 
 
 def _trajectory_run(seed: int) -> FinetuneConfig:
@@ -102,7 +101,7 @@ def test_a_pinned_subspace_run_stays_while_another_run_finishes(page, server):
     goto_page(page, "Subspaces")
     picker = page.get_by_role("combobox", name="Trajectory run")
     expect(picker).to_have_value(re.compile(first), timeout=120_000)
-    assert query(page)["run"] == [first]  # in the link
+    page.wait_for_url(re.compile(rf"[?&]run={re.escape(first)}(&|$)"))  # in the link
 
     second = db.enqueue(_trajectory_run(seed=1))
     ensure_workers(server["cache"], idle_timeout=30)
@@ -126,13 +125,20 @@ def test_an_upload_is_known_by_its_file_name(page, tmp_path):
     upload = tmp_path / "my reviews.csv"
     upload.write_text("\n".join(lines) + "\n")
     goto_page(page, "Data")
-    choose(page, "Dataset", "upload a file…")
+    box = dataset_box(page)  # the entry's words typed (not picked) choose the entry too
+    box.click()
+    box.fill("upload a file")
+    box.press("Enter")
+    wait_idle(page)
     expect(page.get_by_text("Upload a CSV, TSV, JSON lines or Parquet file").first).to_be_visible()
+    expect(box).to_have_value("upload a file…")
+    expect(page.get_by_text("Unknown data set")).to_have_count(0)
     page.locator(f'{SIDEBAR} input[type="file"]').set_input_files(str(upload))
     wait_idle(page, timeout_s=120)
     assert_no_exception(page)
     expect(page.locator("h3", has_text="my reviews.csv").first).to_be_visible(timeout=60_000)
-    assert "my reviews.csv (uploaded)" in shown(page, "Dataset")
+    expect(dataset_box(page)).to_have_value(re.compile(re.escape("my reviews.csv (uploaded)")))
+    page.wait_for_url(re.compile(r"[?&]data=upload"))
     data = query(page)["data"][0]
     assert data.startswith("upload:") and data.endswith("/my reviews.csv")
     goto_page(page, "Runs")

@@ -14,7 +14,12 @@ from playwright.sync_api import expect
 from tiny import make_tiny_model_dir
 
 pytestmark = pytest.mark.browser
-TABLE = '[data-testid="stDataFrame"]'
+TABLE = '[data-testid="stTable"]'
+# What a table cuts: the table wider than its box (sideways scrolling), or a cell's text.
+CUT = """[...document.querySelectorAll('[data-testid="stTable"]')].flatMap(box => [
+  ...(box.scrollWidth > box.clientWidth ? ['the table scrolls sideways'] : []),
+  ...[...box.querySelectorAll('td, th')].filter(c => c.scrollWidth > c.clientWidth)
+       .map(c => c.textContent)])"""
 SMALL = {"steps per run": "2"}  # and the default 3 seeds per arm
 MORE = {"batch size": "8", "train examples (0: all)": "32", "dev / test examples": "24",
         "dev score every k steps": "2", "bootstrap repeats (ℓ* counts)": "2",
@@ -57,12 +62,13 @@ def test_recommend_test_these_fills_the_table_and_the_report_opens_offline(page,
     for label, value in MORE.items():
         _fill(page, label, value)
     page.get_by_role("button", name="Apply").click()
-    test_these = page.get_by_role("button", name=re.compile(r"Test these \(\d+ runs to queue\)"))
+    test_these = page.get_by_role("button", name=re.compile(r"Test these \(\d+ runs? to queue\)"))
     expect(test_these).to_be_visible(timeout=300_000)  # analyses and timed steps first
     assert_no_exception(page)
     candidates = page.locator(TABLE).first
     expect(candidates).to_contain_text("PageRank heads")
     expect(candidates).to_contain_text("BitFit")
+    assert page.evaluate(CUT) == []  # "trains" and "evidence" wrap
     test_these.click()
     expect(page.get_by_text(re.compile(r"Queued \d+ run"))).to_be_visible(timeout=60_000)
     expect(page.get_by_text(re.compile(r"(\d+) of \1 runs done"))).to_be_visible(timeout=600_000)
@@ -71,6 +77,7 @@ def test_recommend_test_these_fills_the_table_and_the_report_opens_offline(page,
     expect(comparison.first).to_contain_text("full fine-tuning")
     expect(comparison.first).to_contain_text("EVA LoRA")
     expect(comparison.first).to_contain_text("3")  # n_seeds: the default 3 per arm
+    assert page.evaluate(CUT) == []
     assert_no_exception(page)
     screenshot_for_docs(page, "recommend")
     with page.expect_download(timeout=120_000) as download:

@@ -141,7 +141,7 @@ def test_prune_removes_what_can_be_recomputed_and_keeps_what_is_in_use(workspace
     assert main(["cache", "prune", "--cache", str(ws.root)]) == 0
     out = capsys.readouterr().out
     assert "removed      states" in out and "kept         states" in out
-    assert out.splitlines()[-1] == "removed 4 item(s), 1.0 MB; kept 2"
+    assert out.splitlines()[-1] == "removed 4 items, 1.0 MB; kept 2"
     left = {i["kind"] for i in listing(ws, capsys)["items"]}
     assert left == {"states", "partial", "trajectories", "uploads", "database"}
     assert paths["newer"].is_dir() and not paths["states"].exists() and paths["fresh"].is_dir()
@@ -205,4 +205,4 @@ def test_an_entry_of_a_kind_added_later_is_listed_and_pruned_like_the_others(tmp
     DiskCache(ws.root).save("recommend", {"model": {"name": "m"}}, {"x": torch.ones(3)})
     assert [(i["kind"], i["model"]) for i in listing(ws, capsys)["items"]] == [("recommend", "m")]
     assert main(["cache", "prune", "--cache", str(ws.root), "--kind", "recommend"]) == 0
-    assert "removed 1 item(s)" in capsys.readouterr().out and listing(ws, capsys)["items"] == []
+    assert "removed 1 item," in capsys.readouterr().out and listing(ws, capsys)["items"] == []

@@ -46,7 +46,7 @@ def test_claims_cli_measures_queues_waits_and_reports(tiny_bert_dir, tmp_path, c
     runs = RunsDB().list_runs()
     assert set(runs["status"]) == {"done"} and len(runs) == 4 + 1 + 4  # + the trajectory run
     said = capsys.readouterr().err  # what _drive says goes to stderr (stdout: the JSON, with -)
-    assert "queueing 5 run(s)" in said and "disable experiment" in said
+    assert "queueing 5 runs" in said and "disable experiment" in said
     text = report.read_text()
     assert "| X1 |" in text and "## S2" in text and "claims-H1.html" in text
     assert (report.parent / "claims-H1.html").is_file()
@@ -108,8 +108,8 @@ def test_drive_says_what_it_does_on_stderr_only(tmp_path, capsys, monkeypatch):
     assert command._drive(db, cfg, None, "s", None, wait=True, poll=0.0) == planned
     out, err = capsys.readouterr()
     assert out == ""
-    assert "disable experiment: 7 outlier weights" in err and "queueing 1 run(s)" in err
-    assert "waiting for 1 run(s)" in err
+    assert "disable experiment: 7 outlier weights" in err and "queueing 1 run" in err
+    assert "waiting for 1 run" in err
 
 
 def test_every_flag_default_and_help_is_the_configs():

@@ -20,14 +20,14 @@ def test_the_rest_of_a_sweep_and_several_ids(capsys):
     db.claim_next(worker_pid=1)  # pid 1 is alive: never reaped
     assert main(["runs", "cancel", "--sweep", "sweep-1"]) == 0
     assert capsys.readouterr().out == (
-        "3 queued run(s) cancelled, 1 running asked to stop at their next step, "
+        "3 queued runs cancelled, 1 running asked to stop at their next step, "
         "1 finished left alone\n"
     )
     assert [db.get_run(i)["status"] for i in queued] == ["cancelled"] * 3
     assert db.cancel_requested(running) and db.get_run(done)["result"] == {"score": 0.5}
 
     assert main(["runs", "cancel", others[0], others[1][-6:]]) == 0
-    assert capsys.readouterr().out.startswith("2 queued run(s) cancelled, 0 running")
+    assert capsys.readouterr().out.startswith("2 queued runs cancelled, 0 running")
     assert db.get_run(others[2])["status"] == "queued"
 
 

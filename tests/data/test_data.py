@@ -1,6 +1,7 @@
 import csv
 import importlib.metadata
 import json
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -287,7 +288,7 @@ def test_texts_like_na_stay_and_numbers_become_text(tmp_path):
 
 def test_a_text_column_of_numbers_is_warned_about(tmp_path):
     """Swapped columns (or an id column chosen as the text) load, with one warning."""
-    frame = labelled_frame({"a": 20, "b": 20}).assign(score=[f" {i * 0.5}" for i in range(40)])
+    frame = labelled_frame({"a": 500, "b": 500}).assign(score=[f" {i * 0.5}" for i in range(1000)])
     path = write_csv(tmp_path / "d.csv", frame)
     with pytest.warns(DataWarning, match=r"Column 'score', used as a text, holds only numbers"):
         data = load_data(DataSpec(str(path), text_col="score"))
@@ -695,3 +696,27 @@ def test_glue_offline_is_a_clear_error(monkeypatch):
     message = error_of(DataSpec("glue/rte"))
     assert "GLUE task 'rte'" in message and "dataset hub is unreachable" in message
     assert "Local files and the built-in data sets" in message
+
+
+@pytest.mark.parametrize(
+    "counts, said",
+    [
+        ({"a": 20, "b": 20}, "The dev and test parts hold only 4 examples each: accuracy on them "
+         "moves in steps of 25 points (100 / n: one example)"),
+        ({"a": 450, "b": 450}, "The dev and test parts hold only 90 examples each: accuracy on "
+         "them moves in steps of 1.11 points"),
+        ({"a": 500, "b": 500}, None),  # 100 examples each: a point per example
+    ],
+)  # fmt: skip
+def test_small_dev_and_test_parts_are_warned_with_their_step(tmp_path, counts, said):
+    """A 40-row file holds out 4 dev and 4 test examples: its scores move in 25-point steps."""
+    path = write_csv(tmp_path / "small.csv", labelled_frame(counts))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = load_data(DataSpec(str(path)))
+    if said is None:
+        assert data.warnings == () and not caught
+    else:
+        (warning,) = data.warnings
+        assert warning.startswith(said), warning
+        assert [str(w.message) for w in caught if w.category is DataWarning] == [warning]

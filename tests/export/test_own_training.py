@@ -139,4 +139,4 @@ def test_the_tutorials_script_trains_without_tunescope(tmp_path, tiny_bert_dir, 
     at = make_app(tiny_bert_dir, monkeypatch, data="movie-snippets")
     at.switch_page("views/finetune.py").run()
     assert not errors(at)
-    assert any("1 finished run(s) in 1 run group(s)" in c.value for c in at.caption)
+    assert any("1 finished run in 1 run group" in c.value for c in at.caption)

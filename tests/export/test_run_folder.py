@@ -335,7 +335,7 @@ def test_the_runs_page_imports_a_run_folder(tiny, tmp_path, monkeypatch):
     import_folder(tmp_path / "elsewhere")
     assert any("outside the folders this dashboard may read" in e for e in errors(at))
     import_folder(tmp_path / "done" / "out")  # the Trainer's output_dir
-    assert not errors(at) and "Imported 1 run(s)" in at.success[0].value
+    assert not errors(at) and "Imported 1 run" in at.success[0].value
     (run,) = RunsDB().list_runs().itertuples()
     assert run.status == "done" and "imported" in run.tags
     stored = RunsDB().get_run(run.id)["result"]

@@ -52,7 +52,7 @@ def test_the_rest_of_a_sweep_is_cancelled_in_one_transaction(db):
 
     assert outcome == Cancelled(tuple(queued), (running,), (done, failed))
     assert outcome.describe() == (
-        "3 queued run(s) cancelled, 1 running asked to stop at their next step, 2 finished left alone"
+        "3 queued runs cancelled, 1 running asked to stop at their next step, 2 finished left alone"
     )
     after = statuses(db)
     assert [after[i] for i in queued] == [("cancelled", 0)] * 3

@@ -357,7 +357,7 @@ def test_a_worker_that_sweep_started_says_its_last_word_after_losing_the_head_no
             if f"[worker {pid}] " in line
         ]
         assert said[-3:] == [
-            "exiting after 1 run(s)",
+            "exiting after 1 run",
             f"error: Lost the Ray cluster's head node at {cluster.address}: its runs in flight "
             "failed. The queued runs stay queued.",
             "exit status 2",

@@ -156,7 +156,7 @@ def test_sweep_and_finetune_through_the_cli_train_on_ray(
         assert run["result"]["config"]["data"]["name"] == str(data)  # as queued
         assert db.steps(run_id, kind="train")["step"].max() == 3
         assert sorted(db.steps(run_id, kind="dev")["step"].unique()) == [2, 3]
-    assert f"Ray cluster: {ray_cluster}: 1 node(s), 2 CPUs" in log.read_text()
+    assert f"Ray cluster: {ray_cluster}: 1 node, 2 CPUs" in log.read_text()
 
     out = tmp_path / "run.json"
     finetune = ["finetune", "--method", "layers", "--layers", "1,1,2", "--seed", "5"]
@@ -170,7 +170,7 @@ def test_sweep_and_finetune_through_the_cli_train_on_ray(
     wait_for(lambda: worker_pid(root, RAY) is None, what="the Ray worker to exit", log=log)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    assert "exiting after 3 run(s)" in log.read_text()
+    assert "exiting after 3 runs" in log.read_text()
 
 
 def test_a_run_on_ray_gives_the_same_numbers_as_the_local_executor(
@@ -337,7 +337,7 @@ def _closed_port() -> str:
 def test_probe_asks_the_cluster_from_another_process(ray_cluster):
     info = probe_cluster(ray_cluster, cpus_per_run=2)
     assert (info.address, info.nodes, info.cpus, info.gpus) == (ray_cluster, 1, 2.0, 0.0)
-    assert info.slots == 1 and "trains 1 run(s) at once (2 CPU(s) each)" in info.describe()
+    assert info.slots == 1 and "trains 1 run at once (2 CPUs each)" in info.describe()
 
 
 def test_a_run_needing_this_machine_fails_clearly_when_its_node_has_no_cpus(
@@ -433,7 +433,7 @@ def test_a_data_file_trains_from_its_shipped_bytes_alone(tmp_path, tiny_bert_dir
 def test_cluster_slots_resources_and_addresses(monkeypatch):
     assert ClusterInfo("a:1", 3, 48, 4).slots == 4  # one GPU per run
     assert ClusterInfo("a:1", 2, 16, 0, cpus_per_run=4).slots == 4
-    assert "trains 4 run(s) at once (one GPU each)" in ClusterInfo("a:1", 3, 48, 4).describe()
+    assert "trains 4 runs at once (one GPU each)" in ClusterInfo("a:1", 3, 48, 4).describe()
     with pytest.raises(RayUnavailable, match="fewer than the 4 CPUs"):
         ClusterInfo("a:1", 1, 2, 0, cpus_per_run=4).check()
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

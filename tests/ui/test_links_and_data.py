@@ -276,9 +276,7 @@ def test_an_upload_smaller_than_n_is_used_whole_with_a_note(tiny_bert_dir, monke
     assert "N = 48 (seed 0)" in at.caption[0].value
 
 
-def test_a_text_column_of_numbers_is_warned_in_the_sidebar_and_on_the_data_page(
-    tiny_bert_dir, monkeypatch
-):
+def test_a_text_column_of_numbers_is_warned_once_in_the_sidebar(tiny_bert_dir, monkeypatch):
     swapped = rows(60).assign(text=[str(i % 7) for i in range(60)])
     value = save_upload("swapped.csv", swapped.to_csv(index=False).encode())
     at = make_app(tiny_bert_dir, monkeypatch)
@@ -286,8 +284,8 @@ def test_a_text_column_of_numbers_is_warned_in_the_sidebar_and_on_the_data_page(
     open_page(at, "views/data.py")
     assert not errors(at)
     expected = "Column 'text', used as a text, holds only numbers (e.g. 0, 1, 2)"
-    assert [w.value for w in at.sidebar.warning if w.value.startswith(expected)]
-    assert [w.value for w in at.main.warning if w.value.startswith(expected)]
+    assert len([w.value for w in at.sidebar.warning if w.value.startswith(expected)]) == 1
+    assert not [w.value for w in at.main.warning if w.value.startswith(expected)]  # not twice
 
 
 def test_the_data_page_shows_the_caches_size_and_where_it_is(tiny_bert_dir, monkeypatch, tmp_path):
@@ -298,3 +296,72 @@ def test_the_data_page_shows_the_caches_size_and_where_it_is(tiny_bert_dir, monk
     line = next(c.value for c in at.caption if c.value.startswith("The cache folder"))
     assert f"The cache folder `{root}` holds 2.5 kB; its disk has " in line
     assert " free. `tunescope cache` lists" in line
+
+
+def test_a_hub_id_is_refused_at_once_with_the_hub_off(tiny_bert_dir, monkeypatch):
+    import time
+
+    from analysis.models import OFFLINE_ENV
+
+    for name in OFFLINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["model"] = "no-such-model-xyz"
+    at.run()
+    started = time.perf_counter()
+    at.switch_page("views/layers.py").run()
+    assert time.perf_counter() - started < 15  # (the hub client's retries alone waited 25 s)
+    (message,) = errors(at)
+    assert message.startswith("Model 'no-such-model-xyz' is neither a built-in model nor a "
+                              "folder, and the model hub is off"), message  # fmt: skip
+    assert not at.sidebar.info  # said once, on the page
+
+
+def test_a_hub_id_with_the_hub_allowed_is_said_to_be_looked_for_there(tiny_bert_dir, monkeypatch):
+    import huggingface_hub.constants
+
+    from analysis.models import OFFLINE_ENV
+
+    for name in OFFLINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # closed
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["model"] = "no-such-model-xyz"
+    at.run()
+    assert [i.value for i in at.sidebar.info] == [
+        "'no-such-model-xyz' is neither a built-in model nor a folder: it is looked for on the "
+        "model hub (http://127.0.0.1:9), which has 10 s to answer."
+    ]
+    at.switch_page("views/layers.py").run()
+    (message,) = errors(at)
+    assert "the model hub (http://127.0.0.1:9) could not say within 10 s" in message, message
+
+
+def test_a_small_upload_warns_that_its_scores_move_in_coarse_steps(tiny_bert_dir, monkeypatch):
+    value = save_upload("tiny.csv", rows(40).to_csv(index=False).encode())  # dev, test: 4 each
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["data"] = value
+    open_page(at, "views/data.py")
+    assert not errors(at)
+    said = [w.value for w in at.sidebar.warning if "steps of" in w.value]
+    assert said == [
+        "The dev and test parts hold only 4 examples each: accuracy on them moves in steps of 25 "
+        "points (100 / n: one example), so a difference of a few such steps between runs is "
+        "noise. A file with more rows gives finer scores."
+    ]
+    assert not [w for w in at.main.warning if "steps of" in w.value]  # said once
+
+
+@pytest.mark.parametrize("typed", ["upload a file", "Upload a file...", " upload a file… "])
+def test_typing_the_upload_entry_chooses_it(tiny_bert_dir, monkeypatch, typed):
+    assert normalised(typed) == UPLOAD  # what the picker's callback makes of the typed text
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.session_state["data"] = typed  # typed as a new option (AppTest cannot type one)
+    at.run()
+    assert at.session_state["data"] == UPLOAD
+    options = at.sidebar.selectbox(key="data").options
+    assert [o for o in options if "upload a file" in o.lower()] == [UPLOAD]  # no option of its own
+    at.switch_page("views/data.py").run()
+    assert not errors(at), errors(at)  # was: "Unknown data set '…/upload a file'"
+    assert any("Upload a CSV" in i.value for i in at.info)

@@ -81,7 +81,7 @@ def test_finetune_page_launches_runs_that_outlive_reruns(tiny_bert_dir, monkeypa
     # A second estimate now comes from the measured run.
     fill_form(at, steps=4)
     widget(at.button, "Estimate time").click().run()
-    assert any("measured: median of 1 earlier run(s) of (1, 1, 2)" in i.value for i in at.info)
+    assert any("measured: median of 1 earlier run of (1, 1, 2)" in i.value for i in at.info)
 
     # A long run, cancelled from the live queue.
     fill_form(at, steps=100_000)
@@ -116,7 +116,7 @@ def test_sweep_estimate_expands_strategies_and_queues_nothing(tiny_bert_dir, mon
     assert not errors(at), errors(at)
     # ℓ*-down of ℓ* = 1 on L = 2: (1, 1, 1) and (1, 1, 2); plus BitFit; × 2 seeds.
     estimate = next(i.value for i in at.info if "Estimated training time" in i.value)
-    assert "for 6 run(s)" in estimate and "timed just now" in estimate
+    assert "for 6 runs" in estimate and "timed just now" in estimate
     assert RunsDB().list_runs().empty
 
 
@@ -256,7 +256,7 @@ def test_sweep_learning_rate_grid_triples_the_runs(tiny_bert_dir, monkeypatch):
     assert not errors(at), errors(at)
     # (1, 1, 1) and (1, 1, 2) at three rates, frozen (no body) at one; × 2 seeds.
     estimate = next(i.value for i in at.info if "Estimated training time" in i.value)
-    assert "for 14 run(s)" in estimate
+    assert "for 14 runs" in estimate
 
 
 def test_layers_one_to_l_is_queued_as_full_and_the_form_shows_one_methods_fields(
@@ -318,7 +318,7 @@ def test_runs_at_chance_are_flagged_and_get_no_verdict(tiny_bert_dir, monkeypatc
                            encode_predictions(np.zeros(20), labels, "fp", regression=False)})  # fmt: skip
     at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/finetune.py")
     assert not errors(at), errors(at)
-    assert any("4 of 4 run(s) are at chance level" in w.value for w in at.warning)
+    assert any("4 of 4 runs are at chance level" in w.value for w in at.warning)
     assert any("No verdict between" in i.value and "both are at chance" in i.value
                for i in at.info)  # fmt: skip
     assert not any("verdict" in d.value.columns for d in at.dataframe)  # no verdict table
@@ -345,7 +345,7 @@ def test_the_rest_of_a_sweep_is_cancelled_from_the_live_queue(tiny_bert_dir, mon
         "Cancel the rest of sweep-b (1 queued, 0 running)"
     )
     at.button(key="ft_cancel_rest_sweep-a").click().run()
-    assert any("Cancel 2 queued run(s) and stop 1 running" in w.value for w in at.warning)
+    assert any("Cancel 2 queued runs and stop 1 running one" in w.value for w in at.warning)
     at.button(key="ft_cancel_rest_sweep-a_no").click().run()  # kept: nothing changes
     assert db.list_runs(status="queued")["id"].tolist() == [other, *queued[::-1]]
 
@@ -356,7 +356,7 @@ def test_the_rest_of_a_sweep_is_cancelled_from_the_live_queue(tiny_bert_dir, mon
     assert db.cancel_requested(running) and db.get_run(running)["status"] == "running"
     assert db.get_run(done)["result"]["score"] == 0.6  # finished: left alone
     assert db.get_run(other)["status"] == "queued"  # the other sweep
-    assert any("2 queued run(s) cancelled, 1 running asked to stop" in t.value for t in at.toast)
+    assert any("2 queued runs cancelled, 1 running asked to stop" in t.value for t in at.toast)
 
 
 def test_queueing_the_same_runs_again_reuses_them(tiny_bert_dir, monkeypatch):

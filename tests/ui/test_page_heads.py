@@ -25,9 +25,7 @@ def test_heads_page_renders_every_view(tiny_bert_dir, monkeypatch):
     at = heads_page(tiny_bert_dir, monkeypatch)
     assert not errors(at)
     metrics = {m.label: m.value for m in at.metric}
-    assert (
-        metrics["n_trainable (Q/K/V rows + biases)"] == f"{2 * 3 * 3 * (8 * 32 + 8):,}"
-    )  # 2 layers × k = 3 × Q/K/V
+    assert metrics["n_trainable"] == f"{2 * 3 * 3 * (8 * 32 + 8):,}"  # 2 layers × k = 3 × Q/K/V
     assert len(at.get("plotly_chart")) == 2  # PageRank, variants: only the chosen tab runs
     assert len(at.latex) >= 1
     drawn = {"What a head attends to": 1, "Information richness": 1, "Correlation": 1}

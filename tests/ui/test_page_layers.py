@@ -503,7 +503,7 @@ def test_a_link_restores_the_pictures_controls_and_its_selected_examples(tiny_be
     assert not errors(at), errors(at)
     assert at.slider(key="layer").value == 1
     assert at.toggle(key="layers_pic_mistakes").value
-    assert any(m.value.startswith("**2 selected example(s)** at layer 1") for m in at.markdown)
+    assert any(m.value.startswith("**2 selected examples** at layer 1") for m in at.markdown)
     picked = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
     assert sorted(picked["example"]) == [1, 3]
     chart = next(c for c in at.get("plotly_chart") if "selectedpoints" in c.proto.spec)

@@ -82,7 +82,7 @@ def test_the_prepare_button_computes_the_steps_and_says_they_are_prepared(tiny_b
     at = make_app(tiny_bert_dir, monkeypatch)
     at.query_params["edit"] = "demo"
     at = open_page(at, "views/lessons.py")
-    assert any("3 result(s) to have ready, 3 not in the cache yet" in m.value for m in at.markdown)
+    assert any("3 results to have ready, 3 not in the cache yet" in m.value for m in at.markdown)
     at.button(key="lesson_prepare").click().run()
     assert not errors(at), errors(at)
     assert any("Prepared in" in s.value for s in at.success)
@@ -140,3 +140,18 @@ def test_the_presenter_is_told_when_a_step_is_not_prepared(tiny_bert_dir, monkey
     at.switch_page("views/layers.py").run()
     assert not errors(at), errors(at)
     assert any("This step is **not prepared**: never prepared" in w.value for w in at.warning)
+
+
+def test_each_step_is_named_once_its_page_beside_a_title_that_does_not_name_it(
+    tiny_bert_dir, monkeypatch
+):
+    view = {"model": str(tiny_bert_dir), "n": "40"}
+    lessons_here().save(Lesson("named", "Named", (
+        Step("layers", view), Step("data", view, "Data"), Step("heads", view, "Two heads"),
+    )))  # fmt: skip
+    at = make_app(tiny_bert_dir, monkeypatch)
+    at.query_params["edit"] = "named"
+    at = open_page(at, "views/lessons.py")
+    assert not errors(at), errors(at)
+    headings = [e.label for e in at.expander if e.label[:1].isdigit()]
+    assert headings == ["1. Layers", "2. Data", "3. Two heads — Heads"], headings

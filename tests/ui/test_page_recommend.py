@@ -31,7 +31,7 @@ def recommend_page(tiny_bert_dir, monkeypatch, **state):
 
 def frame(at, column: str):
     """The table that has ``column`` (choice: the candidates; arm: the comparison)."""
-    return next(d.value for d in at.dataframe if column in getattr(d.value, "columns", []))
+    return next(t.value for t in at.table if column in getattr(t.value, "columns", []))
 
 
 def test_the_page_proposes_candidates_with_cost_and_evidence_and_queues_the_comparison(
@@ -98,7 +98,12 @@ def test_finished_runs_fill_in_the_table_and_the_sentence(tiny_bert_dir, monkeyp
                        for name, cost in rec.costs.by_name.items()}, 0.0)  # fmt: skip
     db = RunsDB()
     labels = np.array([0, 1] * 50)
-    for name, config in _planned(rec):
+    planned = _planned(rec)
+    for done, (name, config) in enumerate(planned):
+        if done == len(planned) - 1:  # one left: the button counts it in the singular
+            at.run()
+            (button,) = [b for b in at.button if b.key == "rec_test"]
+            assert button.label == "Test these (1 run to queue)", button.label
         accuracy = 0.9 if name == "BitFit" else 0.8 if name == "full fine-tuning" else 0.6
         accuracy += 0.01 * config.seed
         preds = np.where(np.arange(100) < accuracy * 100, labels, 1 - labels)

@@ -73,10 +73,10 @@ def test_a_tag_is_added_to_every_selected_run(tiny_bert_dir, monkeypatch):
     at = select(runs_page(tiny_bert_dir, monkeypatch), a, b)
     at.radio(key="runs_action").set_value("Tag").run()
     next(x for x in at.text_input if x.label == "Tag to add").input("keep")
-    next(x for x in at.button if x.label == "Add to the 2 run(s)").click().run()
+    next(x for x in at.button if x.label == "Add to the 2 runs").click().run()
     assert not errors(at), errors(at)
     assert [db.tags(i) for i in (a, b, c)] == [["baseline", "keep"], ["keep"], []]
-    assert any("Tagged 2 run(s): keep" in t.value for t in at.toast)
+    assert any("Tagged 2 runs: keep" in t.value for t in at.toast)
 
 
 def test_the_selected_queued_and_running_runs_are_cancelled(tiny_bert_dir, monkeypatch):

@@ -228,7 +228,7 @@ def test_the_page_follows_its_queued_run_live(tiny_bert_dir, monkeypatch, tmp_pa
     assert any("follows them live" in s.value for s in at.success)
     at.run()
     live = [i.value for i in at.info if "queued" in i.value and "as soon as it finishes" in i.value]
-    assert live and "0 run(s)" in live[0] and "1 queued" in live[0]
+    assert live and "0 runs" in live[0] and "1 queued" in live[0]
     # The run finishes (here: another recorded run); the fragment's next check redraws the page.
     import ui.subspace.live as live_module
 

@@ -4,52 +4,17 @@ figures and the sentence; and the comparison figure's parts."""
 
 from __future__ import annotations
 
-import os
+import itertools
 import re
 
 import numpy as np
-import pandas as pd
+from recommend_examples import CROWDED, crowded_cost_figure, finished_runs, recommendation
 
-from analysis.config import DataSpec, ModelSpec
-from analysis.recommend.budget import Cost, Costs
-from analysis.recommend.choices import Choice, Proposal
-from analysis.recommend.config import RecommendConfig
-from analysis.recommend.evidence import Evidence
-from analysis.recommend.outcome import arm_outcomes, planned_runs
-from analysis.recommend.recommendation import Recommendation
+from analysis.recommend.outcome import arm_outcomes
 from analysis.runs.db import RunsDB
 from analysis.runs.planner import standings
 from ui.figures.recommend import comparison_figure
 from ui.recommend.report import report_html
-
-
-def recommendation() -> Recommendation:
-    cfg = RecommendConfig(model=ModelSpec("tiny-model"), data=DataSpec("movie-snippets"), steps=2)
-    evidence = Evidence(
-        n_layers=2, n_heads=2, d_model=8, family="bert", metric="accuracy", n_outputs=2,
-        table=pd.DataFrame(), l_star=1, repeats=5, l_star_counts={1: 4, 2: 1},
-    )  # fmt: skip
-    proposal = Proposal([
-        Choice("full fine-tuning", "reference", "full", "everything"),
-        Choice("layer 1 (ℓ*)", "candidate", "layers", "layer 1 <and> the classifier",
-               "ν is lowest at layer 1", layers=(1, 1, 1)),
-        Choice("BitFit", "alternative", "bitfit", "every bias", "a small budget"),
-    ], notes=["The last 1 layer is layer 1 (ℓ*) itself."])  # fmt: skip
-    costs = Costs({"full fine-tuning": Cost(100, 100, 1.0, 1.0),
-                   "layer 1 (ℓ*)": Cost(30, 100, 0.4, 0.4),
-                   "BitFit": Cost(3, 100, 0.7, 0.7, "not matched: 90 % fewer trainable "
-                                  "parameters than layer 1 (ℓ*)", "layer 1 (ℓ*)")}, 0.0)  # fmt: skip
-    return Recommendation(cfg, evidence, proposal, costs)
-
-
-def finished_runs(rec: Recommendation) -> pd.DataFrame:
-    db = RunsDB()
-    score = {"full fine-tuning": 0.805, "layer 1 (ℓ*)": 0.80, "BitFit": 0.60}
-    for name, config in planned_runs(rec.cfg, rec.proposal):
-        run_id = db.enqueue(config, running_pid=os.getpid())
-        db.finish(run_id, {"score": score[name] + 0.001 * config.seed, "metric": "accuracy",
-                           "peak_mem_mb": 50.0})  # fmt: skip
-    return db.list_runs()
 
 
 def test_the_report_is_one_self_contained_file_with_the_whole_answer():
@@ -108,3 +73,41 @@ def test_an_arm_without_an_interval_gets_no_bar_rather_than_a_zero_wide_one():
     fig = comparison_figure(arms, 1.0, "accuracy")
     assert list(fig.data[0].error_x.array) == [None]  # one seed a side: no margin
     assert all(list(t.error_y.array) == [None] for t in fig.data[1:] if t.error_y.array)
+
+
+def test_the_cost_figure_gives_every_label_a_row_of_its_own_and_ticks_only_powers_of_ten():
+    from ui.figures.labels import LABEL_ROW_PX
+    from ui.figures.recommend import MARGIN
+
+    fig = crowded_cost_figure()
+    labels = {a.text: a for a in fig.layout.annotations}
+    assert set(labels) == set(CROWDED)  # every point labelled, once
+    assert all(t.mode == "markers" for t in fig.data)  # (no text printed at the markers)
+    low, high = fig.layout.yaxis.range
+    px_per_unit = (fig.layout.height - MARGIN["t"] - MARGIN["b"]) / (high - low)
+    rows = sorted(a.ay * px_per_unit for a in labels.values())
+    assert min(b - a for a, b in itertools.pairwise(rows)) >= LABEL_ROW_PX - 1e-6
+    assert low * px_per_unit <= rows[0] and rows[-1] <= high * px_per_unit
+    for name, (_, share, ratio) in CROWDED.items():  # each line ends at its own point
+        assert np.isclose(labels[name].x, np.log10(100 * share)) and labels[name].y == ratio
+    assert list(fig.layout.xaxis.ticktext) == ["0.1", "1", "10", "100"]  # no 2 … 9 between
+    assert list(fig.layout.xaxis.tickvals) == [0.1, 1.0, 10.0, 100.0]
+
+
+def test_the_comparison_without_runs_of_an_arm_says_what_will_appear_there():
+    from analysis.recommend.outcome import ArmOutcome
+
+    only_full = [
+        ArmOutcome("full fine-tuning", "reference", "full", 3, mean=0.8, se=0.01,
+                   step_time_ratio=1.0),
+        ArmOutcome("BitFit", "alternative", "bitfit", 0),
+    ]  # fmt: skip
+    fig = comparison_figure(only_full, 1.0, "accuracy")
+    assert not fig.layout.shapes  # no bare −δ line, no zero line
+    assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
+    (note,) = [a.text for a in fig.layout.annotations if "appears here" in a.text]
+    assert note.startswith("Each arm's difference to full fine-tuning")
+    assert "once runs of an arm other than full fine-tuning finish" in note.replace("<br>", " ")
+    nothing = comparison_figure([only_full[1]], 1.0, "accuracy")
+    notes = [a.text for a in nothing.layout.annotations if "appears here" in a.text]
+    assert len(notes) == 2 and not nothing.data  # both panels say it

@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 
 from analysis.cache_admin import human_bytes
+from analysis.words import counted
 from tunescope.commands.options import write_json
 
 NAME = "cache"
@@ -152,7 +153,7 @@ def _prune(args: argparse.Namespace, kinds, older: float | None, max_bytes: int 
         print(f"{'kept':<12} {item.kind:<13} {_short(item.name, 24):<24} "
               f"{human_bytes(item.bytes):>9}  {reason}")  # fmt: skip
     print(
-        f"{verb} {len(result.removed)} item(s), {human_bytes(result.freed_bytes)}"
+        f"{verb} {counted(len(result.removed), 'item')}, {human_bytes(result.freed_bytes)}"
         + (f"; kept {len(result.kept)}" if result.kept else "")
     )
     return 0

@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 
+from analysis.words import counted
 from tunescope.commands.options import (
     TqdmProgress,
     add_executor_options,
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         metric = str(runs["metric"].dropna().iloc[0]) if runs["metric"].notna().any() else "score"
         written = write_report(cfg, results, args.report, metric)
         print(
-            f"report written to {written[0]} ({len(written) - 1} files beside it)",
+            f"report written to {written[0]} ({counted(len(written) - 1, 'file')} beside it)",
             file=sys.stderr if args.json == "-" else sys.stdout,  # stdout: the JSON alone
         )
     if args.json != "-":
@@ -138,7 +139,7 @@ def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) ->
             seconds, how = claims.estimate_seconds(missing, runs)
             estimate = "?" if seconds is None else f"{seconds / 60:.0f} min"
             print(
-                f"queueing {len(missing)} run(s), about {estimate} of training ({how})",
+                f"queueing {counted(len(missing), 'run')}, about {estimate} of training ({how})",
                 file=sys.stderr,
             )
             claims.queue_runs(db, missing, sweep_id, executor)
@@ -153,7 +154,7 @@ def _drive(db, cfg, inputs, sweep_id: str, executor, wait: bool, poll: float) ->
             return planned
         if not announced:
             print(
-                f"waiting for {active} run(s); Ctrl-C stops waiting (the runs go on)",
+                f"waiting for {counted(active, 'run')}; Ctrl-C stops waiting (the runs go on)",
                 file=sys.stderr,
             )
             announced = True

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.words import counted
 from tunescope.commands.options import TqdmProgress, add_cache, write_json
 
 NAME = "lesson"
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         for name in store.names():
             lesson = store.load(name)
             where = "built-in" if lesson.builtin else "workspace"
-            print(f"{name:<28} {len(lesson):>3} steps  {where:<9}  {lesson.title}")
+            print(f"{name:<28} {counted(len(lesson), 'step'):>9}  {where:<9}  {lesson.title}")
         return 0
     lesson = open_lesson(args.lesson, store, save=args.action == "prepare")
     if args.action == "status":
@@ -91,9 +92,9 @@ def _prepare(args, store, lesson) -> int:
     seconds = sum(runner.weight(n) for n in needs)
     out = sys.stderr if args.json == "-" else sys.stdout
     print(
-        f"lesson '{lesson.title}' ({lesson.name}): {len(lesson)} steps, {len(needs)} results to "
-        f"have ready; estimate {describe_estimate(seconds)} of computing where nothing is cached "
-        "yet (fine-tuning runs: said when they are queued)",
+        f"lesson '{lesson.title}' ({lesson.name}): {counted(len(lesson), 'step')}, "
+        f"{counted(len(needs), 'result')} to have ready; estimate {describe_estimate(seconds)} "
+        "of computing where nothing is cached yet (fine-tuning runs: said when they are queued)",
         file=out,
     )
     bar = TqdmProgress("preparing")

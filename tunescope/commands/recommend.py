@@ -10,6 +10,7 @@ import time
 
 from analysis.config import POOLINGS
 from analysis.recommend.config import DESIGN_KINDS, Budget, RecommendConfig
+from analysis.words import counted
 from tunescope.commands.options import (
     TqdmProgress,
     add_executor_options,
@@ -146,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
             files = take_home(rec, name, args.recipe, loaded)
         except KeyError:
             raise ValueError(f"No choice named {name!r}.") from None
-        print(f"recipe of {name!r} written to {args.recipe} ({len(files)} files)", file=out)
+        print(
+            f"recipe of {name!r} written to {args.recipe} ({counted(len(files), 'file')})", file=out
+        )
     if args.json and args.json != "-":
         print(f"JSON written to {args.json}", file=out)
     print(f"total {time.perf_counter() - started:.0f} s", file=out)

@@ -15,6 +15,7 @@ import argparse
 import json
 
 from analysis.io import atomic_write_text, json_ready
+from analysis.words import counted
 from tunescope.commands.options import data_name, model_name, write_json
 
 NAME = "runs"
@@ -163,13 +164,13 @@ def run(args: argparse.Namespace) -> int:
         if args.csv:
             frame = with_groups(db.list_runs(**filters)).drop(columns=["result_json"])
             atomic_write_text(args.csv, frame.to_csv(index=False))
-            print(f"wrote {len(frame)} runs to {args.csv}")
+            print(f"wrote {counted(len(frame), 'run')} to {args.csv}")
         if args.json:
             from analysis.runs.results import export_records
 
             records = export_records(db, **filters)  # with each run's group and label
             atomic_write_text(args.json, json.dumps(records, indent=1, default=str))
-            print(f"wrote {len(records)} runs to {args.json}")
+            print(f"wrote {counted(len(records), 'run')} to {args.json}")
         return 0
     if args.action == "note":
         db.set_note(args.id, args.text)

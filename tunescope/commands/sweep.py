@@ -11,6 +11,7 @@ from analysis.finetune.registry import method_names, method_spec
 from analysis.finetune.spec import LR_GRID
 from analysis.io import json_ready
 from analysis.strategies import strategy_names
+from analysis.words import counted
 from tunescope.commands.options import (
     StepBar,
     add_model_data,
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     sweep_id = "sweep-" + time.strftime("%Y%m%d-%H%M%S")
     if not args.foreground:
         ids, workers = launch(args, db, [(cfg, s.family) for s, cfg in configs], sweep_id)
-        print(f"queued {len(ids)} runs as {sweep_id} ({workers})")
+        print(f"queued {counted(len(ids), 'run')} as {sweep_id} ({workers})")
         if args.lr_grid:
             print(
                 "once they finish, `runs groups` and the Fine-tune page show the learning rate "

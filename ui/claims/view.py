@@ -9,6 +9,7 @@ import streamlit as st
 
 from analysis import claims
 from analysis.claims import ClaimInputs, ClaimsConfig
+from analysis.words import counted
 from ui import verdicts
 from ui.cancel import cancel_rest
 from ui.figures.claims import VERDICT_COLOURS, VERDICT_WIDTH, claim_figure
@@ -102,7 +103,7 @@ def _plan(cfg: ClaimsConfig, inputs: ClaimInputs, db, runs) -> list:
         second = [p for p in claims.missing_runs(planned, runs) if p.stage == 1]
         if second:
             ids = claims.queue_runs(db, second, st.session_state[FOLLOW_UP])
-            st.toast(f"The trajectory run is done: queued {len(ids)} subspace run(s).")
+            st.toast(f"The trajectory run is done: queued {counted(len(ids), 'subspace run')}.")
     return planned
 
 
@@ -128,17 +129,21 @@ def _queue_section(cfg: ClaimsConfig, db, planned: list, runs) -> None:
     )
     arms = sorted({p.arm for p in missing})
     st.markdown(
-        f"**{len(missing)} run(s) missing** ({', '.join(arms)}; {cfg.steps} steps each, seeds "
-        f"{', '.join(map(str, cfg.seeds))}): {estimate}. Finished runs with the same settings "
-        "are reused."
+        f"**{counted(len(missing), 'run')} missing** ({', '.join(arms)}; "
+        f"{counted(cfg.steps, 'step')} each, seeds {', '.join(map(str, cfg.seeds))}): {estimate}. "
+        "Finished runs with the same settings are reused."
         + (" The subspace claims first need a fine-tuning run that records its trajectory; "
            "their other runs are queued once it is done." if any(
                p.arm == "trajectory source" for p in missing) else "")
     )  # fmt: skip
-    if st.button(f"Queue the {len(missing)} missing run(s)", type="primary", key="claims_queue"):
+    if st.button(
+        f"Queue the {counted(len(missing), 'missing run')}", type="primary", key="claims_queue"
+    ):
         import time
 
         sweep_id = "claims-" + time.strftime("%Y%m%d-%H%M%S")
         ids = claims.queue_runs(db, missing, sweep_id)
         st.session_state[FOLLOW_UP] = sweep_id
-        st.success(f"Queued {len(ids)} run(s) as {sweep_id}; a background worker trains them.")
+        st.success(
+            f"Queued {counted(len(ids), 'run')} as {sweep_id}; a background worker trains them."
+        )

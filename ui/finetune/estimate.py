@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from analysis.runs.records import run_label
+from analysis.words import counted
 from ui.finetune.state import format_seconds, measured_step_time, timed_step_time
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def show_estimate(db: RunsDB, configs: list, loaded: LoadedModel, time_now: bool
         total += per_step * cfg.steps
         sources.add(source)
     st.info(
-        f"Estimated training time: **{format_seconds(total)}** for {len(configs)} run(s) "
+        f"Estimated training time: **{format_seconds(total)}** for {counted(len(configs), 'run')} "
         "(steps × seconds per step; loading data and scoring dev/test come on top). "
         f"Source: {_sources(sources)}."
     )

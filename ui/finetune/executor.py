@@ -10,6 +10,7 @@ import streamlit as st
 
 from analysis.config import help_of
 from analysis.runs.executor import LOCAL_WORKERS, RAY, ExecutorChoice
+from analysis.words import counted
 from ui.loaders import show_error
 
 WHERE = {LOCAL_WORKERS: "this machine", RAY: "a Ray cluster"}
@@ -72,8 +73,9 @@ def cluster_summary(address: str | None, cpus_per_run: int, root: str) -> str:
     status = read_status(root) if worker_pid(root, RAY) else None
     if status and status.get("address") == resolve_address(address) and "slots" in status:
         return (
-            f"Ray cluster at {status['address']}: {status['nodes']} node(s), "
-            f"{status['cpus']:g} CPUs, {status['gpus']:g} GPUs → trains {status['slots']} run(s) "
+            f"Ray cluster at {status['address']}: {counted(status['nodes'], 'node')}, "
+            f"{counted(status['cpus'], 'CPU')}, {counted(status['gpus'], 'GPU')} → trains "
+            f"{counted(status['slots'], 'run')} "
             f"at once; {status['in_flight']} in flight now (Ray worker pid {status['pid']})."
         )
     info = probe_cluster(address, cpus_per_run)

@@ -27,6 +27,7 @@ from analysis.finetune.spec import DEFAULT_CLASSIFIER_LR, LR_GRID
 from analysis.heads.selection_file import HeadSelection
 from analysis.runs.planner import FIXED, Experiment, PlannedArm
 from analysis.strategies import middle_layer, strategy_names, sweep_strategies
+from analysis.words import counted
 from ui.finetune.estimate import show_estimate
 from ui.finetune.executor import executor_picker
 from ui.finetune.method_fields import option_widgets
@@ -373,8 +374,8 @@ def _queue(db: RunsDB, configs: list, sweep: bool, executor: ExecutorChoice) -> 
     launched = launch_experiment(db, experiment, runs, executor, sweep_id)
     reused = len(configs) - len(launched.ids)
     st.success(
-        f"Queued {len(launched.ids)} run(s){f' as {sweep_id}' if sweep else ''}"
-        + (f" ({reused} already trained or training: reused)" if reused else "")
+        f"Queued {counted(len(launched.ids), 'run')}{f' as {sweep_id}' if sweep else ''}"
+        + (f" ({counted(reused, 'run')} already trained or training: reused)" if reused else "")
         + f". They train {launched.how} ({launched.workers}); you can switch pages or close the "
         "tab."
     )

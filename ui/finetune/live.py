@@ -11,6 +11,7 @@ import streamlit as st
 
 from analysis.runs.chance import chance_flag
 from analysis.runs.record import Run, runs_of
+from analysis.words import counted
 from ui.cancel import cancel_rest
 from ui.figures.finetune import loss_curve
 from ui.finetune.state import format_seconds, get_db
@@ -40,7 +41,10 @@ def queue_view() -> None:
         try:
             start_workers(last_choice(root), root)
         except ValueError as exc:  # e.g. that Ray cluster is unreachable now
-            st.warning(f"{len(queued)} run(s) wait in the queue: {exc}")
+            st.warning(
+                f"{counted(len(queued), 'run')} {'waits' if len(queued) == 1 else 'wait'} in the "
+                f"queue: {exc}"
+            )
         pids = worker_pids(root)
     serving = ", ".join(f"{device} (pid {pid})" for device, pid in pids.items())
     st.caption(

@@ -16,6 +16,7 @@ from analysis.runs import results
 from analysis.runs.chance import BOTH_AT_CHANCE, flags_of, groups_at_chance, page_baseline
 from analysis.runs.planner import planned_compare
 from analysis.runs.record import runs_of
+from analysis.words import counted
 from ui import verdicts
 from ui.figures import finetune as figures
 from ui.finetune.state import get_db
@@ -38,9 +39,9 @@ def results_view(model: str, data: str, n_layers: int, l_star: int | None) -> No
     summary = results.without_unchosen_lrs(everything)
     metric = str(table["metric"].dropna().iloc[0]) if table["metric"].notna().any() else "score"
     st.caption(
-        f"{len(table)} finished run(s) in {len(everything)} run group(s) of this model and data "
-        f"(a group: runs identical in every setting but the seed) · refreshes every 10 s · "
-        f"families: as queued by a sweep, else judged against ℓ* = {l_star}"
+        f"{counted(len(table), 'finished run')} in {counted(len(everything), 'run group')} of "
+        "this model and data (a group: runs identical in every setting but the seed) · refreshes "
+        f"every 10 s · families: as queued by a sweep, else judged against ℓ* = {l_star}"
     )
     chance_note(table, baseline)
 
@@ -162,7 +163,8 @@ def chance_note(table, baseline) -> None:
     flagged = table[table["flag"] != ""]
     if not flagged.empty:
         st.warning(
-            f"{len(flagged)} of {len(table)} run(s) are at chance level (column *flag*): "
+            f"{len(flagged)} of {counted(len(table), 'run')} {'is' if len(flagged) == 1 else 'are'} "
+            "at chance level (column *flag*): "
             + "; ".join(f"{i} ({lab}): {f}" for i, lab, f in
                         zip(flagged["id"], flagged["label"], flagged["flag"], strict=True))
             + ". Their scores are not findings; train longer or with a larger learning rate.",

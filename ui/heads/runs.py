@@ -15,6 +15,7 @@ from analysis.heads.selection_file import SELECTOR_LABELS
 from analysis.runs.chance import BOTH_AT_CHANCE, chance_flag
 from analysis.runs.record import runs_of
 from analysis.runs.results import distinct_labels
+from analysis.words import counted
 from ui import verdicts
 from ui.finetune.executor import chosen_executor
 from ui.finetune.state import format_seconds, get_db
@@ -101,7 +102,7 @@ def heads_runs_view(
     ids = claims.queue_runs(db, missing, sweep_id, chosen_executor())  # as Train on says
     estimate = "unknown" if seconds is None else f"about {format_seconds(seconds)} ({how})"
     st.success(
-        f"Queued {len(ids)} heads run(s): {estimate}. A background worker trains them; the "
-        "verdicts above fill in as they finish (and on the Paper check page, H1 and H2). They "
+        f"Queued {counted(len(ids), 'heads run')}: {estimate}. A background worker trains them; "
+        "the verdicts above fill in as they finish (and on the Paper check page, H1 and H2). They "
         'train where the Fine-tune page\'s "Train on" says.'
     )

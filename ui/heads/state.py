@@ -59,7 +59,7 @@ def settings_form(n_heads: int) -> tuple[int, float, HeadSelectionConfig]:
                   **keep)  # fmt: skip
         c4.number_input("k heads per layer", min_value=1, max_value=n_heads,
                         value=min(d["heads_k"], n_heads), key="heads_k", **keep)  # fmt: skip
-        c1, c2, c3, c4 = st.columns(4)
+        c1, c2, c3, c4 = st.columns([1, 1, 1.7, 0.9])  # the selectors' names are long
         c1.selectbox("PageRank teleport", PAGERANK_VARIANTS, key="heads_variant", **keep)
         c2.selectbox("layers", SCOPES, key="heads_scope", **keep)
         c3.selectbox("selector", SELECTORS, key="heads_selector",

@@ -14,6 +14,7 @@ import streamlit as st
 from analysis.layers.repeats import RepeatSummary, rho_verdict
 from analysis.layers.table import strategies
 from analysis.layers.teaching import synthetic_classes, teaching_metrics
+from analysis.words import counted
 from ui.figures import layers as figures
 from ui.layers.state import (
     examples,
@@ -307,7 +308,7 @@ def _selection(event, fig, table: pd.DataFrame, layer: int) -> None:
     if not chosen:
         return
     picked = table.set_index("example").loc[chosen].reset_index()
-    st.markdown(f"**{len(picked)} selected example(s)** at layer {layer}")
+    st.markdown(f"**{counted(len(picked), 'selected example')}** at layer {layer}")
     st.dataframe(picked, hide_index=True, width="stretch")
     st.download_button(
         "Download the selection (CSV)", picked.to_csv(index=False),

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analysis.lessons.lesson import Lesson, Lessons, page_title
+from analysis.lessons.lesson import Lesson, Lessons, Step, page_title
 from analysis.lessons.prepare import describe_estimate, statuses, unique_needs
+from analysis.words import counted
 from analysis.workspace import Workspace
 
 
@@ -59,10 +60,10 @@ def prepare_panel(lessons: Lessons, lesson: Lesson) -> None:
         return
     runs = [n for n in todo if n.kind == "claim runs"]
     st.markdown(
-        f"{len(needs)} result(s) to have ready, {len(todo)} not in the cache yet: "
+        f"{counted(len(needs), 'result')} to have ready, {len(todo)} not in the cache yet: "
         f"{describe_estimate(seconds)} of computing on this machine"
-        + (f", plus the fine-tuning runs of {len(runs)} Paper check step(s), queued for the "
-           "background workers (their estimate is said when they are queued)" if runs else "")
+        + (f", plus the fine-tuning runs of {counted(len(runs), 'Paper check step')}, queued for "
+           "the background workers (their estimate is said when they are queued)" if runs else "")
         + ". Keep this page open while it runs (`tunescope lesson prepare` does the same from a "
         "terminal)."
     )  # fmt: skip
@@ -93,11 +94,17 @@ def prepare_panel(lessons: Lessons, lesson: Lesson) -> None:
     st.dataframe(table, hide_index=True, width="stretch")
 
 
+def heading(step: Step, index: int) -> str:
+    """A step's expander: its number and title, and its page where the title does not name it
+    ("2. Layers", "3. TREC at layer 2 — Layers"; never "Step 1: Layers — Layers")."""
+    page, title = page_title(step.page), step.title.strip()
+    return f"{index + 1}. {title} — {page}" if title and title != page else f"{index + 1}. {page}"
+
+
 def step_editor(lessons: Lessons, lesson: Lesson, index: int) -> None:
     """One step: its title and note (saved as typed), its view, open / move / copy / delete."""
     step = lesson.steps[index]
-    with st.expander(f"{index + 1}. {step.label(index)} — {page_title(step.page)}",
-                     expanded=len(lesson) <= 3):  # fmt: skip
+    with st.expander(heading(step, index), expanded=len(lesson) <= 3):
         key = f"lesson_{lesson.name}_{index}_{hash(step) & 0xFFFFFF:x}"
         title = st.text_input("Step title", step.title, key=f"{key}_title")
         note = st.text_area("Note (Markdown, formulas between dollar signs)", step.note, key=f"{key}_note",

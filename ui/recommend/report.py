@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import plotly.graph_objects as go
+
 from analysis.io import atomic_write_text
 from analysis.recommend.outcome import POINTS, ArmOutcome, Decision, design_of
 from ui.figures.recommend import comparison_figure, cost_figure
@@ -26,8 +28,10 @@ FIGURE_CONFIG = {"displaylogo": False, "showSendToCloud": False, "responsive": T
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .sentence { font-size: 1.15em; padding: 0.8em 1em; background: #eef6ee; border-left: 4px solid #2ca02c; }
 .muted { color: #666; font-size: 0.9em; }
 """
@@ -80,7 +84,7 @@ def report_html(rec: Recommendation, runs: pd.DataFrame) -> str:
         "<h2>Candidates and alternatives</h2>",
         _choices_table(rec),
         *(f'<p class="muted">{_e(note)}</p>' for note in rec.proposal.notes),
-        cost_fig.to_html(include_plotlyjs=False, full_html=False, config=FIGURE_CONFIG),
+        _embedded(cost_fig),
         "<h2>The comparison at equal budget</h2>",
         _comparison_section(arms, decision, cfg.delta, evidence.metric),
         "<h2>How the sentence is decided</h2>",
@@ -176,9 +180,14 @@ def _comparison_section(arms: list[ArmOutcome], decision: Decision, delta: float
               "diff vs full (points, ± c·se [interval])",
               "verdict", "step time", "trainable", "peak MB", "frontier"]  # fmt: skip
     fig = comparison_figure(arms, delta, metric)
-    return _table(header, rows, numeric={1, 2, 3, 5, 6, 7}) + fig.to_html(
-        include_plotlyjs=False, full_html=False, config=FIGURE_CONFIG
-    )
+    return _table(header, rows, numeric={1, 2, 3, 5, 6, 7}) + _embedded(fig)
+
+
+def _embedded(fig: go.Figure) -> str:
+    """``fig`` as an HTML fragment, in plotly's own template: the file reads the same whether the
+    dashboard (whose process sets Streamlit's template) or the command line wrote it."""
+    fig = go.Figure(fig).update_layout(template="plotly")
+    return fig.to_html(include_plotlyjs=False, full_html=False, config=FIGURE_CONFIG)
 
 
 def write_report(rec: Recommendation, runs: pd.DataFrame, path: Path | str) -> Path:

@@ -18,6 +18,7 @@ from analysis.recommend.outcome import comparison_frame
 from analysis.recommend.recommendation import Recommendation, queue, take_home
 from analysis.runs.launch import new_sweep_id
 from analysis.runs.planner import next_steps, standings
+from analysis.words import counted
 from ui.figures.recommend import comparison_figure, cost_figure
 from ui.finetune.executor import chosen_executor
 from ui.finetune.state import get_db
@@ -60,11 +61,7 @@ def candidates_view(rec: Recommendation) -> None:
             "step time ×full": None if cost is None else cost.step_time_ratio,
             "evidence": choice.evidence, "budget match": "" if cost is None else cost.match,
         })  # fmt: skip
-    st.dataframe(
-        formatted(pd.DataFrame(rows)), hide_index=True, width="stretch", key="rec_candidates",
-        column_config={"trains": st.column_config.TextColumn(width="large"),
-                       "evidence": st.column_config.TextColumn(width="large")},
-    )  # fmt: skip
+    st.table(formatted(pd.DataFrame(rows)), hide_index=True)  # (a table wraps its long texts)
     for note in rec.proposal.notes:
         st.caption(note)
     costs = [rec.costs.get(c.name) for c in rec.proposal.choices]
@@ -92,7 +89,7 @@ def comparison_view(rec: Recommendation) -> None:
         except ValueError as exc:
             show_error(exc)
         else:
-            st.success(f"Queued {len(launched.ids)} run(s); they train {launched.how}.")
+            st.success(f"Queued {counted(len(launched.ids), 'run')}; they train {launched.how}.")
             runs = db.list_runs(model=rec.cfg.model.name, data=rec.cfg.data.name)
     state = rec.progress(runs)
     if state.planned:
@@ -100,8 +97,7 @@ def comparison_view(rec: Recommendation) -> None:
     arms, decision = rec.outcome(runs)
     (st.success if decision.branch == "recommend" else st.info)(decision.sentence)
     if any(a.n_seeds for a in arms):
-        st.dataframe(formatted(comparison_frame(arms)), hide_index=True, width="stretch",
-                     key="rec_comparison")  # fmt: skip
+        st.table(formatted(comparison_frame(arms)), hide_index=True)
         st.plotly_chart(comparison_figure(arms, rec.cfg.delta, rec.evidence.metric),
                         width="stretch", key="rec_figure")  # fmt: skip
     take_home_view(rec, runs, decision.candidate)

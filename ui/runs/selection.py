@@ -14,6 +14,7 @@ from analysis.compare import compare
 from analysis.runs.chance import BOTH_AT_CHANCE, flags_of, groups_at_chance
 from analysis.runs.record import runs_of
 from analysis.runs.results import group_arms, results_table, summarise
+from analysis.words import counted
 from ui import verdicts
 from ui.cancel import ACTIVE, cancel_rest
 from ui.tables import dashes
@@ -51,7 +52,10 @@ def selection_view(db: RunsDB, chosen: pd.DataFrame) -> None:
         )
         return
     action = st.radio(
-        f"With the {len(chosen)} selected run(s)", ACTIONS, horizontal=True, key="runs_action"
+        f"With the {counted(len(chosen), 'selected run')}",
+        ACTIONS,
+        horizontal=True,
+        key="runs_action",
     )
     ids = chosen["id"].tolist()
     if action == "Compare":
@@ -80,7 +84,7 @@ def compare_selected(chosen: pd.DataFrame) -> None:
     st.dataframe(dashes(summary[GROUP_COLUMNS]), hide_index=True, width="stretch")
     if len(summary) != 2:
         st.caption(
-            f"{len(summary)} run group(s) among the selected finished runs (a group: runs "
+            f"{counted(len(summary), 'run group')} among the selected finished runs (a group: runs "
             "identical in every setting but the seed). Select the runs of two groups for a "
             "verdict between them."
         )
@@ -101,7 +105,7 @@ def tag_selected(db: RunsDB, ids: list[str]) -> None:
     """Add a tag (or several, comma-separated) to every selected run, keeping their own."""
     with st.form("runs_selected_tag", border=False):
         typed = st.text_input("Tag to add", placeholder="comma-separated, e.g. keep")
-        if not st.form_submit_button(f"Add to the {len(ids)} run(s)"):
+        if not st.form_submit_button(f"Add to the {counted(len(ids), 'run')}"):
             return
     try:
         added = db.add_tags(ids, typed)
@@ -111,7 +115,7 @@ def tag_selected(db: RunsDB, ids: list[str]) -> None:
     if not added:
         st.error("Type a tag to add first.", icon="⚠️")
         return
-    st.toast(f"Tagged {len(ids)} run(s): {', '.join(added)}")
+    st.toast(f"Tagged {counted(len(ids), 'run')}: {', '.join(added)}")
     st.rerun()
 
 
@@ -125,10 +129,10 @@ def delete_selected(db: RunsDB, chosen: pd.DataFrame) -> None:
     if not ids:
         return
     sure = st.checkbox(
-        f"Delete the {len(ids)} finished run(s) for good, with their steps, notes, tags and files",
+        f"Delete the {counted(len(ids), 'finished run')} for good, with their steps, notes, tags and files",
         key=action_key("sure", ids),
     )
-    if not (sure and st.button(f"Delete {len(ids)} run(s)", type="primary",
+    if not (sure and st.button(f"Delete {counted(len(ids), 'run')}", type="primary",
                                key="runs_selected_delete")):  # fmt: skip
         return
     try:
@@ -136,5 +140,7 @@ def delete_selected(db: RunsDB, chosen: pd.DataFrame) -> None:
     except ValueError as exc:
         st.error(str(exc), icon="⚠️")
         return
-    st.toast(f"Deleted {len(ids)} run(s) and {len(removed)} folder(s) of their files.")
+    st.toast(
+        f"Deleted {counted(len(ids), 'run')} and {counted(len(removed), 'folder')} of their files."
+    )
     st.rerun()

@@ -13,6 +13,7 @@ import streamlit as st
 from analysis.runs.chance import chance_flag, page_baseline
 from analysis.runs.record import runs_of, setting_digest
 from analysis.runs.results import distinct_labels, export_records, with_groups
+from analysis.words import counted
 from ui.datasets import data_label
 from ui.figures.finetune import loss_curve
 from ui.figures.runs import overlay_curves
@@ -53,7 +54,7 @@ def import_form(db: RunsDB) -> None:
             st.error(str(exc))
             return
         if ids:
-            st.success(f"Imported {len(ids)} run(s), tagged imported: {', '.join(ids)}.")
+            st.success(f"Imported {counted(len(ids), 'run')}, tagged imported: {', '.join(ids)}.")
         else:
             st.info(f"Nothing new: the runs in {typed.strip()} are in the runs database already.")
 
@@ -278,7 +279,7 @@ def _delete(db: RunsDB, run_id: str, files_only: bool) -> None:
         st.error(str(exc), icon="⚠️")
         return
     what = "its files" if files_only else "the run"
-    st.toast(f"Run {run_id}: deleted {what} ({len(removed)} folder(s)).")
+    st.toast(f"Run {run_id}: deleted {what} ({counted(len(removed), 'folder')}).")
     if not files_only:
         st.session_state.pop(RUN_KEY, None)
     st.rerun()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.runs.record import runs_of
+from analysis.words import counted
 from ui.finetune.state import get_db
 
 POLL_S = 3
@@ -41,7 +42,7 @@ def follow_runs(model: str) -> None:
         at = int(steps["step"].max()) if not steps.empty else 0
         parts.append(f"{run.id} ({run.label}) at step {at} of {run.steps}")
     st.info(
-        f"{len(running)} run(s) of {model} running, {len(active) - len(running)} queued"
+        f"{counted(len(running), 'run')} of {model} running, {len(active) - len(running)} queued"
         + (f": {'; '.join(parts)}" if parts else "")
         + f". This page shows each one as soon as it finishes (checked every {POLL_S} s).",
         icon=":material/hourglass_top:",

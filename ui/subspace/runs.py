@@ -21,6 +21,7 @@ from analysis.runs.comparisons import (
 from analysis.subspace.budget import MAX_SNAPSHOTS, auto_every, snapshot_count, trajectory_bytes
 from analysis.subspace.outliers import outlier_positions_file, random_positions_like
 from analysis.subspace.report import SubspaceReport
+from analysis.words import counted
 from ui import verdicts
 from ui.datasets import data_label
 from ui.figures import subspace as figures
@@ -46,8 +47,9 @@ def _queue(db: RunsDB, configs: list) -> None:
 
     launched = launch(db, [(cfg, None) for _, cfg in configs], _executor(db))
     st.success(
-        f"Queued {len(launched.ids)} run(s); they train {launched.how} ({launched.workers}). "
-        "This page follows them live and shows each one as soon as it finishes."
+        f"Queued {counted(len(launched.ids), 'run')}; they train {launched.how} "
+        f"({launched.workers}). This page follows them live and shows each one as soon as it "
+        "finishes."
     )
 
 
@@ -192,7 +194,7 @@ def comparison_view(
         flagged = table[table["flag"] != ""]
         if not flagged.empty:
             st.warning(
-                f"{len(flagged)} run(s) at chance level: "
+                f"{counted(len(flagged), 'run')} at chance level: "
                 + "; ".join(f"{i} ({lab}): {f}" for i, lab, f in
                             zip(flagged["id"], flagged["label"], flagged["flag"], strict=True)),
                 icon=":material/warning:",

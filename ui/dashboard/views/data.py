@@ -36,8 +36,7 @@ st.caption(describe(cfg))
 st.subheader(data.title)
 for note in data.notes:
     st.info(note)
-for text in data.warnings:
-    st.warning(text, icon="⚠️")
+# (what looks wrong in the columns, data.warnings, is said once: in the sidebar, on every page)
 sizes = {part: len(frame) for part, frame in data.parts.items()}
 cols = st.columns(4)
 cols[0].metric("train", f"{sizes['train']:,}")

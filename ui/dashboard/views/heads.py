@@ -48,7 +48,8 @@ remember_heads(base, selection)  # the Fine-tune page's default, for this model 
 
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("heads chosen", f"{selection.n_selected} of {loaded.n_layers * loaded.n_heads}")
-c2.metric("n_trainable (Q/K/V rows + biases)", f"{count.n_trainable:,}")
+c2.metric("n_trainable", f"{count.n_trainable:,}",
+          help="The selected heads' rows of W_Q, W_K and W_V, and their biases.")  # fmt: skip
 c3.metric("share of the encoder", f"{100 * count.share:.2f} %")
 c4.metric("PageRank iterations", f"{result.iterations.min()}–{result.iterations.max()}")
 source = "served from the cache" if meta["cache_hit"] else f"computed in {meta['seconds']:.1f} s"

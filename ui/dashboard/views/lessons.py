@@ -4,6 +4,7 @@ prepare ahead of class, present."""
 import streamlit as st
 
 from analysis.lessons.lesson import from_json, page_title, slug, to_json
+from analysis.words import counted
 from ui.lessons import editor
 from ui.lessons.views import store
 from ui.links import publish, take_link
@@ -55,7 +56,7 @@ if lesson.builtin:
 editor.header(lessons, lesson)
 editor.present_links(lesson)
 editor.prepare_panel(lessons, lesson)
-st.subheader(f"{len(lesson)} step(s)")
+st.subheader(counted(len(lesson), "step"))
 for index in range(len(lesson)):
     editor.step_editor(lessons, lesson, index)
 left, right = st.columns(2)
