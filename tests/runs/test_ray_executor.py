@@ -469,3 +469,45 @@ def test_executor_choice_is_validated_and_remembered(root, capsys):
         line = start_workers(ExecutorChoice("ray", "h:1", cpus_per_run=2), root)
     assert line == "Ray worker pid 4242, on h:1" and started == [(root, "h:1", 2, None)]
     assert last_choice(root) == ExecutorChoice("ray", "h:1", cpus_per_run=2)
+
+
+def test_a_comparisons_rounds_fan_out_onto_the_cluster_and_go_on_as_runs_end(
+    ray_cluster, root, tiny_bert_dir, monkeypatch
+):
+    """A planned experiment launched with the Ray executor: its first round trains on the
+    cluster, and the worker that records a run's end queues the next round, which the same Ray
+    worker trains — nothing else drives it. (The rule is pinned here — one more seed for every
+    arm once two are in, up to three — since two steps on a toy decide nothing.)"""
+    import dataclasses
+
+    from analysis.runs import planner
+    from analysis.runs.launch import launch_experiment
+    from analysis.runs.planner import SEQUENTIAL, Experiment, PlannedArm, seed_list
+    from analysis.runs.sequential import SequentialDesign
+
+    base = tiny_config(tiny_bert_dir, steps=2)
+    arms = (PlannedArm("full", dataclasses.replace(base, method="full", layers=None),
+                       reference=True),
+            PlannedArm("layer 1", base))  # fmt: skip
+    design = SequentialDesign(delta=0.01, r0=2, r_max=3)
+    experiment = Experiment(arms, seeds=seed_list((0, 1), 3), policy=SEQUENTIAL, design=design)
+
+    def pinned(exp, stands):
+        done = min(len(planner.scores(by_seed)) for by_seed in stands.values())
+        return {arm.name: 2 if done < 2 else 3 for arm in exp.arms}
+
+    monkeypatch.setattr(planner, "wanted", pinned)
+    db = RunsDB(Workspace(root))
+    executor = ExecutorChoice(executor=RAY, ray_address=ray_cluster)
+    # the Ray worker runs in a thread here (below), where the planner's pinned rule holds
+    monkeypatch.setattr("analysis.runs.worker.start_workers", lambda executor, root: "a thread")
+    launched = launch_experiment(db, experiment, db.list_runs(), executor, "exp-ray")
+    assert len(launched.ids) == 4  # two seeds of each arm
+    with serving_in_a_thread(root, idle_timeout=1.0) as outcome:
+        pass
+    assert outcome == [6]  # the Ray worker trained the first round and the one it queued
+    runs = db.list_runs()
+    assert len(runs) == 6 and set(runs["status"]) == {"done"}
+    assert sorted(runs["seed"]) == [0, 0, 1, 1, 2, 2]
+    assert all(ON_THIS_NODE.fullmatch(d) for d in runs["device"])
+    assert set(runs["sweep_id"]) == {"exp-ray"}
