@@ -35,6 +35,9 @@ GOALS = {
     "bench_class.py": "a prepared lesson: 30 students served, 0 errors, every step's page ≤ 2 s "
     "(the server's part), ≤ 3 GB; distinct settings: 30 sessions all served, 0 errors; first "
     "figure ≤ 2× alone; median ≤ 128 s; p95 ≤ 255 s; ≤ 3 GB",
+    "bench_pool.py": "the sequential design decides with at most half the runs of the 10-seed grid",
+    "bench_recommend.py": "from a cold cache to a decided sentence within 30 min; a warm rerun "
+    "in seconds",
     "bench_extract.py": "≥ 10× a naive per-layer loop; ≤ 10 % over a bare forward; a cached "
     "request ≪ 1 s",
     "bench_finetune.py": "(1, ℓ*, ℓ*) ≈ ℓ*/L of full fine-tuning's step time; heads ≤ full; "
