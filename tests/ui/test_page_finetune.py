@@ -377,4 +377,4 @@ def test_queueing_the_same_runs_again_reuses_them(tiny_bert_dir, monkeypatch):
     assert not errors(at), errors(at)
     after = RunsDB().list_runs()
     assert len(after) == 4 and sorted(after["seed"]) == [0, 1, 2, 3]
-    assert any("3 already trained or training: reused" in s.value for s in at.success)
+    assert any("3 runs already trained or training: reused" in s.value for s in at.success)
