@@ -311,8 +311,9 @@ class RunRecords(RunsFile):
                 [*ids, MAX_TAGS],
             ).fetchall()
             if crowded:
+                runs = "run" if len(crowded) == 1 else "runs"
                 raise ValueError(
-                    f"At most {MAX_TAGS} tags per run: runs {', '.join(r for (r,) in crowded)} "
+                    f"At most {MAX_TAGS} tags per run: {runs} {', '.join(r for (r,) in crowded)} "
                     "would carry more; remove some of their tags first."
                 )
         return chosen

@@ -70,7 +70,7 @@ def test_a_text_column_of_numbers_gets_one_warning(tmp_path, tiny_bert_dir, csv_
             "--label-col", "y", "--n", "12"]  # fmt: skip
     assert main(args) == 0  # a warning, not a refusal
     err = capsys.readouterr().err
-    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    warned = [line for line in err.splitlines() if line.startswith("warning: Column")]
     assert warned == [
         "warning: Column 'id', used as a text, holds only numbers (e.g. 100, 101, 102): are the "
         "text and label columns swapped? If so, choose the text column."

@@ -54,7 +54,7 @@ def db(tmp_path) -> RunsDB:
 
 
 def test_every_run_keeps_its_group_and_label(db):
-    assert db.pragma("user_version") == SCHEMA_VERSION == 3
+    assert db.pragma("user_version") == SCHEMA_VERSION == 4
     stored = db.list_runs().set_index("id")["group_key"]
     listed = with_groups(db.list_runs()).set_index("id")
     for run_id, want in EXPECTED.items():

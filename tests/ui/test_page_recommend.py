@@ -103,7 +103,7 @@ def test_finished_runs_fill_in_the_table_and_the_sentence(tiny_bert_dir, monkeyp
         if done == len(planned) - 1:  # one left: the button counts it in the singular
             at.run()
             (button,) = [b for b in at.button if b.key == "rec_test"]
-            assert button.label == "Test these (1 run to queue)", button.label
+            assert button.label == "Test these: 1 run to queue (the first round)", button.label
         accuracy = 0.9 if name == "BitFit" else 0.8 if name == "full fine-tuning" else 0.6
         accuracy += 0.01 * config.seed
         preds = np.where(np.arange(100) < accuracy * 100, labels, 1 - labels)
