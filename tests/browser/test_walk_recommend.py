@@ -62,7 +62,7 @@ def test_recommend_test_these_fills_the_table_and_the_report_opens_offline(page,
     for label, value in MORE.items():
         _fill(page, label, value)
     page.get_by_role("button", name="Apply").click()
-    test_these = page.get_by_role("button", name=re.compile(r"Test these \(\d+ runs? to queue\)"))
+    test_these = page.get_by_role("button", name=re.compile(r"Test these: \d+ runs? to queue"))
     expect(test_these).to_be_visible(timeout=300_000)  # analyses and timed steps first
     assert_no_exception(page)
     candidates = page.locator(TABLE).first
