@@ -35,10 +35,11 @@ import torch
 from analysis.cache import DiskCache, EntryWriter, StoredTensor, TensorSpec
 from analysis.config import ExtractConfig, to_dict
 from analysis.models import LoadedModel, load_model
+from analysis.progress import Progress, no_progress
+from analysis.rates import announce, estimate, forward_work, work_meta
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-from analysis.progress import Progress, no_progress
 
 
 @dataclass
@@ -364,13 +365,20 @@ def extract_states(
     def write(writer: EntryWriter) -> dict[str, Any]:
         start = time.perf_counter()
         texts, pairs = texts_of(rows)
+        work = forward_work(tokens_of(loaded, rows, cfg.max_length), loaded.n_params)
+        told = announce(
+            progress or no_progress,
+            estimate("states", work, cache.root, str(loaded.device),
+                     lambda: _timed_piece(cfg, loaded, rows)),
+            f"extracting {len(rows):,} examples",
+        )  # fmt: skip
         windows = iter_pooled_windows(
-            loaded, texts, pairs, cfg.pooling, cfg.max_length, cfg.batch_size, progress,
+            loaded, texts, pairs, cfg.pooling, cfg.max_length, cfg.batch_size, told,
             precision=cfg.precision,
         )  # fmt: skip
         row_ids = torch.tensor(rows["row"].to_numpy(), dtype=torch.long)
         write_states(writer, windows, labels, row_ids)
-        return {"seconds": time.perf_counter() - start, "device": str(loaded.device)}
+        return work_meta("states", work, time.perf_counter() - start, str(loaded.device))
 
     tensors, meta, hit = cache.get_or_write("states", inputs, specs, write)
     if hit and progress:
@@ -392,6 +400,26 @@ def extract_states(
         },
         stored=cache.stored("states", inputs)["states"],
     )
+
+
+def tokens_of(loaded: LoadedModel, rows: pd.DataFrame, max_length: int) -> int:
+    """Tokens the model reads for ``rows``: each example's count, cut at ``max_length``."""
+    return int(np.minimum(token_lengths(loaded.tokenizer, rows), max_length).sum())
+
+
+def _timed_piece(
+    cfg: ExtractConfig, loaded: LoadedModel, rows: pd.DataFrame
+) -> tuple[float, float]:
+    """(seconds, work) of one small batch of ``rows`` through the model: what an extraction's
+    estimate is timed on when this machine has extracted nothing yet (`analysis.rates`)."""
+    piece = rows.iloc[: min(len(rows), cfg.batch_size, 16)]
+    texts, pairs = texts_of(piece)
+    start = time.perf_counter()
+    for _ in iter_pooled_windows(loaded, texts, pairs, cfg.pooling, cfg.max_length,
+                                 cfg.batch_size, None, precision=cfg.precision):  # fmt: skip
+        pass
+    seconds = time.perf_counter() - start
+    return seconds, forward_work(tokens_of(loaded, piece, cfg.max_length), loaded.n_params)
 
 
 def _labels_tensor(rows: pd.DataFrame, task_type: str) -> torch.Tensor:

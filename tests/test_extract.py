@@ -157,7 +157,7 @@ def test_two_sessions_asking_for_the_same_extraction_compute_once(
     real = extract.iter_pooled_windows
 
     def counting(*args, **kwargs):
-        calls.append(1)
+        calls.append(len(args[1]))  # the texts (a first extraction also times a small piece)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(extract, "iter_pooled_windows", counting)
@@ -177,7 +177,7 @@ def test_two_sessions_asking_for_the_same_extraction_compute_once(
         t.start()
     for t in threads:
         t.join()
-    assert calls == [1]
+    assert [n for n in calls if n == 20] == [20]
     assert torch.equal(results[0].states, results[1].states)
     assert sorted(r.meta["cache_hit"] for r in results) == [False, True]
 

@@ -23,10 +23,11 @@ import torch
 
 from analysis.cache import DiskCache
 from analysis.config import ExtractConfig, to_dict
-from analysis.extract import iter_encoded_batches, model_inputs, texts_of
+from analysis.extract import iter_encoded_batches, model_inputs, texts_of, tokens_of
 from analysis.heads.stats import HeadStats, HeadStatsAccumulator, check_xi
 from analysis.models import LoadedModel, encoder_layers, layer_modules, load_model
 from analysis.progress import Progress, no_progress
+from analysis.rates import announce, estimate, forward_work, work_meta
 
 # Part of every cache key: bump when a change alters the cached numbers.
 HEADS_CODE_VERSION = "heads-1"
@@ -138,16 +139,20 @@ def head_stats(
 
     def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         start = time.perf_counter()
+        device = str(loaded.device)
+        work = forward_work(tokens_of(loaded, rows, cfg.extract.max_length), loaded.n_params)
+        told = announce(progress or no_progress, estimate("heads", work, cache.root, device),
+                        f"the head statistics of {len(rows):,} examples")  # fmt: skip
         stats = collect_head_stats(
             loaded,
             *texts_of(rows),
             xi=cfg.xi,
             max_length=cfg.extract.max_length,
             batch_size=cfg.extract.batch_size,
-            progress=progress,
+            progress=told,
         )
-        meta = {"n": stats.n, "seconds": time.perf_counter() - start, "device": str(loaded.device)}
-        return stats.to_tensors(), meta
+        seconds = time.perf_counter() - start
+        return stats.to_tensors(), {"n": stats.n, **work_meta("heads", work, seconds, device)}
 
     tensors, meta, hit = cache.get_or_compute("heads", recipe, compute)
     if hit and progress:

@@ -77,7 +77,8 @@ from analysis.layers.rows import (  # noqa: F401  (re-exported: the resamples' p
 )
 from analysis.layers.streamed import stream_limit_mb, use_streamed
 from analysis.layers.table import cached_layer_metrics, finite, layer_metrics, metrics_recipe
-from analysis.progress import Progress
+from analysis.progress import Progress, no_progress
+from analysis.rates import announce, estimate, work_meta
 
 if TYPE_CHECKING:
     from analysis.extract import LayerStates
@@ -309,14 +310,20 @@ def cached_layer_repeats(
         else:
             table = None
         source = layer_states.stored if layer_states.stored is not None else layer_states.states
+        work = repeats * math.prod(layer_states.states.shape)  # R × (L+1) × N × d
+        told = announce(progress or no_progress, estimate("layer_repeats", work, cache.root),
+                        f"{repeats} bootstrap repeats")  # fmt: skip
         rep = layer_repeats(
             source, layer_states.labels, layer_states.metric, seed, repeats, which, n_bins,
-            progress, table=table, executor=executor,
+            told, table=table, executor=executor,
         )  # fmt: skip
         tensors = {"values": torch.tensor(rep.values), "full": torch.tensor(rep.full)}
         if rep.jackknife is not None:
             tensors["jackknife"] = torch.tensor(rep.jackknife)
-        return tensors, rep.attrs
+        return tensors, {
+            **rep.attrs,
+            **work_meta("layer_repeats", work, rep.attrs["seconds"], "cpu"),
+        }
 
     recipe = repeats_recipe(layer_states, seed, repeats, n_bins, which)
     tensors, meta, hit = cache.get_or_compute("layer_repeats", recipe, compute)

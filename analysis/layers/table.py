@@ -31,7 +31,8 @@ from analysis.layers.metrics import (
 from analysis.layers.probe import CV_FOLDS, OUTER_FOLDS, PROBE_GRID, outer_folds
 from analysis.layers.rows import States, layer_rows, n_states
 from analysis.layers.streamed import route_recipe, streamed_metrics_of
-from analysis.progress import Progress
+from analysis.progress import Progress, no_progress
+from analysis.rates import announce, estimate, work_meta
 
 if TYPE_CHECKING:
     from analysis.extract import LayerStates
@@ -248,20 +249,25 @@ def cached_layer_metrics(
 
     def compute() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         start = time.perf_counter()
+        n_layers, n, d = layer_states.states.shape
+        work = n_layers * n * d
+        told = announce(progress or no_progress, estimate("layer_metrics", work, cache.root),
+                        f"the layer table of {n:,} examples")  # fmt: skip
         if recipe.get("route") == "streamed":  # large states: analysis.layers.streamed
-            df = streamed_metrics_of(layer_states, seed, n_bins, progress, executor)
+            df = streamed_metrics_of(layer_states, seed, n_bins, told, executor)
         else:
             source = layer_states.stored if layer_states.stored is not None else layer_states.states
             df = layer_metrics(
                 source, layer_states.labels, layer_states.metric, seed, METRICS, n_bins,
-                progress, executor,
+                told, executor,
             )  # fmt: skip
         values = torch.tensor(df[list(COLUMNS)].to_numpy(dtype=np.float64))  # (L+1, 6)
         meta = {k: v for k, v in df.attrs.items() if k != "probe_predictions"}
         tensors = {"values": values}
         if "probe_predictions" in df.attrs:
             tensors["probe_predictions"] = torch.tensor(df.attrs["probe_predictions"])
-        return tensors, {**meta, "seconds": time.perf_counter() - start}
+        seconds = time.perf_counter() - start
+        return tensors, {**meta, **work_meta("layer_metrics", work, seconds, "cpu")}
 
     tensors, meta, hit = cache.get_or_compute("layer_metrics", recipe, compute)
     values = tensors["values"].numpy()

@@ -14,6 +14,7 @@ from analysis.config import DataSpec, ModelSpec
 from analysis.lessons.lesson import Step
 from analysis.lessons.prepare import (
     Need,
+    Sizes,
     estimate_seconds,
     step_settings,
     view_digest,
@@ -62,24 +63,38 @@ class LibraryRunner:
         cfg = step_settings(step, self.uploads)
         return view_digest(step, self.model(cfg.model).identity(), self.data(cfg.data).fingerprint)
 
-    def weight(self, need: Need) -> float:
-        spec = self._model_of(need)
-        if spec is None:
+    def estimate(self, need: Need) -> float | None:
+        """``need``'s seconds on this machine (`analysis.lessons.prepare.estimate_seconds`), None
+        while a part of it has no rate measured here."""
+        found = self._inputs_of(need)
+        if found is None:
             return 1.0
-        loaded = self.model(spec)
-        return estimate_seconds(need, loaded.n_params, loaded.n_layers, loaded.d_model)
+        loaded = self.model(found[0])
+        return estimate_seconds(need, Sizes(
+            loaded.n_params, loaded.n_layers, loaded.d_model, self._tokens(*found),
+            self.workspace.root, str(loaded.device),
+        ))  # fmt: skip
+
+    def weight(self, need: Need) -> float:
+        """``need``'s share of the progress bar: its estimate, one second while it has none."""
+        seconds = self.estimate(need)
+        return 1.0 if seconds is None else seconds
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019  (one runner per preparation)
+    def _tokens(self, model: ModelSpec, data: DataSpec, max_length: int) -> float:
+        """Mean tokens the model reads of one example of ``data`` (of up to 200 of them)."""
+        from analysis.extract import tokens_of
+
+        rows = self.data(data).parts["train"].iloc[:200]
+        return tokens_of(self.model(model), rows, max_length) / max(1, len(rows))
 
     @staticmethod
-    def _model_of(need: Need) -> ModelSpec | None:
+    def _inputs_of(need: Need) -> tuple[ModelSpec, DataSpec, int] | None:
         s = need.settings
-        if "cfg" in s:
-            return s["cfg"].model
-        if "stats" in s:
-            return s["stats"].extract.model
-        if "claims" in s:
-            return s["claims"].model
-        if "rec" in s:
-            return s["rec"].model
+        for cfg in (s.get("cfg"), getattr(s.get("stats"), "extract", None), s.get("claims"),
+                    s.get("rec")):  # fmt: skip
+            if cfg is not None:
+                return cfg.model, cfg.data, cfg.max_length
         return None
 
     # -- computing -------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from analysis.config import DataSpec, ExtractConfig, ModelSpec, SampleSpec
 from analysis.io import atomic_write_json, read_json
 from analysis.lessons.lesson import Lesson, Lessons, Step
 from analysis.progress import Progress, no_progress
+from analysis.rates import duration, estimate, forward_work
 from analysis.workspace import data_folder
 
 if TYPE_CHECKING:
@@ -370,47 +371,74 @@ def statuses(lesson: Lesson, *args: Any) -> list[StepStatus]:
 
 # -- the estimate ----------------------------------------------------------------------------------
 
-# Rough costs on this project's 2-core CPU, from its measured first figures (MiniLM, N = 1,000:
-# extraction 3.8 s, table ≈ 4 s; mpnet: first figure 36 s, finished page 268 s): what the Prepare
-# button and `tunescope lesson prepare` quote before they start. Runs are estimated apart, from
-# the runs database (`analysis.claims.estimate_seconds`), when they are queued.
-FORWARD_S = 1.7e-4  # one example (~30 tokens) through 1 M parameters
-TABLE_S = 1.5e-6  # CCA, rank and the 5-fold probe, per example, layer and dimension
-REPEAT_S = 4.6e-7  # one bootstrap repeat, per example, layer and dimension
-TIMED_CHOICES = 10  # about how many choices a recommendation times
+# A recommendation times about this many choices beside full fine-tuning, each step about three
+# forward passes (forward, then backward at about twice its cost).
+TIMED_CHOICES = 10
 
 
-def estimate_seconds(need: Need, n_params: int, n_layers: int, d_model: int) -> float:
-    """A rough estimate of one need's seconds (module constants)."""
+@dataclass(frozen=True)
+class Sizes:
+    """What one need's work is counted from (`analysis.rates`): the model's parameters, layers
+    and width, the tokens of one example of its data, and where the cache's rates are."""
+
+    n_params: int
+    n_layers: int
+    d_model: int
+    tokens_per_example: float
+    root: Path
+    device: str
+
+
+def estimate_seconds(need: Need, z: Sizes) -> float | None:
+    """One need's seconds on this machine from the rates its cache holds (`analysis.rates`):
+    None when a part of it has no rate measured here yet."""
     s = need.settings
-    forward = n_params / 1e6 * FORWARD_S  # one example
-    per_example = (n_layers + 1) * d_model  # one example's states, every layer
+    per_example = (z.n_layers + 1) * z.d_model  # one example's states, every layer
+
+    def rate(kind: str, work: float) -> float | None:
+        found = estimate(kind, work, z.root, z.device)
+        return None if found is None else found.seconds
+
+    def forward(kind: str, n: float) -> float | None:
+        return rate(kind, forward_work(n * z.tokens_per_example, z.n_params))
+
+    def analyses(n: int, repeats: int) -> float | None:
+        parts = [forward("states", n), rate("layer_metrics", n * per_example)]
+        if repeats:
+            parts.append(rate("layer_repeats", repeats * n * per_example))
+        return None if None in parts else sum(parts)
+
     if need.kind == "states":
-        return s["cfg"].sample.n * forward
+        return forward("states", s["cfg"].sample.n)
     if need.kind == "layer table":
-        return s["cfg"].sample.n * per_example * TABLE_S
+        return rate("layer_metrics", s["cfg"].sample.n * per_example)
     if need.kind == "repeats":
-        return s["repeats"] * s["cfg"].sample.n * per_example * REPEAT_S
+        return rate("layer_repeats", s["repeats"] * s["cfg"].sample.n * per_example)
     if need.kind == "picture":
         return 15.0 if s["method"] == "umap" else 0.5
     if need.kind == "head statistics":
-        return 3 * s["stats"].extract.sample.n * forward
+        return forward("heads", s["stats"].extract.sample.n)
     if need.kind == "claim inputs":
         c = s["claims"]
-        per = c.n * (forward + per_example * (TABLE_S + c.repeats * REPEAT_S))
-        return c.samples * per
+        one = analyses(c.n, c.repeats)
+        return None if one is None else c.samples * one
     if need.kind == "recommendation":
         r = s["rec"]
-        analyses = r.n * (forward + per_example * (TABLE_S + r.repeats * REPEAT_S))
-        # every choice timed beside full fine-tuning: a step is about three forward passes
-        timing = TIMED_CHOICES * 2 * (r.timed_steps + 1) * 3 * r.batch_size * forward
-        return analyses + 3 * r.heads_n * forward + timing
+        parts = [analyses(r.n, r.repeats), forward("heads", r.heads_n),
+                 forward("states", TIMED_CHOICES * 2 * (r.timed_steps + 1) * 3 * r.batch_size)]  # fmt: skip
+        return None if None in parts else sum(parts)
     return 1.0
 
 
-def describe_estimate(seconds: float) -> str:
-    if seconds < 90:
-        return f"about {seconds:.0f} s"
-    if seconds < 5400:
-        return f"about {seconds / 60:.0f} min"
-    return f"about {seconds / 3600:.1f} h"
+def describe_estimate(estimates: list[float | None]) -> str:
+    """The needs' estimates (`estimate_seconds`) in words: their sum, and how many of them have
+    no rate measured here yet (each says its time once it starts)."""
+    known = [e for e in estimates if e is not None]
+    words = f"about {duration(sum(known))}" if known else "a time not known yet"
+    unknown = len(estimates) - len(known)
+    if unknown and known:
+        words = f"at least {words[6:]}"
+    if unknown:
+        words += (f" ({unknown} of the results {'has' if unknown == 1 else 'have'} no rate "
+                  "measured on this machine yet: each says its time once it starts)")  # fmt: skip
+    return words

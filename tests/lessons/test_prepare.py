@@ -11,7 +11,14 @@ import pytest
 
 from analysis.lessons.lesson import Lesson, Lessons, Step, to_json
 from analysis.lessons.library import LibraryRunner
-from analysis.lessons.prepare import needs_of, prepare, statuses, step_settings, unique_needs
+from analysis.lessons.prepare import (
+    describe_estimate,
+    needs_of,
+    prepare,
+    statuses,
+    step_settings,
+    unique_needs,
+)
 from analysis.runs.db import RunsDB
 from analysis.workspace import Workspace
 from tunescope.cli import main
@@ -143,7 +150,9 @@ def test_the_cli_prepares_a_lesson_file_and_reports_each_step(tiny_bert_dir, csv
     assert main(["lesson", "prepare", str(path), "--cache", str(cache),
                  "--json", str(tmp_path / "out.json")]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "4 steps, 7 results to have ready; estimate about" in out
+    # A fresh cache holds no rates: what has none says so, never a figure of another machine.
+    assert "4 steps, 7 results to have ready; estimate at least" in out
+    assert "have no rate measured on this machine yet" in out
     assert "computed" in out and "0 failed" in out
     payload = json.loads((tmp_path / "out.json").read_text())
     assert payload["lesson"] == "demo-lesson" and len(payload["done"]) == 7
@@ -235,3 +244,24 @@ def test_the_recommend_pages_settings_are_what_a_step_prepares(tiny_bert_dir, mo
     assert any("stopped here" in e.value for e in at.error)
     step = Step("recommend", {"model": str(tiny_bert_dir), "n": "40"})
     assert asked == [recommend_settings(step_settings(step, Workspace.current().uploads))]
+
+
+def test_after_one_preparation_every_analysis_has_an_estimate_from_this_machine(
+    tiny_bert_dir, csv_data, tmp_path
+):
+    workspace = Workspace(tmp_path / "cache")
+    lesson = demo(tiny_bert_dir, csv_data)
+    runner = LibraryRunner(workspace)
+    needs, _ = unique_needs(lesson, workspace.uploads)
+    kinds = {"states", "layer table", "head statistics"}
+    assert {n.kind for n in needs if runner.estimate(n) is None} >= {"states", "layer table"}
+    with workspace.active():
+        prepare(lesson, Lessons(workspace.lessons), runner.compute, runner.digest,
+                workspace.uploads)  # fmt: skip
+    estimates = {n.kind: runner.estimate(n) for n in needs if n.kind in kinds}
+    assert set(estimates) == kinds and all(e and e > 0 for e in estimates.values()), estimates
+    assert describe_estimate(list(estimates.values())).startswith("about ")
+    assert describe_estimate([2.0, None]) == (
+        "at least 2 s (1 of the results has no rate measured on this machine yet: each says "
+        "its time once it starts)"
+    )

@@ -89,12 +89,14 @@ def _prepare(args, store, lesson) -> int:
     runner = _runner(args, wait=not args.no_wait, runs=not args.no_runs)
     uploads = args.workspace.uploads
     needs, _ = unique_needs(lesson, uploads)
-    seconds = sum(runner.weight(n) for n in needs)
+    estimates = [
+        runner.estimate(n) for n in needs if not runner.cached(n) and n.kind != "claim runs"
+    ]
     out = sys.stderr if args.json == "-" else sys.stdout
     print(
         f"lesson '{lesson.title}' ({lesson.name}): {counted(len(lesson), 'step')}, "
-        f"{counted(len(needs), 'result')} to have ready; estimate {describe_estimate(seconds)} "
-        "of computing where nothing is cached yet (fine-tuning runs: said when they are queued)",
+        f"{counted(len(needs), 'result')} to have ready; estimate {describe_estimate(estimates)} "
+        "of computing for what is not cached yet (fine-tuning runs: said when they are queued)",
         file=out,
     )
     bar = TqdmProgress("preparing")

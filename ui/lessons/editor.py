@@ -54,14 +54,14 @@ def prepare_panel(lessons: Lessons, lesson: Lesson) -> None:
     try:
         needs, _ = unique_needs(lesson, uploads)
         todo = [n for n in needs if not runner.cached(n)]
-        seconds = sum(runner.weight(n) for n in todo)
+        estimates = [runner.estimate(n) for n in todo if n.kind != "claim runs"]
     except ValueError as exc:
         st.error(f"This lesson cannot be prepared: {exc}", icon="⚠️")
         return
     runs = [n for n in todo if n.kind == "claim runs"]
     st.markdown(
         f"{counted(len(needs), 'result')} to have ready, {len(todo)} not in the cache yet: "
-        f"{describe_estimate(seconds)} of computing on this machine"
+        f"{describe_estimate(estimates)} of computing on this machine"
         + (f", plus the fine-tuning runs of {counted(len(runs), 'Paper check step')}, queued for "
            "the background workers (their estimate is said when they are queued)" if runs else "")
         + ". Keep this page open while it runs (`tunescope lesson prepare` does the same from a "
