@@ -11,6 +11,7 @@ runs are queued (the one launch path) and how the chosen candidate is taken home
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from analysis.recommend.outcome import (
 )
 from analysis.runs.planner import Experiment, progress, standings
 from analysis.runs.planner import Progress as PlanProgress
+from analysis.words import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,6 +88,28 @@ class Recommendation:
             for name, by_seed in stands.items()
         }  # fmt: skip
         return self.costs.refined(run_step_time_ratios(times, self.proposal.choices[0].name))
+
+    def queue_seconds(self, to_queue, runs: pd.DataFrame, parallel: int = 1) -> tuple[float, str]:
+        """About how long the planned runs ``to_queue`` ((arm, config) pairs) take to train here,
+        ``parallel`` at a time, and where the figure comes from: an arm's finished runs' own wall
+        times (each worker training one run on its share of the cores), else its timed steps
+        (all cores on one step) × its steps."""
+        stands = standings(self.experiment(), runs)
+        total, measured, timed = 0.0, 0, 0
+        for arm, cfg in to_queue:
+            walls = [float(s.result["wall_s"]) for s in stands.get(arm.name, {}).values()
+                     if s.status == "done" and (s.result or {}).get("wall_s")]  # fmt: skip
+            cost = self.costs.get(arm.name) if self.costs is not None else None
+            if walls:
+                total += statistics.median(walls) / max(1, parallel)
+                measured += 1
+            elif cost is not None:
+                total += cost.step_time_s * cfg.steps
+                timed += 1
+        sources = [f"{counted(measured, 'run')} from finished runs' times"] if measured else []
+        if timed:
+            sources.append(f"{counted(timed, 'run')} from timed steps × steps")
+        return total, "; ".join(sources) or "no timing yet"
 
     def to_json(self, runs: pd.DataFrame | None = None) -> dict[str, Any]:
         if runs is None:

@@ -116,6 +116,17 @@ def cpu_packing(
     return workers, max(1, cores // workers)
 
 
+def parallel_runs(choice: ExecutorChoice, n_params: int | None) -> int:
+    """How many runs of ``n_params`` parameters ``choice`` trains at once on this machine: the
+    CPU workers `start_workers` would start, else one (a GPU worker; a Ray cluster's slots are
+    not known before it is asked)."""
+    if choice.executor == RAY or (choice.device and choice.device != "cpu"):
+        return 1
+    if choice.device == "cpu" or all_devices() == ["cpu"]:
+        return cpu_packing(n_params, workers=choice.cpu_workers)[0]
+    return 1
+
+
 def cpu_slot(k: int) -> str:
     """The device label of CPU worker k: ``cpu``, ``cpu-1``, ``cpu-2``…"""
     return "cpu" if k == 0 else f"cpu-{k}"

@@ -12,14 +12,20 @@ import pytest
 from apptest_utils import cancel_the_rest, errors, make_app, open_page, record_pool
 
 from analysis.predictions import encode_predictions
+from analysis.rates import duration
 from analysis.recommend.budget import Costs
 from analysis.runs.db import RunsDB
+from analysis.runs.executor import ExecutorChoice
+from analysis.runs.worker import parallel_runs
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
 PAGE = "views/recommend.py"
 SMALL = {"rec_repeats": 2, "rec_heads_n": 40, "rec_timed_steps": 1, "rec_steps": 2,
          "rec_batch_size": 8, "rec_n_train": 64, "rec_n_eval": 40, "rec_eval_every": 2,
          "rec_lora_r": 2}  # fmt: skip
+
+
+WALL_S = 600.0  # a finished run's wall time in the toy comparison
 
 
 def recommend_page(tiny_bert_dir, monkeypatch, **state):
@@ -100,16 +106,21 @@ def test_finished_runs_fill_in_the_table_and_the_sentence(tiny_bert_dir, monkeyp
     labels = np.array([0, 1] * 50)
     planned = _planned(rec)
     for done, (name, config) in enumerate(planned):
-        if done == len(planned) - 1:  # one left: the button counts it in the singular
-            at.run()
+        if done == len(planned) - 1:  # one left: the button counts it in the singular, and
+            at.run()  # says how long it takes: its arm's finished runs took WALL_S each
             (button,) = [b for b in at.button if b.key == "rec_test"]
-            assert button.label == "Test these: 1 run to queue (the first round)", button.label
+            parallel = parallel_runs(
+                ExecutorChoice(), rec.costs.by_name["full fine-tuning"].n_params
+            )
+            took = duration(WALL_S / parallel)
+            assert button.label == f"Test these: 1 run to queue (the first round), about {took}"
+            assert "1 run from finished runs' times" in button.help, button.help
         accuracy = 0.9 if name == "BitFit" else 0.8 if name == "full fine-tuning" else 0.6
         accuracy += 0.01 * config.seed
         preds = np.where(np.arange(100) < accuracy * 100, labels, 1 - labels)
         run_id = db.enqueue(config, running_pid=os.getpid())
         db.finish(run_id, {"score": float(np.mean(preds == labels)), "metric": "accuracy",
-                           "peak_mem_mb": 12.0,
+                           "peak_mem_mb": 12.0, "wall_s": WALL_S,
                            "test_predictions": encode_predictions(preds, labels, "t", False)})  # fmt: skip
     at.run()
     assert not errors(at), errors(at)

@@ -14,10 +14,12 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from analysis.rates import duration
 from analysis.recommend.outcome import comparison_frame
 from analysis.recommend.recommendation import Recommendation, queue, take_home
 from analysis.runs.launch import new_sweep_id
 from analysis.runs.planner import next_steps, standings
+from analysis.runs.worker import parallel_runs
 from analysis.words import counted
 from ui.figures.recommend import comparison_figure, cost_figure
 from ui.finetune.executor import chosen_executor
@@ -83,7 +85,8 @@ def comparison_view(rec: Recommendation) -> None:
     st.markdown(design_words(rec))
     cancel_rest_view(db, standings(experiment, runs))
     to_queue = next_steps(experiment, runs).queue
-    if to_queue and st.button(test_label(rec, len(to_queue)), type="primary", key="rec_test"):
+    if to_queue and st.button(test_label(rec, to_queue, runs), type="primary", key="rec_test",
+                              help=test_help(rec, to_queue, runs)):  # fmt: skip
         try:
             launched = queue(db, rec, runs, chosen_executor(), new_sweep_id("recommend"))
         except ValueError as exc:
@@ -119,10 +122,24 @@ def design_words(rec: Recommendation) -> str:
     )
 
 
-def test_label(rec: Recommendation, n: int) -> str:
-    """The button that starts the comparison: what it queues now."""
+def test_label(rec: Recommendation, to_queue: list, runs: pd.DataFrame) -> str:
+    """The button that starts the comparison: what it queues now and about how long that takes
+    here (`Recommendation.queue_seconds`)."""
     first = "" if rec.cfg.design != "sequential" else " (the first round)"
-    return f"Test these: {n} run{'s' if n != 1 else ''} to queue{first}"
+    seconds, _ = rec.queue_seconds(to_queue, runs, _parallel(rec))
+    took = f", about {duration(seconds)}" if seconds > 0 else ""
+    return f"Test these: {counted(len(to_queue), 'run')} to queue{first}{took}"
+
+
+def test_help(rec: Recommendation, to_queue: list, runs: pd.DataFrame) -> str:
+    parallel = _parallel(rec)
+    _, source = rec.queue_seconds(to_queue, runs, parallel)
+    return (f"The time is an estimate for this machine, {counted(parallel, 'run')} at a time: "
+            f"{source}. Later rounds, if the data need them, add runs.")  # fmt: skip
+
+
+def _parallel(rec: Recommendation) -> int:
+    return parallel_runs(chosen_executor(), get_model(rec.cfg.model).n_params)
 
 
 def take_home_view(rec: Recommendation, runs: pd.DataFrame, chosen: str | None) -> None:
