@@ -119,6 +119,17 @@ def test_finished_runs_fill_in_the_table_and_the_sentence(tiny_bert_dir, monkeyp
         accuracy += 0.01 * config.seed
         preds = np.where(np.arange(100) < accuracy * 100, labels, 1 - labels)
         run_id = db.enqueue(config, running_pid=os.getpid())
+        if done == len(planned) - 1:  # while it trains, the page shows its step and curves
+            db.log_step(run_id, 5, {"loss": 0.5, "eta_s": 30.0})
+            db.log_step(run_id, 5, {"dev": 0.7}, kind="dev")
+            at.run()
+            assert any(
+                f"seed {config.seed} · step 5/{config.steps}" in m.value for m in at.markdown
+            )
+            assert any(b.key == f"rec_cancel_{run_id}" for b in at.button)
+            curve = next(c for c in at.get("plotly_chart") if c.proto.id.endswith(run_id) or
+                         run_id in str(c.proto))  # fmt: skip
+            assert "dev score" in str(curve.proto)
         db.finish(run_id, {"score": float(np.mean(preds == labels)), "metric": "accuracy",
                            "peak_mem_mb": 12.0, "wall_s": WALL_S,
                            "test_predictions": encode_predictions(preds, labels, "t", False)})  # fmt: skip

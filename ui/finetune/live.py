@@ -52,7 +52,7 @@ def queue_view() -> None:
         f"{len(running)} running · {len(queued)} queued · refreshes every 2 s"
     )
     for _, run in running.iloc[::-1].iterrows():
-        _running_card(db, run)
+        running_card(db, run)
     if not queued.empty:
         st.markdown("**Queued** (oldest first)")
         shown = queued.iloc[::-1][QUEUED_COLUMNS]
@@ -77,7 +77,9 @@ def queue_view() -> None:
             )
 
 
-def _running_card(db: RunsDB, run: pd.Series) -> None:
+def running_card(db: RunsDB, run: pd.Series, key: str = "ft") -> None:
+    """One training run: its step, loss and ETA, its train-loss and dev-score curve, and Cancel
+    (widget keys start with ``key``: the Recommend page shows its comparison's runs too)."""
     steps = db.steps(run["id"])
     total = Run.from_row(run).steps
     train = steps[steps["kind"] == "train"].pivot_table(index="step", columns="key", values="value")
@@ -96,9 +98,9 @@ def _running_card(db: RunsDB, run: pd.Series) -> None:
                 f"loss {last.get('loss', float('nan')):.4f} · ETA {format_seconds(last.get('eta_s'))}"
             )
             card.progress(min(step / total, 1.0))
-            st.plotly_chart(loss_curve(steps), width="stretch", key=f"ft_curve_{run['id']}")
+            st.plotly_chart(loss_curve(steps), width="stretch", key=f"{key}_curve_{run['id']}")
         if run["cancel_requested"]:
             button.caption("cancelling…")
-        elif button.button("Cancel", key=f"ft_cancel_{run['id']}"):
+        elif button.button("Cancel", key=f"{key}_cancel_{run['id']}"):
             db.request_cancel(run["id"])
             st.rerun(scope="fragment")

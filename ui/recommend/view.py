@@ -23,6 +23,7 @@ from analysis.runs.worker import parallel_runs
 from analysis.words import counted
 from ui.figures.recommend import comparison_figure, cost_figure
 from ui.finetune.executor import chosen_executor
+from ui.finetune.live import running_card
 from ui.finetune.state import get_db
 from ui.loaders import get_model, show_error
 from ui.recommend.runs import cancel_rest_view
@@ -97,6 +98,10 @@ def comparison_view(rec: Recommendation) -> None:
     state = rec.progress(runs)
     if state.planned:
         st.progress(state.counts["done"] / state.planned, text=state.text())
+    running = {s.run_id for by_seed in standings(experiment, runs).values()
+               for s in by_seed.values() if s.status == "running"}  # fmt: skip
+    for _, run in runs[runs["id"].isin(running)].iterrows():
+        running_card(db, run, "rec")
     arms, decision = rec.outcome(runs)
     (st.success if decision.branch == "recommend" else st.info)(decision.sentence)
     if any(a.n_seeds for a in arms):
