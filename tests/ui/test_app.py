@@ -72,3 +72,34 @@ def test_home_gives_the_path_and_every_page_links_to_the_next_step(tiny_bert_dir
     assert next_of("views/claims.py").title == "Runs"  # off the path: where its runs are followed
     at.switch_page("views/data.py").run()
     assert at.get("page_link")[-1].proto.label.startswith("Next: **Layers**")
+
+
+def test_while_the_built_in_lesson_is_prepared_every_page_says_so(
+    tiny_bert_dir, monkeypatch, tmp_path
+):
+    import ui.lessons.prepare as prep
+    from analysis.workspace import Workspace
+
+    seen = []
+
+    def fake_prepare(name, progress, kinds=None):
+        progress(0.0, "hidden states: mpnet")
+        seen.append(prep.preparing_note())
+        prep._NOW["start"] -= 60  # a minute in, half done: about a minute left
+        progress(0.5, "layer metrics: mpnet")
+        seen.append(prep.preparing_note())
+        at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/layers.py")
+        seen.append([i.value for i in at.info])
+        return type("Done", (), {"seconds": 1.0})()
+
+    monkeypatch.setattr(prep, "prepare_lesson", fake_prepare)
+    prep._prepare_builtin(Workspace(tmp_path / "cache"))
+    assert (
+        seen[0].startswith("**Preparing the built-in lesson “")
+        and "0 % done; now: hidden" in (seen[0])
+    )
+    assert "50 % done, about 60 s left; now: layer metrics: mpnet" in seen[1]
+    assert any(v.startswith("**Preparing the built-in lesson") for v in seen[2]), seen[2]
+    assert prep.preparing_note() is None  # done: the banner goes
+    at = open_page(make_app(tiny_bert_dir, monkeypatch), "views/layers.py")
+    assert not any("Preparing the built-in lesson" in i.value for i in at.info)

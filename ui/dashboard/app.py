@@ -17,7 +17,7 @@ import streamlit as st
 
 from analysis.workspace import Workspace
 from ui.lessons.bar import add_view_button, lesson_bar
-from ui.lessons.prepare import prepare_builtin_in_background
+from ui.lessons.prepare import prepare_builtin_in_background, preparing_note
 from ui.loaders import warm_up
 from ui.memo import end_run, start_run
 from ui.nav import page_path
@@ -41,11 +41,23 @@ PAGES = [
     st.Page(page_path("views/lessons.py"), title="Lessons", icon=":material/school:"),
 ]
 
+
+@st.fragment(run_every=3)
+def preparing_banner() -> None:
+    """While the server prepares the built-in lesson: what that means, refreshed; gone once done
+    (the next page no longer draws it)."""
+    note = preparing_note()
+    if note:
+        st.info(note, icon=":material/hourglass_top:")
+
+
 warm_up(default_model())  # the compute workers start with the first page (ui/loaders.py)
 start_run()  # this view's computations queue by when it started (ui/memo.py)
 navigation = st.navigation(PAGES)
 with Workspace.from_env().active():  # the app's one workspace: cache, runs, uploads
     prepare_builtin_in_background()  # the built-in lessons, once per server (ui/lessons/prepare.py)
+    if preparing_note():
+        preparing_banner()
     render_sidebar()
     add_view_button(navigation.url_path)
     with lesson_bar(

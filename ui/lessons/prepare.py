@@ -13,10 +13,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from analysis.lessons.library import ANALYSES, LibraryRunner
 from analysis.lessons.prepare import Need, prepare
 from analysis.progress import Progress, no_progress
+from analysis.rates import duration
 from analysis.workspace import Workspace
 
 ENV = "TUNESCOPE_PREPARE_LESSONS"  # 0: the server does not prepare the built-in lessons
@@ -104,6 +106,9 @@ def prepare_lesson(name: str, progress: Progress = no_progress, kinds=None):
 
 
 _STARTED = threading.Event()
+# What the background preparation is doing now (`preparing_note`): the lesson's title while one is
+# being prepared, the share done, the current need and when it started.
+_NOW: dict = {"title": None, "fraction": 0.0, "message": "", "start": 0.0}
 
 
 def prepare_builtin_in_background() -> None:
@@ -119,6 +124,28 @@ def prepare_builtin_in_background() -> None:
                      name="tunescope-prepare-lessons").start()  # fmt: skip
 
 
+def preparing_note() -> str | None:
+    """While a built-in lesson is being prepared: what that is and what it means for the first
+    pages, with the share done and the time left once some of it is done; else None."""
+    title = _NOW["title"]
+    if title is None:
+        return None
+    fraction = _NOW["fraction"]
+    elapsed = time.perf_counter() - _NOW["start"]
+    left = (f", about {duration(elapsed * (1 - fraction) / fraction)} left"
+            if 0.05 <= fraction < 1 else "")  # fmt: skip
+    return (
+        f"**Preparing the built-in lesson “{title}”** ({100 * fraction:.0f} % done{left}; now: "
+        f"{_NOW['message'] or 'starting'}). This server computes the default session's analyses "
+        "once and keeps them in its cache: a page that needs one of them waits for it the first "
+        "time, then every page and every visitor gets it at once."
+    )
+
+
+def _note(fraction: float, message: str = "") -> None:
+    _NOW.update(fraction=min(max(fraction, 0.0), 1.0), message=message)
+
+
 def _prepare_builtin(workspace: Workspace) -> None:
     from analysis.lessons.lesson import Lessons
 
@@ -127,8 +154,13 @@ def _prepare_builtin(workspace: Workspace) -> None:
         lessons = Lessons(workspace.lessons)
         for name in lessons.names():
             try:
-                if lessons.load(name).builtin:
-                    done = prepare_lesson(name, kinds=ANALYSES)
+                lesson = lessons.load(name)
+                if lesson.builtin:
+                    _NOW.update(title=lesson.title, fraction=0.0, message="",
+                                start=time.perf_counter())  # fmt: skip
+                    done = prepare_lesson(name, _note, kinds=ANALYSES)
                     log.info("built-in lesson %s prepared in %.0f s", name, done.seconds)
             except Exception as exc:  # a lesson that cannot be prepared must not stop the server
                 log.warning("the built-in lesson %s was not prepared: %s", name, exc)
+            finally:
+                _NOW["title"] = None
