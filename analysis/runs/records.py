@@ -4,14 +4,12 @@ one half of `analysis.runs.db.RunsDB`).
 A run's row holds its config and, once done, its result; its per-step metrics are rows of their
 own; notes and tags annotate it. Files a run owns live in the workspace, beside the database:
 ``runs/<id>/`` (what the run wrote: its trajectory snapshots) and ``subspace/<id>/`` (the
-zero-weights files of the disable experiment made from its trajectory). `RunRecords.delete_files`
-removes them, `RunRecords.delete_run` the run too.
+zero-weights files of the disable experiment made from its trajectory); deleting them, and runs,
+is `analysis.runs.deletion`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,8 +20,9 @@ import pandas as pd
 from analysis.finetune.registry import method_names, method_spec
 from analysis.finetune.spec import default_run_label
 from analysis.finetune.stored import nested
-from analysis.io import atomic_write_json, atomic_write_text, remove_folder
-from analysis.runs.record import Run, source_run
+from analysis.io import atomic_write_json, atomic_write_text
+from analysis.runs.deletion import RunDeletion
+from analysis.runs.record import Run
 from analysis.runs.schema import RunsFile, row_dict
 
 TIME_COLUMNS = ("created", "started", "finished")  # stored as UNIX seconds, shown as UTC times
@@ -134,7 +133,7 @@ def _iso(seconds: float | None) -> str | None:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
-class RunRecords(RunsFile):
+class RunRecords(RunDeletion, RunsFile):
     """Read, list, annotate, delete and export the runs (module docstring)."""
 
     # ---- reading -----------------------------------------------------------------------------
@@ -317,78 +316,6 @@ class RunRecords(RunsFile):
                     "would carry more; remove some of their tags first."
                 )
         return chosen
-
-    # ---- deleting ---------------------------------------------------------------------------
-    def run_files(self, run_id: str) -> list[Path]:
-        """The folders run ``run_id`` owns that exist: its trajectory (``runs/<id>/``) and the
-        zero-weights files made from it (``subspace/<id>/``)."""
-        folders = (self.workspace.run_folder(run_id), self.workspace.disable_folder(run_id))
-        return [f for f in folders if f.is_dir()]
-
-    def delete_files(self, run_id: str) -> list[Path]:
-        """Delete the folders run ``run_id`` owns (`run_files`); returns the ones removed.
-
-        Refused (ValueError) while the run is queued or running, or while a queued or running
-        run trains in its subspace or zeroes weights from its files: they still need them.
-        """
-        folders = self._deletable_files(self.resolve_id(run_id))
-        return [folder for folder in folders if remove_folder(folder)]
-
-    def delete_run(self, run_id: str) -> list[Path]:
-        """Delete a run for good: its files (`delete_files`, same refusals), then the run and its
-        steps. Returns the folders removed."""
-        return self.delete_runs([run_id])
-
-    def delete_runs(self, run_ids: Sequence[str]) -> list[Path]:
-        """Delete runs for good: each one's files, then the runs with their steps, notes and tags
-        in one transaction. Every run is checked first (`delete_files`' refusals), so a refusal
-        deletes nothing. Returns the folders removed."""
-        ids = list(dict.fromkeys(self.resolve_id(run_id) for run_id in run_ids))
-        owned = [folder for run_id in ids for folder in self._deletable_files(run_id)]
-        removed = [folder for folder in owned if remove_folder(folder)]
-        with self._write() as conn:
-            conn.execute(
-                f"DELETE FROM runs WHERE id IN ({', '.join('?' * len(ids))})"
-                " AND status NOT IN ('queued', 'running')",
-                ids,
-            )
-        return removed
-
-    def _deletable_files(self, run_id: str) -> list[Path]:
-        """The folders run ``run_id`` owns, or a ValueError when the run or a queued or running
-        run still needs them (`delete_files`)."""
-        with self._connect() as conn:
-            status = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
-        if status in ("queued", "running"):
-            raise ValueError(f"Run {run_id} is {status}: cancel it before deleting its files.")
-        folders = self.run_files(run_id)
-        users = self._runs_using(run_id, folders)
-        if users:
-            raise ValueError(
-                f"{'Run' if len(users) == 1 else 'Runs'} {', '.join(users)} still "
-                f"{'needs' if len(users) == 1 else 'need'} the files of run {run_id} (they train in "
-                "its subspace or zero weights listed there): wait for them or cancel them first."
-            )
-        return folders
-
-    def _runs_using(self, run_id: str, folders: Sequence[Path]) -> list[str]:
-        """Queued or running runs whose config names run ``run_id`` or one of ``folders``."""
-        with self._connect() as conn:
-            rows = conn.execute(
-                "SELECT id, config_json FROM runs WHERE status IN ('queued', 'running') AND id != ?",
-                (run_id,),
-            ).fetchall()
-
-        def inside(path: str) -> bool:
-            return any(path == str(f) or path.startswith(str(f) + os.sep) for f in folders)
-
-        users = []
-        for other, raw in rows:
-            config = json.loads(raw)
-            source = str(source_run(config) or "")
-            if source == run_id or inside(source) or inside(str(config.get("zero_weights") or "")):
-                users.append(other)
-        return users
 
     # ---- export -----------------------------------------------------------------------------
     def export_records(self, with_steps: bool = True, **filters: Any) -> list[dict[str, Any]]:
