@@ -9,6 +9,7 @@ import json
 import pytest
 
 from analysis.runs.db import RunsDB
+from analysis.words import counted
 from tunescope.cli import main
 
 pytestmark = pytest.mark.usefixtures("stop_leftover_worker")
@@ -48,13 +49,15 @@ def test_recommend_compares_waits_and_writes_json_report_and_recipe(
     assert payload["recommendation"]["candidate"] is None
     printed = capsys.readouterr()
     assert "queued" in printed.err and "arm" in printed.out and "total" in printed.out
+    # before anything trained, the time comes from every arm's timed steps × its steps
+    assert f"of training here ({counted(len(arms), 'run')} from timed steps × steps)" in printed.err
     assert report.read_text().startswith("<!DOCTYPE html>")
 
     # Again: every finished run is reused, nothing is queued; a candidate's recipe goes home.
     name = payload["candidates"][0]["name"]
     assert main(tiny(tiny_bert_dir, "--compare", "--design", "fixed", "--seeds", "1", "--recipe",
                      str(recipe), "--candidate", name)) == 0  # fmt: skip
-    assert "queued 0 runs" in capsys.readouterr().err and len(RunsDB().list_runs()) == len(arms)
+    assert "queued 0 runs (" in capsys.readouterr().err and len(RunsDB().list_runs()) == len(arms)
     assert (recipe / "recipe.json").is_file() or (recipe / "adapter_config.json").is_file()
 
 

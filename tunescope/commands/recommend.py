@@ -209,18 +209,25 @@ def _drive(db, rec, executor, wait: bool, poll: float) -> None:
     planned run is queued or running. Later rounds are queued as runs end (by the process that
     records them; here too, should a round fall between two looks). What it says goes to
     stderr."""
+    from analysis.rates import duration
     from analysis.recommend.recommendation import queue
     from analysis.runs.launch import launch, new_sweep_id
-    from analysis.runs.planner import advance
+    from analysis.runs.planner import advance, next_steps
+    from analysis.runs.worker import parallel_runs
 
     cfg = rec.cfg
     runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
+    to_queue = next_steps(rec.experiment(), runs).queue
+    n_params = next(iter(rec.costs.by_name.values())).n_params if rec.costs else None
+    seconds, source = rec.queue_seconds(to_queue, runs, parallel_runs(executor, n_params))
     sweep_id = new_sweep_id("recommend")
     launched = queue(db, rec, runs, executor, sweep_id)
     state = rec.progress(db.list_runs(model=cfg.model.name, data=cfg.data.name))
+    took = f"; about {duration(seconds)} of training here ({source})" if seconds > 0 else ""
     print(
-        f"queued {len(launched.ids)} runs ({cfg.design} design, {len(rec.proposal.choices)} arms; "
-        f"finished ones reused): {state.text()}; {launched.how}",
+        f"queued {counted(len(launched.ids), 'run')} ({cfg.design} design, "
+        f"{len(rec.proposal.choices)} arms; finished ones reused){took}: {state.text()}; "
+        f"{launched.how}",
         file=sys.stderr,
     )
     if not wait:
