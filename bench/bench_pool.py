@@ -155,6 +155,34 @@ def replay_sequential(rec, table, pool, r_max: int) -> dict:
             "missing": missing}  # fmt: skip
 
 
+def first_round(rec, pool, r_max: int) -> dict:
+    """What "Test these" says of the sequential design's first round on an empty runs database
+    (`Recommendation.queue_seconds`: the timed steps × steps, the runs that train at once here)
+    beside what those runs took in the pool (their wall times over the same number at once)."""
+    from analysis.recommend.outcome import experiment_of
+    from analysis.runs.db import RunsDB
+    from analysis.runs.executor import ExecutorChoice
+    from analysis.runs.planner import next_steps
+    from analysis.runs.worker import parallel_runs
+    from analysis.workspace import Workspace
+
+    cfg = dataclasses.replace(rec.cfg, design="sequential", max_seeds=r_max)
+    experiment = experiment_of(cfg, rec.proposal, rec.costs)
+    with tempfile.TemporaryDirectory() as tmp, Workspace(Path(tmp)).active():
+        empty = RunsDB().list_runs()  # a runs database with nothing in it yet
+    queue = next_steps(experiment, empty).queue
+    parallel = parallel_runs(ExecutorChoice(), next(iter(rec.costs.by_name.values())).n_params)
+    rec_seq = dataclasses.replace(rec, cfg=cfg)
+    estimate, source = rec_seq.queue_seconds(queue, empty, parallel)
+    index = {arm.name: {experiment.training_seed(arm, i): i for i in range(r_max)}
+             for arm in experiment.arms}  # fmt: skip
+    done = [(arm, c) for arm, c in queue if index[arm.name][c.seed] in pool[arm.name]]
+    walls = [float(pool[arm.name][index[arm.name][c.seed]]["wall_s"]) for arm, c in done]
+    return {"runs": len(queue), "measured": len(done), "parallel": parallel, "source": source,
+            "estimate": estimate, "estimate_measured": rec_seq.queue_seconds(done, empty, parallel)[0],
+            "actual": sum(walls) / parallel}  # fmt: skip
+
+
 def replay_grid(rec, pool, n: int) -> dict:
     """The fixed grid of the first ``n`` seeds, judged once."""
     import pandas as pd
@@ -216,6 +244,16 @@ def main() -> None:
         d = r["decision"]
         answer = d.candidate or d.branch
         print(f"{name:<16} {r['runs']:>5} {r['seconds'] / 60:10.1f}  {answer}: {d.sentence}")
+
+    from analysis.rates import duration
+
+    first = first_round(rec, pool, args.seeds)
+    print(f"\nTest these on an empty runs database: the first sequential round, {first['runs']} "
+          f"runs, {first['parallel']} at a time: the button says about "
+          f"{duration(first['estimate'])} ({first['source']}); the pool's {first['measured']} of "
+          f"them: estimated {duration(first['estimate_measured'])}, took "
+          f"{duration(first['actual'])} (their wall times / {first['parallel']}): estimate / "
+          f"actual = {first['estimate_measured'] / max(first['actual'], 1e-9):.2f}")  # fmt: skip
 
     print("\nthe pool's table (paired t over every seed, one look):")
     grid = replays[f"grid {args.seeds} seeds"]["arms"]

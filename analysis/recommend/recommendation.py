@@ -93,7 +93,8 @@ class Recommendation:
         """About how long the planned runs ``to_queue`` ((arm, config) pairs) take to train here,
         ``parallel`` at a time, and where the figure comes from: an arm's finished runs' own wall
         times (each worker training one run on its share of the cores), else its timed steps
-        (all cores on one step) × its steps."""
+        (all cores on one step) × its steps, and its scoring of the dev part at every evaluation
+        and of the test part at the end (`_eval_steps`)."""
         stands = standings(self.experiment(), runs)
         total, measured, timed = 0.0, 0, 0
         for arm, cfg in to_queue:
@@ -104,11 +105,11 @@ class Recommendation:
                 total += statistics.median(walls) / max(1, parallel)
                 measured += 1
             elif cost is not None:
-                total += cost.step_time_s * cfg.steps
+                total += cost.step_time_s * (cfg.steps + _eval_steps(cfg))
                 timed += 1
         sources = [f"{counted(measured, 'run')} from finished runs' times"] if measured else []
         if timed:
-            sources.append(f"{counted(timed, 'run')} from timed steps × steps")
+            sources.append(f"{counted(timed, 'run')} from timed steps × (steps + evaluation)")
         return total, "; ".join(sources) or "no timing yet"
 
     def to_json(self, runs: pd.DataFrame | None = None) -> dict[str, Any]:
@@ -118,6 +119,16 @@ class Recommendation:
             arms, decision = self.outcome(runs)
             costs = self.costs
         return recommendation_json(self.cfg, self.proposal, costs, arms, decision, self.evidence)
+
+
+def _eval_steps(cfg) -> float:
+    """A run's scoring in training steps: every evaluation of ``n_eval`` dev examples and the
+    test part's at the end, a forward pass being about a third of a step (forward, then backward
+    at about twice its cost); none when ``n_eval`` is the whole part (its size is the data's)."""
+    if not cfg.n_eval:
+        return 0.0
+    scored = (-(-cfg.steps // cfg.eval_every) + 1) * cfg.n_eval  # the dev evaluations + the test
+    return scored / (3 * cfg.batch_size)
 
 
 def recommend(

@@ -50,7 +50,10 @@ def test_recommend_compares_waits_and_writes_json_report_and_recipe(
     printed = capsys.readouterr()
     assert "queued" in printed.err and "arm" in printed.out and "total" in printed.out
     # before anything trained, the time comes from every arm's timed steps × its steps
-    assert f"of training here ({counted(len(arms), 'run')} from timed steps × steps)" in printed.err
+    assert (
+        f"of training here ({counted(len(arms), 'run')} from timed steps × (steps + evaluation))"
+        in printed.err
+    )
     assert report.read_text().startswith("<!DOCTYPE html>")
 
     # Again: every finished run is reused, nothing is queued; a candidate's recipe goes home.
