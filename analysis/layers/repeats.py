@@ -311,7 +311,7 @@ def cached_layer_repeats(
             table = None
         source = layer_states.stored if layer_states.stored is not None else layer_states.states
         work = repeats * math.prod(layer_states.states.shape)  # R × (L+1) × N × d
-        told = announce(progress or no_progress, estimate("layer_repeats", work, cache.root),
+        told = announce(progress or no_progress, estimate("layer_repeats", work, cache.root, "cpu"),
                         f"{repeats} bootstrap repeats")  # fmt: skip
         rep = layer_repeats(
             source, layer_states.labels, layer_states.metric, seed, repeats, which, n_bins,

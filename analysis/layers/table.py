@@ -251,7 +251,7 @@ def cached_layer_metrics(
         start = time.perf_counter()
         n_layers, n, d = layer_states.states.shape
         work = n_layers * n * d
-        told = announce(progress or no_progress, estimate("layer_metrics", work, cache.root),
+        told = announce(progress or no_progress, estimate("layer_metrics", work, cache.root, "cpu"),
                         f"the layer table of {n:,} examples")  # fmt: skip
         if recipe.get("route") == "streamed":  # large states: analysis.layers.streamed
             df = streamed_metrics_of(layer_states, seed, n_bins, told, executor)

@@ -395,12 +395,12 @@ def estimate_seconds(need: Need, z: Sizes) -> float | None:
     s = need.settings
     per_example = (z.n_layers + 1) * z.d_model  # one example's states, every layer
 
-    def rate(kind: str, work: float) -> float | None:
-        found = estimate(kind, work, z.root, z.device)
+    def rate(kind: str, work: float, device: str = "cpu") -> float | None:
+        found = estimate(kind, work, z.root, device)  # the layer analyses run on the CPU
         return None if found is None else found.seconds
 
     def forward(kind: str, n: float) -> float | None:
-        return rate(kind, forward_work(n * z.tokens_per_example, z.n_params))
+        return rate(kind, forward_work(n * z.tokens_per_example, z.n_params), z.device)
 
     def analyses(n: int, repeats: int) -> float | None:
         parts = [forward("states", n), rate("layer_metrics", n * per_example)]
