@@ -16,10 +16,14 @@ default budget, under common random numbers, and three designs replayed on that 
     pool's seeds; replayed by the planner itself on a scratch runs database, one worker taking
     the queue in order, a run "finishing" with its pool result, and the next round taken as
     it ends — so costlier arms' queued runs are cancelled as in a real comparison), the fixed
-    3-seed grid and the fixed grid of every seed. For each: runs trained, their training time
-    (the pool runs' own wall times), and what the sentence says.
-(4) **The table** of every arm's paired difference to full fine-tuning at n = every seed, its
-    interval (one look), status, trainable share and step time.
+    3-seed grid and the fixed grid of every seed, each with the seed design's test (its k-th
+    run of an arm stands for that arm's k-th seed: an arm's scores are a sample of that arm
+    under either design, only their pairing with full's differs). For each: runs trained,
+    their training time (the pool runs' own wall times, summed), and what the sentence says.
+    Then what "Test these" would say of the first round's time beside what those runs took.
+(4) **The table** of every arm's difference to full fine-tuning at n = every seed (the seed
+    design's test, `analysis.runs.planner.SEED_DESIGN`), its interval (one look), status,
+    trainable share and step time.
 
 The last line is ``pool: seeds=… arms=… sequential_runs=… grid3_runs=… grid_runs=…
 sequential=<branch> design=<common|independent>``.
@@ -57,7 +61,8 @@ def build(cfg, cache: Path, train: bool):
         start = time.perf_counter()
         rec = recommend(cfg, load_model(cfg.model))
         print(f"analyses and costs: {time.perf_counter() - start:.0f} s", flush=True)
-        table = dataclasses.replace(rec.experiment(), policy=WHOLE_TABLE)
+        # the pool is built under common random numbers: every arm seed by seed with full
+        table = dataclasses.replace(rec.experiment(), policy=WHOLE_TABLE, seed_design="common")
         db = RunsDB()
         runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
         if train:
@@ -255,7 +260,10 @@ def main() -> None:
           f"{duration(first['actual'])} (their wall times / {first['parallel']}): estimate / "
           f"actual = {first['estimate_measured'] / max(first['actual'], 1e-9):.2f}")  # fmt: skip
 
-    print("\nthe pool's table (paired t over every seed, one look):")
+    from analysis.runs.planner import design_test
+
+    test = {"paired": "paired t", "welch": "Welch's t"}[design_test()]
+    print(f"\nthe pool's table ({test}, the seed design's test, over every seed, one look):")
     grid = replays[f"grid {args.seeds} seeds"]["arms"]
     print(f"{'arm':<24} {'n':>2} {'score':>7} {'diff ± margin [lo, hi] (points)':>34} "
           f"{'status':<12} {'share %':>8} {'step s':>7}")  # fmt: skip

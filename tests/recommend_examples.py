@@ -40,9 +40,11 @@ def recommendation() -> Recommendation:
 def finished_runs(rec: Recommendation) -> pd.DataFrame:
     db = RunsDB()
     score = {"full fine-tuning": 0.805, "layer 1 (ℓ*)": 0.80, "BitFit": 0.60}
+    index: dict[str, int] = {}  # each arm's k-th run (an arm's seeds may be its own)
     for name, config in planned_runs(rec.cfg, rec.proposal):
         run_id = db.enqueue(config, running_pid=os.getpid())
-        db.finish(run_id, {"score": score[name] + 0.001 * config.seed, "metric": "accuracy",
+        index[name] = index.get(name, -1) + 1
+        db.finish(run_id, {"score": score[name] + 0.001 * index[name], "metric": "accuracy",
                            "peak_mem_mb": 50.0})  # fmt: skip
     return db.list_runs()
 

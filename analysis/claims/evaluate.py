@@ -20,7 +20,10 @@ from analysis.claims.papers import CLAIMS
 from analysis.claims.result import MIN_SEEDS, ClaimResult
 from analysis.claims.runs import PlannedRun, arm_of, run_status
 from analysis.finetune.config import FinetuneConfig
+from analysis.finetune.registry import method_spec
 from analysis.progress import Progress, scaled
+from analysis.runs.planner import SEED_DESIGN
+from analysis.seeding import arm_seed
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -91,7 +94,12 @@ def plan_runs(
     planned: dict[tuple[str, int], PlannedRun] = {}
 
     def add(claim: str, arm: str, config: FinetuneConfig, stage: int = 0) -> None:
-        run = PlannedRun((claim,), arm, config, stage)
+        # The seed design every comparison uses (`analysis.runs.planner.SEED_DESIGN`): full
+        # fine-tuning trains on the claims' seeds, under independent seeds every other arm on
+        # seeds of its own (`analysis.seeding.arm_seed`).
+        reference = method_spec(config.method).reference
+        seed = arm_seed(arm, config.seed, SEED_DESIGN, reference)
+        run = PlannedRun((claim,), arm, dataclasses.replace(config, seed=seed), stage)
         if run.key in planned:
             old = planned[run.key]
             planned[run.key] = dataclasses.replace(old, claims=(*old.claims, claim))

@@ -2,13 +2,14 @@
 comparison" and "The sentence").
 
 The comparison is a planned experiment (`analysis.runs.planner`): full fine-tuning (the
-reference) and every other choice, all trained with the same training seeds under common random
-numbers, so that each arm is compared with full seed by seed. The arms that may be the answer
+reference) and every other choice, seeded by the one seed design every comparison uses
+(`analysis.runs.planner.SEED_DESIGN`: independent seeds, each arm compared with full by Welch's
+test; under common random numbers the paired t, seed by seed). The arms that may be the answer
 are those cheaper than full — measured step-time ratio < 1 (unknown: a trainable share < 1) —
 and within the budget, cheapest first (the timed step-time ratio, then the trainable share).
 
-Each arm's row: d = score(arm, s) − score(full, s) over the seeds both have, d̄ ± c · se with the
-paired t, c = t_{1 − α/K, n − 1} adjusted for the K looks its design may take
+Each arm's row: d = mean score(arm) − mean score(full), d̄ ± c · se with the design's test,
+c = t_{1 − α/K, df} adjusted for the K looks its design may take
 (`analysis.runs.sequential`, Bonferroni over looks; the fixed grid looks once, K = 1), and its
 status — **held up** (lower end ≥ −δ), **shown worse** (upper end < −δ), **undecided**, or **not
 needed** (a cheaper arm held up). The design (`RecommendConfig.design`): sequential rounds
@@ -387,6 +388,9 @@ def decide(
 
 # -- JSON ---------------------------------------------------------------------------------------
 
+# The degrees of freedom of each test's critical value, as the JSON's boundary writes them.
+DF_WORDS = {"paired": "n − 1", "welch": "Welch–Satterthwaite df"}
+
 
 def design_json(cfg: RecommendConfig) -> dict[str, Any]:
     """``{"kind", "r0", "max_seeds", "alpha", "delta", "boundary", "test"}`` of the comparison."""
@@ -394,7 +398,7 @@ def design_json(cfg: RecommendConfig) -> dict[str, Any]:
     return {"kind": cfg.design, "r0": design.r0, "max_seeds": design.r_max, "alpha": design.alpha,
             "delta": cfg.delta, "test": design.test,
             "boundary": f"Bonferroni over {design.looks} look{'s' if design.looks != 1 else ''}: "
-                        f"c = t(1 − α/{design.looks}, n − 1)"}  # fmt: skip
+                        f"c = t(1 − α/{design.looks}, {DF_WORDS[design.test]})"}  # fmt: skip
 
 
 def recommendation_json(

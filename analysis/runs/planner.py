@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 FIXED, SEQUENTIAL, WHOLE_TABLE = "fixed", "sequential", "whole-table"
 POLICIES = (FIXED, SEQUENTIAL, WHOLE_TABLE)
 # The seed design every planned comparison uses, chosen by measurement on the built-in demo
-# (docs/explanation/statistics.md, "Seeds"): common random numbers, compared by the paired t.
-SEED_DESIGN = "common"
+# (docs/explanation/statistics.md, "Seeds"): independent seeds, compared by Welch's test.
+SEED_DESIGN = "independent"
 TEST_OF = {"common": "paired", "independent": "welch"}
 STATES = ("done", "running", "queued", "failed", "cancelled")  # best stand-in first
 ALIVE = ("done", "running", "queued")
@@ -69,11 +69,12 @@ def design_test(seed_design: str = SEED_DESIGN) -> str:
 
 def planned_compare(a: Arm, b: Arm) -> Comparison:
     """A − B for two arms of one planned comparison (the Paper check's claims, the Heads page's
-    selectors, the Fine-tune page's sweep against full): the design's test when both arms ran
-    the same seeds (at least two), else Welch's, and the comparison says which."""
-    test = design_test()
+    selectors, the Fine-tune page's sweep against full), by the test their seeds make valid: the
+    paired t when both ran the same seeds (at least two: one seed's runs share every stream,
+    `analysis.seeding`, so their scores are not independent), else Welch's; the comparison says
+    which."""
     pairable = bool(a.seeds) and set(a.seeds) == set(b.seeds) and len(a.seeds) >= 2
-    return compare(a, b, test=test if pairable else "welch")
+    return compare(a, b, test="paired" if pairable else "welch")
 
 
 @dataclass(frozen=True)

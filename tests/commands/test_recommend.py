@@ -75,7 +75,8 @@ def test_sequential_rounds_go_on_in_the_worker_until_the_design_is_spent(tiny_be
     payload = json.loads(capsys.readouterr().out)
     assert payload["design"] == {
         "kind": "sequential", "r0": 2, "max_seeds": 3, "alpha": 0.025, "delta": 1.0,
-        "test": "paired", "boundary": "Bonferroni over 2 looks: c = t(1 − α/2, n − 1)",
+        "test": "welch",
+        "boundary": "Bonferroni over 2 looks: c = t(1 − α/2, Welch–Satterthwaite df)",
     }  # fmt: skip
     rows = {row["arm"]: row for row in payload["comparison"]}
     runs = RunsDB().list_runs()
@@ -88,7 +89,7 @@ def test_sequential_rounds_go_on_in_the_worker_until_the_design_is_spent(tiny_be
         if row["verdict"] == "no verdict: both at chance level":
             continue
         assert row["status"] in ("held up", "shown worse", "undecided", "not needed")
-        assert row["test"] == "paired"
+        assert row["test"] == "welch"  # the seed design's: independent seeds
         if row["status"] != "not needed":  # judged: r₀ seeds at least
             assert row["n_seeds"] >= 2
         if row["status"] == "undecided":  # an undecided arm got every seed the design has

@@ -42,7 +42,9 @@ def arms() -> tuple[PlannedArm, ...]:
 
 
 def sequential(**kw) -> Experiment:
-    return Experiment(arms(), seeds=seed_list((0, 1, 2), 5), policy=SEQUENTIAL, design=DESIGN, **kw)
+    """A sequential experiment under common random numbers (the mechanics read seed by seed)."""
+    return Experiment(arms(), seeds=seed_list((0, 1, 2), 5), policy=SEQUENTIAL, design=DESIGN,
+                      seed_design="common", **kw)  # fmt: skip
 
 
 def finish(db: RunsDB, config: FinetuneConfig, score: float, sweep: str | None = None) -> str:
@@ -59,7 +61,7 @@ SCORES = {  # seed → score: bitfit a tenth of a point under full, frozen 10 po
 
 
 def test_a_grid_queues_every_arm_and_seed_reference_first_and_reuses_what_is_done():
-    grid = Experiment(arms(), seeds=(0, 1), policy=FIXED)
+    grid = Experiment(arms(), seeds=(0, 1), policy=FIXED, seed_design="common")
     db = RunsDB()
     steps = next_steps(grid, db.list_runs())
     assert [(a.name, c.seed) for a, c in steps.queue] == [
@@ -128,7 +130,7 @@ def test_the_whole_table_trains_every_arm_to_r_max():
 
 
 def test_independent_seeds_give_every_arm_but_the_reference_seeds_of_its_own():
-    common = Experiment(arms(), seeds=(0, 1), policy=FIXED)
+    common = Experiment(arms(), seeds=(0, 1), policy=FIXED, seed_design="common")
     apart = Experiment(arms(), seeds=(0, 1), policy=FIXED, seed_design="independent")
     same = {(a.name, c.seed) for a, c in next_steps(common, RunsDB().list_runs()).queue}
     own = {(a.name, c.seed) for a, c in next_steps(apart, RunsDB().list_runs()).queue}

@@ -244,13 +244,14 @@ def test_held_up_at_a_true_minus_delta_is_at_most_alpha(spread, test, rho, naive
 
 
 def test_the_grid_reports_how_often_and_how_soon_arms_are_decided():
-    """SPEC-style grid, paired t on common seeds (ρ = 0.5): the printed table, and bounds on
+    """SPEC-style grid under the chosen seed design — Welch's t on independent seeds (ρ = 0,
+    `analysis.runs.planner.SEED_DESIGN`): the printed table, and bounds on
     what a user sees — a true-zero arm holds up almost always at a small spread, rarely at a
     large one; a true −2δ arm is shown worse where the spread allows; never a wrong call."""
     rows = {}
     for spread in SPREADS:
         for true in (-2.0, -1.0, 0.0, 1.0):
-            rows[true, spread] = held, worse, decided, seeds = cell(true, spread, "paired", 0.5)
+            rows[true, spread] = held, worse, decided, seeds = cell(true, spread, "welch", 0.0)
             print(f"true {true:+.0f}δ spread {spread}δ: held up {held:.3f} shown worse "
                   f"{worse:.3f} decided {decided:.3f} after {seeds:.2f} seeds")  # fmt: skip
     for spread in SPREADS:
@@ -258,11 +259,11 @@ def test_the_grid_reports_how_often_and_how_soon_arms_are_decided():
         assert rows[-2.0, spread][0] <= BOUND  # a true −2δ does not hold up
         assert rows[1.0, spread][0] >= rows[0.0, spread][0]  # better arms hold up more often
     zero = [rows[0.0, s] for s in SPREADS]
-    assert zero[0][2] >= 0.95 and zero[0][3] <= 7.0  # spread δ/2: decided, in ~6 seeds
-    assert 0.3 <= zero[1][2] <= 0.7  # spread δ: about half decided by R_max
-    assert 0.03 <= zero[2][2] <= 0.3  # spread 2δ: mostly still undecided at R_max
+    assert zero[0][2] >= 0.85 and zero[0][3] <= 7.0  # spread δ/2: decided, in ~6 seeds
+    assert 0.2 <= zero[1][2] <= 0.5  # spread δ: about a third decided by R_max
+    assert 0.03 <= zero[2][2] <= 0.2  # spread 2δ: mostly still undecided at R_max
     assert zero[0][2] > zero[1][2] > zero[2][2]
-    assert rows[-2.0, 0.5][1] >= 0.95 and rows[1.0, 0.5][3] <= 4.5
+    assert rows[-2.0, 0.5][1] >= 0.85 and rows[1.0, 0.5][3] <= 4.5
 
 
 def test_the_planner_loop_takes_the_simulated_looks():

@@ -95,10 +95,12 @@ def test_finished_runs_fill_in_the_verdicts(tiny_bert_dir, monkeypatch):
     inputs = claims.prepare(cfg, load_model(cfg.model))
     db = RunsDB()
     labels = np.array([0, 1] * 50)
+    index: dict[str, int] = {}  # each arm's k-th run (its seeds are its own)
     for p in claims.plan_runs(cfg, inputs):
         run_id = db.enqueue(p.config, running_pid=os.getpid())
         accuracy = 0.9 if p.arm == "PageRank heads" else 0.6
-        accuracy += 0.01 * p.config.seed
+        index[p.arm] = index.get(p.arm, -1) + 1
+        accuracy += 0.01 * index[p.arm]
         preds = np.where(np.arange(100) < accuracy * 100, labels, 1 - labels)
         db.finish(run_id, {"score": float(np.mean(preds == labels)), "metric": "accuracy",
                            "test_predictions": encode_predictions(preds, labels, "t", False)})  # fmt: skip

@@ -383,7 +383,10 @@ def _queue(db: RunsDB, configs: list, sweep: bool, executor: ExecutorChoice) -> 
 
 def sweep_experiment(configs: list[tuple[str, FinetuneConfig]]) -> Experiment:
     """The form's runs ((family, config) per strategy × seed) as a planned grid: one arm per
-    setting, its family kept ("single" for one run per seed: none), the form's seeds."""
+    setting, its family kept ("single" for one run per seed: none), the form's seeds. The
+    reference arm — full fine-tuning when the grid has it, else its first setting — trains on the
+    seeds as typed; under independent seeds every other setting gets seeds of its own
+    (`analysis.seeding.arm_seed`), so that comparing them is valid."""
     arms: dict[str, PlannedArm] = {}
     seeds: list[int] = []
     for family, cfg in configs:
@@ -392,4 +395,7 @@ def sweep_experiment(configs: list[tuple[str, FinetuneConfig]]) -> Experiment:
         arms.setdefault(name, PlannedArm(name, base, family=None if family == "single" else family))
         if cfg.seed not in seeds:
             seeds.append(cfg.seed)
-    return Experiment(tuple(arms.values()), seeds=tuple(seeds), policy=FIXED)
+    planned = list(arms.values())
+    first = next((a for a in planned if method_spec(a.config.method).reference), planned[0])
+    planned = [dataclasses.replace(a, reference=a is first) for a in planned]
+    return Experiment(tuple(planned), seeds=tuple(seeds), policy=FIXED)
