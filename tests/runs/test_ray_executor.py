@@ -508,6 +508,8 @@ def test_a_comparisons_rounds_fan_out_onto_the_cluster_and_go_on_as_runs_end(
     assert outcome == [6]  # the Ray worker trained the first round and the one it queued
     runs = db.list_runs()
     assert len(runs) == 6 and set(runs["status"]) == {"done"}
-    assert sorted(runs["seed"]) == [0, 0, 1, 1, 2, 2]
+    seeds = runs.groupby("method")["seed"].apply(sorted).to_dict()
+    assert seeds["full"] == [0, 1, 2]  # the reference: the seeds as given
+    assert len(set(seeds["layers"])) == 3 and not set(seeds["layers"]) & {0, 1, 2}  # its own
     assert all(ON_THIS_NODE.fullmatch(d) for d in runs["device"])
     assert set(runs["sweep_id"]) == {"exp-ray"}

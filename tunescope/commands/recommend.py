@@ -239,7 +239,10 @@ def _drive(db, rec, executor, wait: bool, poll: float) -> None:
             runs = db.list_runs(model=cfg.model.name, data=cfg.data.name)
             state = rec.progress(runs)
             bar(state.counts["done"] / max(state.planned, 1), state.text())
-            idle = not state.counts["running"] and not state.counts["queued"]
+            # idle: nothing of the plan training or queued, nor a run of this comparison that a
+            # round no longer wants but that has yet to reach its next step and stop
+            stopping = runs["status"].eq("running") & runs["sweep_id"].eq(sweep_id)
+            idle = not state.counts["running"] and not state.counts["queued"] and not stopping.any()
             if idle and not advance(db, sweep_id):  # nothing more to train: the answer stands
                 return
             launch(db, [], executor, sweep_id)  # keeps a worker serving the queued runs
