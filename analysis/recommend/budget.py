@@ -261,10 +261,11 @@ def time_steps(
 def run_step_time_ratios(
     step_times: Mapping[str, Mapping[int, float]], reference: str
 ) -> dict[str, tuple[float, int]]:
-    """Arm → (step-time ratio, seeds) from finished runs' own step times (arm → seed → seconds
-    per step): the median of the arm's runs over the median of ``reference``'s runs of the same
-    seeds — side by side, as the timing pairs its steps —, and how many seeds that is. Arms with
-    no seed in common with the reference are left out; the reference is 1.0 over its own runs."""
+    """Arm → (step-time ratio, seeds) from finished runs' own step times (arm → seed index i →
+    seconds per step): the median of the arm's runs over the median of ``reference``'s runs of
+    the same indices — its i-th run beside full's i-th, as the timing pairs its steps —, and how
+    many that is. Arms with no index in common with the reference are left out; the reference is
+    1.0 over its own runs."""
     full = {s: t for s, t in step_times.get(reference, {}).items() if _positive(t)}
     out = {}
     for arm, times in step_times.items():

@@ -265,3 +265,22 @@ def test_after_one_preparation_every_analysis_has_an_estimate_from_this_machine(
         "at least 2 s (1 of the results has no rate measured on this machine yet: each says "
         "its time once it starts)"
     )
+
+
+def test_the_pages_runner_prepares_a_recommend_step(tiny_bert_dir, tmp_path):
+    """What the server's background preparation runs (`ui.lessons.prepare.PageRunner`): the
+    recommendation's analyses and costs through the page's cached call, then found cached."""
+    from ui.lessons.prepare import PageRunner
+
+    workspace = Workspace(tmp_path / "cache")
+    data = tmp_path / "reviews.csv"  # the step's head statistics read the page's 300 examples
+    pd.DataFrame({"text": [f"review {i} was {'good' if i % 2 else 'bad'}" for i in range(500)],
+                  "label": [i % 2 for i in range(500)]}).to_csv(data, index=False)  # fmt: skip
+    view = {"model": str(tiny_bert_dir), "data": str(data), "n": "40", "seed": "1"}
+    lesson = Lesson("rec", "Rec", (Step("recommend", view),))
+    with workspace.active():
+        runner = PageRunner(workspace)
+        needs, _ = unique_needs(lesson, workspace.uploads)
+        assert [n.kind for n in needs] == ["recommendation"]
+        assert [runner.compute(n) for n in needs] == [False]  # computed, not found
+        assert all(runner.cached(n) for n in needs)

@@ -59,13 +59,13 @@ class PageRunner(LibraryRunner):
         if need.kind == "recommendation":
             from ui.recommend.state import get_recommendation
 
-            hit = self.recommendation_cached(s["rec"])
+            hit = self.lookup.recommendation_cached(s["rec"])
             get_recommendation(s["rec"])
             return hit
         if need.kind == "trajectory":
             from ui.subspace.state import get_report
 
-            hit = self._trajectory_cached(s)
+            hit = self.lookup.trajectory_cached(s)
             run = self.trajectory_run(s)
             if run is None:
                 return super().compute(need, progress)  # says why
