@@ -4,18 +4,15 @@ asks; its loaders give the model, the data and the states)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from analysis.lessons.prepare import Need
-
-if TYPE_CHECKING:
-    from analysis.lessons.library import LibraryRunner
 
 
 class CacheLookup:
     """``cached(need)`` for one runner (its model, data and states loaders, its runs)."""
 
-    def __init__(self, runner: LibraryRunner) -> None:
+    def __init__(self, runner: Any) -> None:  # the LibraryRunner that asks (no import back up)
         self.runner = runner
 
     def cached(self, need: Need) -> bool:
