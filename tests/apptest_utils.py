@@ -55,6 +55,7 @@ def record_pool(monkeypatch) -> list[str]:
     """Switch the compute pool on with a `compute` that records the name of each job it is sent
     and runs it here, its settings and result through pickle as a worker's travel (the layer
     tasks run here too). Returns the list it records into."""
+    import copy
     import pickle
 
     import ui.compute_pool
@@ -63,10 +64,14 @@ def record_pool(monkeypatch) -> list[str]:
 
     sent: list[str] = []
 
+    def travel(obj):
+        """What a worker would get: ``obj`` must pickle; the copy is made as pickling makes it."""
+        pickle.dumps(obj)
+        return copy.deepcopy(obj)
+
     def compute(fn, *args, progress=None):
         sent.append(fn.__name__)
-        args = pickle.loads(pickle.dumps(args))
-        return pickle.loads(pickle.dumps(fn(*args, progress=progress or (lambda *a: None))))
+        return travel(fn(*travel(args), progress=progress or (lambda *a: None)))
 
     monkeypatch.setattr(ui.compute_pool, "enabled", lambda: True)
     monkeypatch.setattr(ui.compute_pool, "executor", lambda: IN_PROCESS)

@@ -84,10 +84,11 @@ def comparison_view(rec: Recommendation) -> None:
     st.subheader("Test these: the comparison at equal budget")
     experiment = rec.experiment()
     st.markdown(design_words(rec))
-    cancel_rest_view(db, standings(experiment, runs))
+    stands = standings(experiment, runs)
+    cancel_rest_view(db, stands)
     to_queue = next_steps(experiment, runs).queue
-    if to_queue and st.button(test_label(rec, to_queue, runs), type="primary", key="rec_test",
-                              help=test_help(rec, to_queue, runs)):  # fmt: skip
+    label, help_ = test_words(rec, to_queue, runs) if to_queue else ("", "")
+    if to_queue and st.button(label, type="primary", key="rec_test", help=help_):
         try:
             launched = queue(db, rec, runs, chosen_executor(), new_sweep_id("recommend"))
         except ValueError as exc:
@@ -98,8 +99,8 @@ def comparison_view(rec: Recommendation) -> None:
     state = rec.progress(runs)
     if state.planned:
         st.progress(state.counts["done"] / state.planned, text=state.text())
-    running = {s.run_id for by_seed in standings(experiment, runs).values()
-               for s in by_seed.values() if s.status == "running"}  # fmt: skip
+    running = {s.run_id for by_seed in stands.values() for s in by_seed.values()
+               if s.status == "running"}  # fmt: skip
     for _, run in runs[runs["id"].isin(running)].iterrows():
         running_card(db, run, "rec")
     arms, decision = rec.outcome(runs)
@@ -127,20 +128,17 @@ def design_words(rec: Recommendation) -> str:
     )
 
 
-def test_label(rec: Recommendation, to_queue: list, runs: pd.DataFrame) -> str:
-    """The button that starts the comparison: what it queues now and about how long that takes
-    here (`Recommendation.queue_seconds`)."""
-    first = "" if rec.cfg.design != "sequential" else " (the first round)"
-    seconds, _ = rec.queue_seconds(to_queue, runs, _parallel(rec))
-    took = f", about {duration(seconds)}" if seconds > 0 else ""
-    return f"Test these: {counted(len(to_queue), 'run')} to queue{first}{took}"
-
-
-def test_help(rec: Recommendation, to_queue: list, runs: pd.DataFrame) -> str:
+def test_words(rec: Recommendation, to_queue: list, runs: pd.DataFrame) -> tuple[str, str]:
+    """The button that starts the comparison and its help: what it queues now and about how long
+    that takes here (`Recommendation.queue_seconds`), and where the figure comes from."""
     parallel = _parallel(rec)
-    _, source = rec.queue_seconds(to_queue, runs, parallel)
-    return (f"The time is an estimate for this machine, {counted(parallel, 'run')} at a time: "
-            f"{source}. Later rounds, if the data need them, add runs.")  # fmt: skip
+    seconds, source = rec.queue_seconds(to_queue, runs, parallel)
+    first = "" if rec.cfg.design != "sequential" else " (the first round)"
+    took = f", about {duration(seconds)}" if seconds > 0 else ""
+    label = f"Test these: {counted(len(to_queue), 'run')} to queue{first}{took}"
+    help_ = (f"The time is an estimate for this machine, {counted(parallel, 'run')} at a time: "
+             f"{source}. Later rounds, if the data need them, add runs.")  # fmt: skip
+    return label, help_
 
 
 def _parallel(rec: Recommendation) -> int:
