@@ -1,7 +1,7 @@
 """The pool and its replay: every arm of the built-in demo's recommendation × 10 seeds at the
 default budget, under common random numbers, and three designs replayed on that one pool.
 
-    .venv/bin/python bench/bench_pool.py [--cache DIR] [--seeds 10] [--no-train]
+    .venv/bin/python bench/bench_pool.py [--cache DIR] [--seeds 10] [--no-train] [--delta 1]
 
 (1) **The pool.** `tunescope recommend`'s default question (minilm, movie snippets, the default
     budget) as a whole-table experiment to ``--seeds`` seeds (`analysis.runs.planner`): the runs
@@ -25,8 +25,9 @@ default budget, under common random numbers, and three designs replayed on that 
     design's test, `analysis.runs.planner.SEED_DESIGN`), its interval (one look), status,
     trainable share and step time.
 
-The last line is ``pool: seeds=… arms=… sequential_runs=… grid3_runs=… grid_runs=…
-sequential=<branch> design=<common|independent>``.
+``--delta`` judges the same pool with another δ (it changes no run). The last line is ``pool:
+seeds=… arms=… sequential_runs=… grid3_runs=… grid_runs=… sequential=<branch>
+design=<common|independent> delta=…``.
 """
 
 from __future__ import annotations
@@ -213,10 +214,14 @@ def main() -> None:
     parser.add_argument("--cache", default=str(ROOT / "cache-pool"), help="the pool's cache folder")
     parser.add_argument("--seeds", type=int, default=10, help="seeds of every arm (R_max)")
     parser.add_argument("--no-train", action="store_true", help="replay what the pool holds")
+    parser.add_argument("--delta", type=float, default=None,
+                        help="δ of the replays and the table (default: the recommendation's)")  # fmt: skip
     args = parser.parse_args()
     from analysis.recommend.config import RecommendConfig
 
     cfg = RecommendConfig(design="whole-table", max_seeds=args.seeds)
+    if args.delta is not None:  # δ judges the runs; it changes none of them
+        cfg = dataclasses.replace(cfg, delta=args.delta)
     print(f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
     rec, table, runs = build(cfg, Path(args.cache), not args.no_train)
     pool = pool_scores(rec, table, runs)
@@ -284,7 +289,7 @@ def main() -> None:
         f"pool: seeds={have} arms={len(pool)} sequential_runs={seq['runs']} "
         f"grid3_runs={replays['grid 3 seeds']['runs']} "
         f"grid_runs={replays[f'grid {args.seeds} seeds']['runs']} "
-        f"sequential={seq['decision'].branch} design={design}"
+        f"sequential={seq['decision'].branch} design={design} delta={cfg.delta:g}"
     )
 
 

@@ -2,16 +2,18 @@
 rerun beside it.
 
     .venv/bin/python bench/bench_recommend.py [--limit-min 30] [--cache DIR] [--model minilm]
+        [--data movie-snippets]
 
 (1) **Cold.** A fresh cache folder (or ``--cache``): `tunescope recommend --compare --wait` on
-    the built-in demo (minilm, movie snippets, the default budget and design), in a fresh
+    the built-in demo (minilm, movie snippets, the default budget and design; ``--data trec6``
+    asks the same of data the defaults were not tuned on), in a fresh
     process, stopped after ``--limit-min`` minutes if the answer is not final by then (its runs
     are cancelled). Reported: the wall time, the analyses' and costs' share of it, the runs
     trained, and what the sentence says (decided or not, and what).
 (2) **Warm.** The same `recommend` again (no ``--compare``): every analysis and cost from the
     cache, the comparison from the runs database.
 
-The last line is ``recommend: cold_s=… analyses_s=… runs=… decided=<branch> warm_s=…``.
+The last line is ``recommend: data=… cold_s=… analyses_s=… runs=… decided=<branch> warm_s=…``.
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def recommend(cache: Path, model: str, extra: list[str], limit_s: float | None) -> dict:
+def recommend(cache: Path, question: list[str], extra: list[str], limit_s: float | None) -> dict:
     """`tunescope recommend` in a fresh process; its JSON, wall time and printed lines."""
     out = cache / f"rec-{len(extra)}-{time.time():.0f}.json"
-    command = [sys.executable, "-m", "tunescope", "recommend", "--model", model,
+    command = [sys.executable, "-m", "tunescope", "recommend", *question,
                "--cache", str(cache), "--json", str(out), *extra]  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -64,16 +66,18 @@ def main() -> None:
     parser.add_argument("--limit-min", type=float, default=30.0, help="stop the cold run here")
     parser.add_argument("--cache", default=None, help="cache folder (default: a fresh one)")
     parser.add_argument("--model", default="minilm")
+    parser.add_argument("--data", default="movie-snippets")
     args = parser.parse_args()
+    question = ["--model", args.model, "--data", args.data]
     print(f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
     with tempfile.TemporaryDirectory(prefix="tsbench-recommend-") as tmp:
         cache = Path(args.cache or tmp)
-        cold = recommend(cache, args.model, ["--compare", "--wait"], 60 * args.limit_min)
+        cold = recommend(cache, question, ["--compare", "--wait"], 60 * args.limit_min)
         if cold["stopped"]:
             subprocess.run([sys.executable, "-m", "tunescope", "runs", "cancel", "--sweep",
                             _sweep(cache)], cwd=ROOT, capture_output=True)  # fmt: skip
         analyses = analyses_seconds(cold["stdout"])
-        warm = recommend(cache, args.model, [], None)
+        warm = recommend(cache, question, [], None)
         payload = warm["json"] or {}
         said = payload.get("recommendation", {})
         runs = payload.get("runs_trained", 0)
@@ -84,7 +88,7 @@ def main() -> None:
         print(f"warm: {warm['wall_s']:.1f} s (a fresh process: imports, the model, the caches)")
         print(f"load average {os.getloadavg()[0]:.2f} at the end")
         print(
-            f"recommend: cold_s={cold['wall_s']:.0f} analyses_s={analyses} runs={runs} "
+            f"recommend: data={args.data} cold_s={cold['wall_s']:.0f} analyses_s={analyses} runs={runs} "
             f"decided={said.get('branch')} warm_s={warm['wall_s']:.1f}"
         )
 
