@@ -295,8 +295,12 @@ def _delta_words(delta_points: float) -> str:
 
 def _cost_words(arm: ArmOutcome) -> str:
     parts = []
-    ratio = arm.run_step_time_ratio if arm.run_step_time_ratio is not None else arm.step_time_ratio
-    if ratio is not None:
+    timed, runs = arm.step_time_ratio, arm.run_step_time_ratio
+    if runs is not None and timed is not None and f"{runs:.2f}" != f"{timed:.2f}":
+        # the arms are ordered by the timed ratio; a run's own steps can tell another story (an
+        # arm that draws its layers anew for every seed costs what each draw costs)
+        parts.append(f"{runs:.2f}× full's step time in its runs ({timed:.2f}× timed)")
+    elif (ratio := runs if runs is not None else timed) is not None:
         parts.append(f"{ratio:.2f}× full's step time")
     if arm.trainable_share is not None:
         parts.append(f"{100 * arm.trainable_share:.2g} % of the parameters trained")

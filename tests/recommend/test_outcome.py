@@ -52,6 +52,16 @@ def test_the_cheapest_arm_that_held_up_is_recommended():
     assert "n seeds = 3, 3" in decision.sentence and "δ = 1 point" in decision.sentence
 
 
+def test_the_sentence_says_when_the_runs_cost_other_than_the_timing():
+    import dataclasses
+
+    timed_cheap = dataclasses.replace(arm("b", -0.001, 0.004, 0.73), run_step_time_ratio=1.08)
+    decision = decide([FULL, timed_cheap], 1.0, trains={"b": "3 random layers"})
+    assert "1.08× full's step time in its runs (0.73× timed)" in decision.sentence
+    same = dataclasses.replace(timed_cheap, run_step_time_ratio=0.731)
+    assert "0.73× full's step time," in decide([FULL, same], 1.0, trains={"b": "x"}).sentence
+
+
 def test_ties_in_step_time_go_to_the_smaller_trainable_share():
     arms = [FULL, arm("big", 0.0, 0.005, 0.5, share=0.3), arm("small", 0.0, 0.005, 0.5, share=0.1)]
     assert decide(arms).candidate == "small"
