@@ -421,7 +421,7 @@ def _timed_piece(
     middle = max(0, len(rows) // 2 - k // 2)
     piece = rows.iloc[by_length[middle : middle + k]]
     texts, pairs = texts_of(piece)
-    for _ in range(2):
+    for _timed_pass in range(2):
         start = time.perf_counter()
         for _ in iter_pooled_windows(loaded, texts, pairs, cfg.pooling, cfg.max_length,
                                      cfg.batch_size, None, precision=cfg.precision):  # fmt: skip

@@ -88,8 +88,8 @@ def main() -> None:
         print(f"warm: {warm['wall_s']:.1f} s (a fresh process: imports, the model, the caches)")
         print(f"load average {os.getloadavg()[0]:.2f} at the end")
         print(
-            f"recommend: data={args.data} cold_s={cold['wall_s']:.0f} analyses_s={analyses} runs={runs} "
-            f"decided={said.get('branch')} warm_s={warm['wall_s']:.1f}"
+            f"recommend: data={args.data} cold_s={cold['wall_s']:.0f} analyses_s={analyses} "
+            f"runs={runs} decided={said.get('branch')} warm_s={warm['wall_s']:.1f}"
         )
 
 

@@ -296,12 +296,14 @@ def _delta_words(delta_points: float) -> str:
 def _cost_words(arm: ArmOutcome) -> str:
     parts = []
     timed, runs = arm.step_time_ratio, arm.run_step_time_ratio
-    if runs is not None and timed is not None and f"{runs:.2f}" != f"{timed:.2f}":
+    shown = runs if runs is not None else timed
+    if shown is not None:
+        words = f"{shown:.2f}× full's step time"
         # the arms are ordered by the timed ratio; a run's own steps can tell another story (an
         # arm that draws its layers anew for every seed costs what each draw costs)
-        parts.append(f"{runs:.2f}× full's step time in its runs ({timed:.2f}× timed)")
-    elif (ratio := runs if runs is not None else timed) is not None:
-        parts.append(f"{ratio:.2f}× full's step time")
+        if runs is not None and timed is not None and f"{runs:.2f}" != f"{timed:.2f}":
+            words += f" in its runs ({timed:.2f}× timed)"
+        parts.append(words)
     if arm.trainable_share is not None:
         parts.append(f"{100 * arm.trainable_share:.2g} % of the parameters trained")
     return ", ".join(parts)
